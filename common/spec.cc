@@ -1,0 +1,636 @@
+#include "common/spec.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/util/json_util.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+
+namespace dial {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+
+void AppendJsonString(absl::string_view s, std::string& out) {
+  out.push_back('"');
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out.push_back(c);
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+bool LooksLikeNumber(const std::string& s) {
+  if (s.empty()) return false;
+  // YAML 1.2 core schema numbers, minus hex/octal and .inf/.nan forms.
+  size_t i = (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  bool digits = false, dot = false, exp = false;
+  for (; i < s.size(); ++i) {
+    char c = s[i];
+    if (c >= '0' && c <= '9') {
+      digits = true;
+    } else if (c == '.' && !dot && !exp) {
+      dot = true;
+    } else if ((c == 'e' || c == 'E') && digits && !exp) {
+      exp = true;
+      digits = false;
+      if (i + 1 < s.size() && (s[i + 1] == '-' || s[i + 1] == '+')) ++i;
+    } else {
+      return false;
+    }
+  }
+  return digits;
+}
+
+bool IsPlain(const YAML::Node& node) { return node.Tag() == "?"; }
+
+// Converts a YAML node of unknown schema (google.protobuf.Struct and friends)
+// to JSON, inferring scalar types as YAML 1.2 does.
+absl::Status GenericToJson(const YAML::Node& node, const std::string& path,
+                           std::string& out) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      out += "null";
+      return absl::OkStatus();
+    case YAML::NodeType::Scalar: {
+      const std::string& s = node.Scalar();
+      if (IsPlain(node)) {
+        if (s == "true" || s == "false") {
+          out += s;
+          return absl::OkStatus();
+        }
+        if (s == "True" || s == "TRUE") {
+          out += "true";
+          return absl::OkStatus();
+        }
+        if (s == "False" || s == "FALSE") {
+          out += "false";
+          return absl::OkStatus();
+        }
+        if (s == "null" || s == "~") {
+          out += "null";
+          return absl::OkStatus();
+        }
+        if (LooksLikeNumber(s)) {
+          out += s[0] == '+' ? s.substr(1) : s;
+          return absl::OkStatus();
+        }
+      }
+      AppendJsonString(s, out);
+      return absl::OkStatus();
+    }
+    case YAML::NodeType::Sequence: {
+      out.push_back('[');
+      for (size_t i = 0; i < node.size(); ++i) {
+        if (i) out.push_back(',');
+        DIAL_RETURN_IF_ERROR(
+            GenericToJson(node[i], absl::StrCat(path, "[", i, "]"), out));
+      }
+      out.push_back(']');
+      return absl::OkStatus();
+    }
+    case YAML::NodeType::Map: {
+      out.push_back('{');
+      bool first = true;
+      for (const auto& kv : node) {
+        if (!first) out.push_back(',');
+        first = false;
+        if (!kv.first.IsScalar()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(path, ": keys must be plain strings"));
+        }
+        AppendJsonString(kv.first.Scalar(), out);
+        out.push_back(':');
+        DIAL_RETURN_IF_ERROR(GenericToJson(
+            kv.second, absl::StrCat(path, ".", kv.first.Scalar()), out));
+      }
+      out.push_back('}');
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool IsWellKnownDynamic(const Descriptor* d) {
+  const std::string& n = d->full_name();
+  return n == "google.protobuf.Struct" || n == "google.protobuf.Value" ||
+         n == "google.protobuf.ListValue";
+}
+
+absl::Status MessageToJson(const YAML::Node& node, const Descriptor* desc,
+                           const std::string& path, std::string& out);
+
+std::string Where(const std::string& path) {
+  return path.empty() ? "spec" : path;
+}
+
+// One value (not a repeated container) of `field`'s type.
+absl::Status ValueToJson(const YAML::Node& node, const FieldDescriptor* field,
+                         const std::string& path, std::string& out) {
+  if (field->type() == FieldDescriptor::TYPE_MESSAGE) {
+    if (IsWellKnownDynamic(field->message_type())) {
+      return GenericToJson(node, path, out);
+    }
+    return MessageToJson(node, field->message_type(), path, out);
+  }
+  if (!node.IsScalar()) {
+    if (node.IsNull()) {
+      out += "null";
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": expected a single value, not a ",
+                     node.IsMap() ? "mapping" : "list"));
+  }
+  const std::string& s = node.Scalar();
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_STRING:
+      AppendJsonString(s, out);
+      break;
+    case FieldDescriptor::CPPTYPE_ENUM:
+      AppendJsonString(s, out);
+      break;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      if (s == "true" || s == "True" || s == "TRUE") {
+        out += "true";
+      } else if (s == "false" || s == "False" || s == "FALSE") {
+        out += "false";
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": expected true or false, got '", s, "'"));
+      }
+      break;
+    default:  // numbers
+      if (!LooksLikeNumber(s)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": expected a number, got '", s, "'"));
+      }
+      out += s[0] == '+' ? s.substr(1) : s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MessageToJson(const YAML::Node& node, const Descriptor* desc,
+                           const std::string& path, std::string& out) {
+  if (node.IsNull()) {
+    out += "{}";
+    return absl::OkStatus();
+  }
+  if (!node.IsMap()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(path), ": expected a mapping of fields"));
+  }
+  out.push_back('{');
+  bool first = true;
+  std::set<std::string> seen;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    const std::string field_path = path.empty() ? key : path + "." + key;
+    const FieldDescriptor* field = desc->FindFieldByName(key);
+    if (field == nullptr) field = desc->FindFieldByCamelcaseName(key);
+    if (field == nullptr) {
+      std::vector<std::string> names;
+      for (int i = 0; i < desc->field_count(); ++i) {
+        names.push_back(desc->field(i)->name());
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat(field_path, ": unknown field; expected one of ",
+                       absl::StrJoin(names, ", ")));
+    }
+    if (!seen.insert(field->name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field_path, ": given twice"));
+    }
+    if (!first) out.push_back(',');
+    first = false;
+    AppendJsonString(field->name(), out);
+    out.push_back(':');
+    const YAML::Node& value = kv.second;
+    if (field->is_map()) {
+      if (value.IsNull()) {
+        out += "{}";
+        continue;
+      }
+      if (!value.IsMap()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field_path, ": expected a mapping"));
+      }
+      const FieldDescriptor* value_field = field->message_type()->map_value();
+      out.push_back('{');
+      bool first_entry = true;
+      for (const auto& entry : value) {
+        if (!first_entry) out.push_back(',');
+        first_entry = false;
+        const std::string k = entry.first.Scalar();
+        AppendJsonString(k, out);
+        out.push_back(':');
+        DIAL_RETURN_IF_ERROR(ValueToJson(entry.second, value_field,
+                                         field_path + "." + k, out));
+      }
+      out.push_back('}');
+    } else if (field->is_repeated()) {
+      if (value.IsNull()) {
+        out += "[]";
+        continue;
+      }
+      if (!value.IsSequence()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field_path, ": expected a list"));
+      }
+      out.push_back('[');
+      for (size_t i = 0; i < value.size(); ++i) {
+        if (i) out.push_back(',');
+        DIAL_RETURN_IF_ERROR(ValueToJson(
+            value[i], field, absl::StrCat(field_path, "[", i, "]"), out));
+      }
+      out.push_back(']');
+    } else {
+      DIAL_RETURN_IF_ERROR(ValueToJson(value, field, field_path, out));
+    }
+  }
+  out.push_back('}');
+  return absl::OkStatus();
+}
+
+absl::Status Invalid(const std::string& field, const std::string& reason) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", reason));
+}
+
+std::string Fmt(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// Renders a condition value as the parameter would: numbers without a
+// trailing ".0", strings as they are.
+std::string ConditionValue(const google::protobuf::Value& v) {
+  if (v.kind_case() == google::protobuf::Value::kNumberValue) {
+    return Fmt(v.number_value());
+  }
+  if (v.kind_case() == google::protobuf::Value::kBoolValue) {
+    return v.bool_value() ? "true" : "false";
+  }
+  return v.string_value();
+}
+
+// The values a parameter can take, as strings, for checking conditions.
+// Returns false for continuous domains (any condition value must then be
+// numeric within bounds).
+bool EnumerableValues(const v1::ParameterSpec& p, std::set<std::string>& out) {
+  switch (p.domain_case()) {
+    case v1::ParameterSpec::kCategorical:
+      out.insert(p.categorical().values().begin(),
+                 p.categorical().values().end());
+      return true;
+    case v1::ParameterSpec::kDiscrete:
+      for (double v : p.discrete().values()) out.insert(Fmt(v));
+      return true;
+    case v1::ParameterSpec::kInt:
+      if (p.int_().max() - p.int_().min() > 10000) return false;
+      for (int64_t v = p.int_().min(); v <= p.int_().max(); ++v) {
+        out.insert(std::to_string(v));
+      }
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::Status ValidateParameter(const v1::ParameterSpec& p,
+                               const std::string& where) {
+  DIAL_RETURN_IF_ERROR(ValidateName(where + ".name", p.name()));
+  switch (p.domain_case()) {
+    case v1::ParameterSpec::kFloat: {
+      const auto& f = p.float_();
+      if (!std::isfinite(f.min()) || !std::isfinite(f.max())) {
+        return Invalid(where + ".float", "min and max must be finite");
+      }
+      if (f.min() >= f.max()) {
+        return Invalid(where + ".float", "min (" + Fmt(f.min()) +
+                                             ") must be less than max (" +
+                                             Fmt(f.max()) + ")");
+      }
+      if (f.scale() == v1::LOG && f.min() <= 0) {
+        return Invalid(where + ".float.min",
+                       "must be > 0 with scale LOG, got " + Fmt(f.min()));
+      }
+      if (f.grid_points() < 0 || f.grid_points() == 1) {
+        return Invalid(where + ".float.grid_points",
+                       "must be 0 (default) or at least 2");
+      }
+      break;
+    }
+    case v1::ParameterSpec::kInt: {
+      const auto& r = p.int_();
+      if (r.min() >= r.max()) {
+        return Invalid(where + ".int",
+                       absl::StrCat("min (", r.min(),
+                                    ") must be less than max (", r.max(), ")"));
+      }
+      if (r.scale() == v1::LOG && r.min() <= 0) {
+        return Invalid(where + ".int.min",
+                       absl::StrCat("must be > 0 with scale LOG, got ",
+                                    r.min()));
+      }
+      if (r.grid_points() < 0 || r.grid_points() == 1) {
+        return Invalid(where + ".int.grid_points",
+                       "must be 0 (default) or at least 2");
+      }
+      break;
+    }
+    case v1::ParameterSpec::kCategorical: {
+      const auto& values = p.categorical().values();
+      if (values.empty()) {
+        return Invalid(where + ".categorical.values", "must not be empty");
+      }
+      std::set<std::string> seen;
+      for (const auto& v : values) {
+        if (v.empty()) {
+          return Invalid(where + ".categorical.values",
+                         "values must not be empty strings");
+        }
+        if (!seen.insert(v).second) {
+          return Invalid(where + ".categorical.values",
+                         "'" + v + "' is listed twice");
+        }
+      }
+      break;
+    }
+    case v1::ParameterSpec::kDiscrete: {
+      const auto& values = p.discrete().values();
+      if (values.empty()) {
+        return Invalid(where + ".discrete.values", "must not be empty");
+      }
+      std::set<double> seen;
+      for (double v : values) {
+        if (!std::isfinite(v)) {
+          return Invalid(where + ".discrete.values",
+                         "values must be finite numbers");
+        }
+        if (!seen.insert(v).second) {
+          return Invalid(where + ".discrete.values",
+                         Fmt(v) + " is listed twice");
+        }
+      }
+      break;
+    }
+    case v1::ParameterSpec::DOMAIN_NOT_SET:
+      return Invalid(where, "one of float, int, categorical or discrete is "
+                            "required");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateName(absl::string_view field, absl::string_view name) {
+  if (name.empty()) return Invalid(std::string(field), "is required");
+  if (name.size() > 64) {
+    return Invalid(std::string(field), "must be at most 64 characters");
+  }
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9');
+  };
+  if (!alnum(name[0])) {
+    return Invalid(std::string(field),
+                   "'" + std::string(name) +
+                       "' must start with a letter or digit");
+  }
+  for (char c : name) {
+    if (!alnum(c) && c != '_' && c != '-' && c != '.') {
+      return Invalid(std::string(field),
+                     "'" + std::string(name) +
+                         "' may hold only letters, digits, '_', '-' and '.'");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::StudySpec> ParseStudySpec(absl::string_view text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec is not valid YAML or JSON: ", e.what()));
+  }
+  std::string json;
+  DIAL_RETURN_IF_ERROR(
+      MessageToJson(root, v1::StudySpec::descriptor(), "", json));
+  v1::StudySpec spec;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &spec,
+                                                            options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec: ", std::string(status.message())));
+  }
+  return spec;
+}
+
+absl::StatusOr<v1::StudySpec> LoadStudySpecFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError("cannot read spec file " + path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return ParseStudySpec(buffer.str());
+}
+
+absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
+  DIAL_RETURN_IF_ERROR(ValidateName("name", spec.name()));
+  if (spec.objective().metric().empty()) {
+    return Invalid("objective.metric", "is required");
+  }
+  if (spec.objective().goal() == v1::GOAL_UNSPECIFIED) {
+    return Invalid("objective.goal", "is required: MAXIMIZE or MINIMIZE");
+  }
+  if (spec.search_space().empty()) {
+    return Invalid("search_space", "must hold at least one parameter");
+  }
+  std::map<std::string, int> index;
+  for (int i = 0; i < spec.search_space_size(); ++i) {
+    const auto& p = spec.search_space(i);
+    const std::string where = absl::StrCat("search_space[", i, "]");
+    DIAL_RETURN_IF_ERROR(ValidateParameter(p, where));
+    if (index.count(p.name())) {
+      return Invalid(where + ".name",
+                     absl::StrCat("'", p.name(), "' is already used by "
+                                  "search_space[", index[p.name()], "]"));
+    }
+    // Conditions may name only parameters listed earlier, which rules out
+    // cycles and lets activity be decided in list order.
+    for (const auto& [parent, values] : p.when()) {
+      const std::string cond = where + ".when." + parent;
+      auto it = index.find(parent);
+      if (it == index.end()) {
+        bool later = false;
+        for (const auto& q : spec.search_space()) later |= q.name() == parent;
+        return Invalid(cond, later ? "'" + parent +
+                                         "' must be listed before the "
+                                         "parameters that depend on it"
+                                   : "no parameter named '" + parent + "'");
+      }
+      if (values.values().empty()) {
+        return Invalid(cond, "must list at least one value");
+      }
+      const auto& parent_spec = spec.search_space(it->second);
+      std::set<std::string> allowed;
+      if (EnumerableValues(parent_spec, allowed)) {
+        for (const auto& v : values.values()) {
+          if (!allowed.count(ConditionValue(v))) {
+            return Invalid(cond, "'" + ConditionValue(v) +
+                                     "' is not a value of " + parent);
+          }
+        }
+      }
+    }
+    index[p.name()] = i;
+  }
+
+  const auto& budget = spec.budget();
+  if (budget.max_trials() < 1 || budget.max_trials() > 1000000) {
+    return Invalid("budget.max_trials",
+                   absl::StrCat("must be between 1 and 1000000, got ",
+                                budget.max_trials()));
+  }
+  if (budget.max_parallel_trials() < 0 ||
+      budget.max_parallel_trials() > budget.max_trials()) {
+    return Invalid("budget.max_parallel_trials",
+                   absl::StrCat("must be between 0 (= max_trials) and "
+                                "max_trials (",
+                                budget.max_trials(), "), got ",
+                                budget.max_parallel_trials()));
+  }
+  if (budget.max_failures_per_trial() < 0 ||
+      budget.max_failures_per_trial() > 100) {
+    return Invalid("budget.max_failures_per_trial",
+                   absl::StrCat("must be between 0 and 100, got ",
+                                budget.max_failures_per_trial()));
+  }
+
+  const auto& searcher = spec.searcher();
+  if (searcher.has_grid()) {
+    if (searcher.grid().default_points() < 0 ||
+        searcher.grid().default_points() == 1) {
+      return Invalid("searcher.grid.default_points",
+                     "must be 0 (default 5) or at least 2");
+    }
+  }
+  if (searcher.has_bayesian() && searcher.bayesian().initial_trials() < 0) {
+    return Invalid("searcher.bayesian.initial_trials", "must be >= 0");
+  }
+  if (searcher.has_tpe() && searcher.tpe().initial_trials() < 0) {
+    return Invalid("searcher.tpe.initial_trials", "must be >= 0");
+  }
+
+  const auto& sched = spec.scheduler();
+  auto check_rungs = [](const std::string& where, int64_t min_steps,
+                        int64_t max_steps, double eta) -> absl::Status {
+    if (min_steps < 1) return Invalid(where + ".min_steps", "must be >= 1");
+    if (max_steps <= min_steps) {
+      return Invalid(where + ".max_steps",
+                     absl::StrCat("must be greater than min_steps (",
+                                  min_steps, ")"));
+    }
+    if (!(eta > 1)) {
+      return Invalid(where + ".reduction_factor",
+                     "must be greater than 1 (typically 3)");
+    }
+    return absl::OkStatus();
+  };
+  if (sched.has_asha()) {
+    DIAL_RETURN_IF_ERROR(check_rungs("scheduler.asha", sched.asha().min_steps(),
+                                     sched.asha().max_steps(),
+                                     sched.asha().reduction_factor()));
+  }
+  if (sched.has_hyperband()) {
+    DIAL_RETURN_IF_ERROR(check_rungs(
+        "scheduler.hyperband", sched.hyperband().min_steps(),
+        sched.hyperband().max_steps(), sched.hyperband().reduction_factor()));
+  }
+  if (sched.has_median() && sched.median().grace_steps() < 0) {
+    return Invalid("scheduler.median.grace_steps", "must be >= 0");
+  }
+  if (sched.has_pbt()) {
+    if (sched.pbt().perturbation_interval() < 1) {
+      return Invalid("scheduler.pbt.perturbation_interval", "must be >= 1");
+    }
+    if (!(sched.pbt().quantile() > 0 && sched.pbt().quantile() <= 0.5)) {
+      return Invalid("scheduler.pbt.quantile", "must be in (0, 0.5]");
+    }
+    if (!(sched.pbt().resample_probability() >= 0 &&
+          sched.pbt().resample_probability() <= 1)) {
+      return Invalid("scheduler.pbt.resample_probability",
+                     "must be in [0, 1]");
+    }
+  }
+
+  const auto& trial = spec.trial();
+  if (trial.has_command() && trial.command().argv().empty()) {
+    return Invalid("trial.command.argv", "must name the program to run");
+  }
+  if (trial.resources().gpus() < 0 || trial.resources().gpus() > 64) {
+    return Invalid("trial.resources.gpus", "must be between 0 and 64");
+  }
+  if (trial.resources().cpus() < 0) {
+    return Invalid("trial.resources.cpus", "must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+void FillSpecDefaults(uint64_t seed, v1::StudySpec& spec) {
+  auto* searcher = spec.mutable_searcher();
+  if (searcher->kind_case() == v1::SearcherSpec::KIND_NOT_SET) {
+    searcher->mutable_random();
+  }
+  if (searcher->has_random() && searcher->random().seed() == 0) {
+    searcher->mutable_random()->set_seed(seed);
+  }
+  if (searcher->has_grid()) {
+    if (searcher->grid().default_points() == 0) {
+      searcher->mutable_grid()->set_default_points(5);
+    }
+    if (searcher->grid().seed() == 0) searcher->mutable_grid()->set_seed(seed);
+  }
+  if (searcher->has_bayesian() && searcher->bayesian().seed() == 0) {
+    searcher->mutable_bayesian()->set_seed(seed);
+  }
+  if (searcher->has_tpe() && searcher->tpe().seed() == 0) {
+    searcher->mutable_tpe()->set_seed(seed);
+  }
+  if (spec.scheduler().kind_case() == v1::SchedulerSpec::KIND_NOT_SET) {
+    spec.mutable_scheduler()->mutable_fifo();
+  }
+  if (spec.budget().max_parallel_trials() == 0) {
+    spec.mutable_budget()->set_max_parallel_trials(spec.budget().max_trials());
+  }
+}
+
+}  // namespace dial

@@ -1,0 +1,71 @@
+// Searchers propose configurations. A searcher is driven by one study at a
+// time from the scheduler core, which serialises calls per study; the
+// implementations are not thread-safe on their own.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "dial/v1/spec.pb.h"
+#include "dial/v1/study.pb.h"
+#include "searchers/space.h"
+
+namespace dial::searchers {
+
+class Searcher {
+ public:
+  virtual ~Searcher() = default;
+
+  // Params for the trial numbered `number` (0-based; numbers arrive in
+  // increasing order, also after a restart). OUT_OF_RANGE when the search
+  // space is exhausted (grid).
+  virtual absl::StatusOr<Params> Suggest(int64_t number) = 0;
+
+  // A trial reached a final state. Called in trial-finish order, and again
+  // for every finished trial when a restarted scheduler rebuilds the
+  // searcher, so model-based searchers rebuild their state from it.
+  virtual void Observe(const v1::Trial& trial) {}
+};
+
+// Independent uniform draws. Trial n's params depend only on (seed, n), so
+// the sequence is reproducible and survives restarts without saved state.
+class RandomSearcher : public Searcher {
+ public:
+  static absl::StatusOr<std::unique_ptr<RandomSearcher>> Create(
+      const v1::StudySpec& spec);
+  absl::StatusOr<Params> Suggest(int64_t number) override;
+
+ private:
+  RandomSearcher(SearchSpace space, uint64_t seed)
+      : space_(std::move(space)), seed_(seed) {}
+  SearchSpace space_;
+  uint64_t seed_;
+};
+
+// Cartesian product of per-parameter grids (floats: `grid_points` evenly
+// spaced in their scale; ints: every value or `grid_points` of them;
+// categorical and discrete: every value). Conditional parameters branch only
+// where active, so no point repeats.
+class GridSearcher : public Searcher {
+ public:
+  // INVALID_ARGUMENT if `exhaustive` is set and the grid size differs from
+  // max_trials, or if the grid is too large to enumerate with `shuffle`.
+  static absl::StatusOr<std::unique_ptr<GridSearcher>> Create(
+      const v1::StudySpec& spec);
+  absl::StatusOr<Params> Suggest(int64_t number) override;
+  int64_t grid_size() const { return grid_size_; }
+
+ private:
+  GridSearcher(std::vector<Params> points, int64_t grid_size)
+      : points_(std::move(points)), grid_size_(grid_size) {}
+  std::vector<Params> points_;
+  int64_t grid_size_;
+};
+
+// The searcher named by spec.searcher (defaults must be filled in).
+// UNIMPLEMENTED for searchers not built yet.
+absl::StatusOr<std::unique_ptr<Searcher>> CreateSearcher(
+    const v1::StudySpec& spec);
+
+}  // namespace dial::searchers

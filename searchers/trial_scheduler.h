@@ -1,0 +1,44 @@
+// Trial schedulers decide, on every report of a running trial, whether it
+// goes on. Driven by the scheduler core, which serialises calls per study;
+// implementations are not thread-safe on their own.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "dial/v1/spec.pb.h"
+#include "dial/v1/study.pb.h"
+#include "google/protobuf/map.h"
+
+namespace dial::searchers {
+
+using Metrics = google::protobuf::Map<std::string, double>;
+
+class TrialScheduler {
+ public:
+  virtual ~TrialScheduler() = default;
+
+  // The decision for `trial` reporting `metrics` at `step`. Also called when
+  // a restarted scheduler replays stored history, so it must depend only on
+  // the reports seen (and the seed).
+  virtual v1::Decision OnReport(const v1::Trial& trial, int64_t step,
+                                const Metrics& metrics) = 0;
+
+  // `trial` reached a final state.
+  virtual void OnTrialFinished(const v1::Trial& trial) {}
+};
+
+// Every trial runs to its own end.
+class FifoScheduler : public TrialScheduler {
+ public:
+  v1::Decision OnReport(const v1::Trial& trial, int64_t step,
+                        const Metrics& metrics) override;
+};
+
+// The trial scheduler named by spec.scheduler. UNIMPLEMENTED for schedulers
+// not built yet.
+absl::StatusOr<std::unique_ptr<TrialScheduler>> CreateTrialScheduler(
+    const v1::StudySpec& spec);
+
+}  // namespace dial::searchers

@@ -1,0 +1,336 @@
+#include "storage/checkpoint_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/spec.h"
+#include "common/status.h"
+
+namespace dial::storage {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kManifest[] = "MANIFEST";
+constexpr char kStagingPrefix[] = ".staging-";
+
+absl::Status IoError(const std::string& what, const std::string& path) {
+  return absl::UnavailableError(
+      absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+absl::Status FsyncPath(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return IoError("cannot open", path);
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return IoError("cannot fsync", path);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+absl::Status WriteFileSynced(const std::string& path, absl::string_view data) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return IoError("cannot create", path);
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      absl::Status s = IoError("cannot write", path);
+      ::close(fd);
+      return s;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    absl::Status s = IoError("cannot fsync", path);
+    ::close(fd);
+    return s;
+  }
+  if (::close(fd) != 0) return IoError("cannot close", path);
+  return absl::OkStatus();
+}
+
+std::string Hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof(buf), "%08x", v);
+  return buf;
+}
+
+uint32_t Crc(absl::string_view data) {
+  return static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(data.data()),
+            static_cast<uInt>(data.size())));
+}
+
+struct ManifestEntry {
+  std::string name;
+  int64_t size;
+  std::string crc;
+};
+
+absl::StatusOr<std::vector<ManifestEntry>> ParseManifest(
+    const std::string& text, const std::string& path) {
+  std::vector<ManifestEntry> entries;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(' ', 2));
+    int64_t size = 0;
+    if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &size)) {
+      return absl::DataLossError(absl::StrCat("malformed manifest ", path));
+    }
+    entries.push_back({parts[2], size, parts[1]});
+  }
+  return entries;
+}
+
+}  // namespace
+
+std::string CheckpointStore::MakeId(absl::string_view study, int64_t trial,
+                                    int64_t step) {
+  return absl::StrCat(study, "/", trial, "/", step);
+}
+
+absl::StatusOr<std::unique_ptr<FileCheckpointStore>>
+FileCheckpointStore::Create(const FileCheckpointStoreOptions& options) {
+  if (options.root.empty()) {
+    return absl::InvalidArgumentError("checkpoint root: must not be empty");
+  }
+  std::error_code ec;
+  fs::create_directories(options.root, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot create checkpoint root ", options.root, ": ", ec.message()));
+  }
+  std::string root = fs::canonical(options.root, ec).string();
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot resolve checkpoint root ", options.root, ": ", ec.message()));
+  }
+  return std::unique_ptr<FileCheckpointStore>(
+      new FileCheckpointStore(std::move(root)));
+}
+
+absl::StatusOr<std::string> FileCheckpointStore::TrialDir(
+    absl::string_view study, int64_t trial) const {
+  auto status = ValidateName("checkpoint study", study);
+  if (!status.ok()) return absl::InvalidArgumentError(status.message());
+  if (trial < 0) {
+    return absl::InvalidArgumentError("checkpoint trial: must be >= 0");
+  }
+  return absl::StrCat(root_, "/", study, "/", trial);
+}
+
+absl::StatusOr<std::string> FileCheckpointStore::PathOf(
+    absl::string_view id) const {
+  std::vector<std::string> parts = absl::StrSplit(id, '/');
+  int64_t trial = -1, step = -1;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &trial) ||
+      !absl::SimpleAtoi(parts[2], &step) || trial < 0 || step < 0 ||
+      parts[1] != std::to_string(trial) || parts[2] != std::to_string(step)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint id '", id,
+                     "': must be <study>/<trial>/<step> with non-negative "
+                     "numbers"));
+  }
+  DIAL_ASSIGN_OR_RETURN(std::string dir, TrialDir(parts[0], trial));
+  return absl::StrCat(dir, "/", step);
+}
+
+absl::StatusOr<std::string> FileCheckpointStore::BeginWrite(
+    absl::string_view study, int64_t trial, int64_t step) {
+  DIAL_ASSIGN_OR_RETURN(std::string dir, TrialDir(study, trial));
+  if (step < 0) return absl::InvalidArgumentError("checkpoint step: must be >= 0");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  }
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  std::string staging = absl::StrCat(dir, "/", kStagingPrefix, step, "-",
+                                     ::getpid(), "-", counter++, "-", rd());
+  if (!fs::create_directory(staging, ec) || ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", staging, ": ", ec.message()));
+  }
+  return staging;
+}
+
+absl::StatusOr<CheckpointInfo> FileCheckpointStore::Commit(
+    const std::string& staging, absl::string_view study, int64_t trial,
+    int64_t step) {
+  DIAL_ASSIGN_OR_RETURN(std::string dir, TrialDir(study, trial));
+  const fs::path staging_path(staging);
+  if (staging_path.parent_path().string() != dir ||
+      staging_path.filename().string().rfind(kStagingPrefix, 0) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint staging directory ", staging, " is not one of ", dir));
+  }
+  const std::string final_path = absl::StrCat(dir, "/", step);
+  auto fail = [&](absl::Status status) {
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    return status;
+  };
+  std::error_code ec;
+  if (fs::exists(final_path, ec)) {
+    return fail(absl::AlreadyExistsError(absl::StrCat(
+        "checkpoint ", MakeId(study, trial, step), " already exists")));
+  }
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(staging, ec)) {
+    if (!entry.is_regular_file()) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("checkpoint holds a non-file: ", entry.path().string())));
+    }
+    if (entry.path().filename() != kManifest) {
+      names.push_back(entry.path().filename().string());
+    }
+  }
+  if (ec) return fail(absl::UnavailableError(ec.message()));
+  std::sort(names.begin(), names.end());
+  std::string manifest;
+  int64_t total = 0;
+  for (const auto& name : names) {
+    const std::string path = staging + "/" + name;
+    auto data = ReadFile(path);
+    if (!data.ok()) return fail(absl::UnavailableError(data.status().message()));
+    auto synced = FsyncPath(path, false);
+    if (!synced.ok()) return fail(synced);
+    total += static_cast<int64_t>(data->size());
+    absl::StrAppend(&manifest, data->size(), " ", Hex32(Crc(*data)), " ", name,
+                    "\n");
+  }
+  auto written = WriteFileSynced(staging + "/" + kManifest, manifest);
+  if (!written.ok()) return fail(written);
+  auto synced = FsyncPath(staging, true);
+  if (!synced.ok()) return fail(synced);
+  if (::rename(staging.c_str(), final_path.c_str()) != 0) {
+    return fail(errno == ENOTEMPTY || errno == EEXIST
+                    ? absl::AlreadyExistsError(absl::StrCat(
+                          "checkpoint ", MakeId(study, trial, step),
+                          " already exists"))
+                    : IoError("cannot rename to", final_path));
+  }
+  DIAL_RETURN_IF_ERROR(FsyncPath(dir, true));
+  return CheckpointInfo{MakeId(study, trial, step), total,
+                        Hex32(Crc(manifest))};
+}
+
+absl::StatusOr<CheckpointInfo> FileCheckpointStore::Write(
+    absl::string_view study, int64_t trial, int64_t step,
+    const std::map<std::string, std::string>& files) {
+  DIAL_ASSIGN_OR_RETURN(std::string staging, BeginWrite(study, trial, step));
+  for (const auto& [name, data] : files) {
+    if (name.empty() || name == kManifest || name.find('/') != name.npos ||
+        name[0] == '.') {
+      std::error_code ec;
+      fs::remove_all(staging, ec);
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint file name '", name, "' is not allowed"));
+    }
+    auto status = WriteFileSynced(staging + "/" + name, data);
+    if (!status.ok()) {
+      std::error_code ec;
+      fs::remove_all(staging, ec);
+      return status;
+    }
+  }
+  return Commit(staging, study, trial, step);
+}
+
+absl::StatusOr<CheckpointInfo> FileCheckpointStore::Verify(
+    absl::string_view id) const {
+  DIAL_ASSIGN_OR_RETURN(std::string dir, PathOf(id));
+  auto manifest = ReadFile(dir + "/" + kManifest);
+  if (!manifest.ok()) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", id, " not found"));
+  }
+  DIAL_ASSIGN_OR_RETURN(auto entries, ParseManifest(*manifest, dir));
+  int64_t total = 0;
+  for (const auto& e : entries) {
+    auto data = ReadFile(dir + "/" + e.name);
+    if (!data.ok() || int64_t(data->size()) != e.size ||
+        Hex32(Crc(*data)) != e.crc) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", id, ": file ", e.name, " is missing or corrupt"));
+    }
+    total += e.size;
+  }
+  return CheckpointInfo{std::string(id), total, Hex32(Crc(*manifest))};
+}
+
+absl::StatusOr<std::map<std::string, std::string>> FileCheckpointStore::Read(
+    absl::string_view id) const {
+  DIAL_RETURN_IF_ERROR(Verify(id).status());
+  DIAL_ASSIGN_OR_RETURN(std::string dir, PathOf(id));
+  DIAL_ASSIGN_OR_RETURN(std::string manifest,
+                        ReadFile(dir + "/" + kManifest));
+  DIAL_ASSIGN_OR_RETURN(auto entries, ParseManifest(manifest, dir));
+  std::map<std::string, std::string> files;
+  for (const auto& e : entries) {
+    DIAL_ASSIGN_OR_RETURN(files[e.name], ReadFile(dir + "/" + e.name));
+  }
+  return files;
+}
+
+absl::Status FileCheckpointStore::Delete(absl::string_view id) {
+  DIAL_ASSIGN_OR_RETURN(std::string dir, PathOf(id));
+  // Rename first so a crash mid-delete never leaves a half checkpoint that
+  // looks whole.
+  const std::string doomed = absl::StrCat(
+      fs::path(dir).parent_path().string(), "/", kStagingPrefix, "deleted-",
+      fs::path(dir).filename().string());
+  if (::rename(dir.c_str(), doomed.c_str()) != 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", id, " not found"));
+    }
+    return IoError("cannot delete", dir);
+  }
+  std::error_code ec;
+  fs::remove_all(doomed, ec);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> FileCheckpointStore::ListSteps(
+    absl::string_view study, int64_t trial) const {
+  DIAL_ASSIGN_OR_RETURN(std::string dir, TrialDir(study, trial));
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return steps;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    int64_t step;
+    if (entry.is_directory() &&
+        absl::SimpleAtoi(entry.path().filename().string(), &step) &&
+        fs::exists(entry.path() / kManifest)) {
+      steps.push_back(step);
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+}  // namespace dial::storage

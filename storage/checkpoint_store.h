@@ -1,0 +1,105 @@
+// CheckpointStore: trial checkpoints on a filesystem root (local disk or a
+// shared NFS/Lustre mount), laid out as <root>/<study>/<trial>/<step>/.
+// A checkpoint appears whole or not at all: files are written under a
+// temporary name, fsynced, described by a MANIFEST (size and CRC-32 of each
+// file), and the directory is renamed into place. Ids are validated, so no id
+// reaches outside the root. Thread-safe: no mutable state besides the
+// filesystem; concurrent writers of one (trial, step) get ALREADY_EXISTS.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace dial::storage {
+
+struct CheckpointInfo {
+  std::string id;  // "<study>/<trial>/<step>"
+  int64_t size_bytes = 0;
+  std::string checksum;  // CRC-32 of the manifest, hex
+};
+
+class CheckpointStore {
+ public:
+  virtual ~CheckpointStore() = default;
+
+  static std::string MakeId(absl::string_view study, int64_t trial,
+                            int64_t step);
+
+  // Directory of a checkpoint id. INVALID_ARGUMENT if the id is malformed
+  // (it must be <study>/<trial>/<step> with a valid study name and
+  // non-negative numbers), which also rules out escaping the root.
+  virtual absl::StatusOr<std::string> PathOf(absl::string_view id) const = 0;
+
+  // A new empty staging directory for a writer (e.g. the trainer) to fill
+  // with plain files before Commit.
+  virtual absl::StatusOr<std::string> BeginWrite(absl::string_view study,
+                                                 int64_t trial,
+                                                 int64_t step) = 0;
+  // Seals a staging directory as checkpoint (study, trial, step).
+  // ALREADY_EXISTS if that checkpoint exists; INVALID_ARGUMENT if the
+  // staging directory is not one of ours or holds subdirectories;
+  // UNAVAILABLE on I/O errors (the staging directory is then removed and
+  // earlier checkpoints are untouched).
+  virtual absl::StatusOr<CheckpointInfo> Commit(const std::string& staging,
+                                                absl::string_view study,
+                                                int64_t trial,
+                                                int64_t step) = 0;
+  // BeginWrite + files + Commit.
+  virtual absl::StatusOr<CheckpointInfo> Write(
+      absl::string_view study, int64_t trial, int64_t step,
+      const std::map<std::string, std::string>& files) = 0;
+
+  // Checks every file against the manifest: NOT_FOUND if absent, DATA_LOSS
+  // on any mismatch.
+  virtual absl::StatusOr<CheckpointInfo> Verify(absl::string_view id) const = 0;
+  // The files of a verified checkpoint.
+  virtual absl::StatusOr<std::map<std::string, std::string>> Read(
+      absl::string_view id) const = 0;
+  virtual absl::Status Delete(absl::string_view id) = 0;
+  // Committed steps of a trial, ascending.
+  virtual absl::StatusOr<std::vector<int64_t>> ListSteps(
+      absl::string_view study, int64_t trial) const = 0;
+};
+
+struct FileCheckpointStoreOptions {
+  std::string root;  // created if missing
+};
+
+class FileCheckpointStore : public CheckpointStore {
+ public:
+  static absl::StatusOr<std::unique_ptr<FileCheckpointStore>> Create(
+      const FileCheckpointStoreOptions& options);
+
+  absl::StatusOr<std::string> PathOf(absl::string_view id) const override;
+  absl::StatusOr<std::string> BeginWrite(absl::string_view study, int64_t trial,
+                                         int64_t step) override;
+  absl::StatusOr<CheckpointInfo> Commit(const std::string& staging,
+                                        absl::string_view study, int64_t trial,
+                                        int64_t step) override;
+  absl::StatusOr<CheckpointInfo> Write(
+      absl::string_view study, int64_t trial, int64_t step,
+      const std::map<std::string, std::string>& files) override;
+  absl::StatusOr<CheckpointInfo> Verify(absl::string_view id) const override;
+  absl::StatusOr<std::map<std::string, std::string>> Read(
+      absl::string_view id) const override;
+  absl::Status Delete(absl::string_view id) override;
+  absl::StatusOr<std::vector<int64_t>> ListSteps(absl::string_view study,
+                                                 int64_t trial) const override;
+
+  const std::string& root() const { return root_; }
+
+ private:
+  explicit FileCheckpointStore(std::string root) : root_(std::move(root)) {}
+  absl::StatusOr<std::string> TrialDir(absl::string_view study,
+                                       int64_t trial) const;
+  std::string root_;
+};
+
+}  // namespace dial::storage

@@ -1,0 +1,679 @@
+#include "storage/sqlite_study_store.h"
+
+#include <sqlite3.h>
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace dial::storage {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+// Forward migrations: entry i takes the schema from version i to i + 1.
+// Never edit an entry once released; append a new one.
+const char* const kMigrations[] = {
+    R"sql(
+CREATE TABLE studies(
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  spec BLOB NOT NULL,
+  state INTEGER NOT NULL,
+  create_ms INTEGER NOT NULL,
+  update_ms INTEGER NOT NULL);
+CREATE TABLE trials(
+  id INTEGER PRIMARY KEY,
+  study_id INTEGER NOT NULL REFERENCES studies(id) ON DELETE CASCADE,
+  number INTEGER NOT NULL,
+  state INTEGER NOT NULL,
+  client_id TEXT NOT NULL,
+  objective REAL,
+  error TEXT NOT NULL,
+  last_step INTEGER NOT NULL,
+  checkpoint TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  failures INTEGER NOT NULL,
+  worker_id TEXT NOT NULL,
+  create_ms INTEGER,
+  start_ms INTEGER,
+  end_ms INTEGER,
+  detail BLOB NOT NULL,
+  UNIQUE(study_id, number));
+CREATE INDEX trials_by_state ON trials(study_id, state, number);
+CREATE INDEX trials_by_objective ON trials(study_id, objective);
+CREATE TABLE params(
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  name TEXT NOT NULL,
+  double_value REAL,
+  int_value INTEGER,
+  string_value TEXT,
+  PRIMARY KEY(trial_id, name)) WITHOUT ROWID;
+CREATE TABLE metrics(
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  value REAL,
+  time_ms INTEGER NOT NULL,
+  PRIMARY KEY(trial_id, step, name)) WITHOUT ROWID;
+CREATE TABLE checkpoints(
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  checkpoint_id TEXT NOT NULL,
+  size_bytes INTEGER NOT NULL,
+  checksum TEXT NOT NULL,
+  PRIMARY KEY(trial_id, step)) WITHOUT ROWID;
+CREATE TABLE workers(
+  id TEXT PRIMARY KEY,
+  host TEXT NOT NULL,
+  resources BLOB NOT NULL,
+  last_seen_ms INTEGER NOT NULL);
+)sql",
+};
+constexpr int kSchemaVersion =
+    sizeof(kMigrations) / sizeof(kMigrations[0]);
+
+int64_t ToMs(const google::protobuf::Timestamp& t) {
+  return TimeUtil::TimestampToMilliseconds(t);
+}
+google::protobuf::Timestamp FromMs(int64_t ms) {
+  return TimeUtil::MillisecondsToTimestamp(ms);
+}
+
+}  // namespace
+
+// A cached prepared statement, reset and unbound when it goes out of scope.
+class SqliteStudyStore::Statement {
+ public:
+  Statement(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  Statement(const Statement&) = delete;
+  ~Statement() {
+    if (stmt_) {
+      sqlite3_reset(stmt_);
+      sqlite3_clear_bindings(stmt_);
+    }
+  }
+  bool ok() const { return stmt_ != nullptr; }
+  Statement& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  Statement& Bind(int i, double v) {
+    if (std::isnan(v)) {
+      sqlite3_bind_null(stmt_, i);  // SQLite stores NaN as NULL anyway
+    } else {
+      sqlite3_bind_double(stmt_, i, v);
+    }
+    return *this;
+  }
+  Statement& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()),
+                      SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& BindBlob(int i, const std::string& v) {
+    sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()),
+                      SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& BindNull(int i) {
+    sqlite3_bind_null(stmt_, i);
+    return *this;
+  }
+  // Next row: true with a row, false when done; errors as status.
+  absl::StatusOr<bool> Step() {
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return Error(rc);
+  }
+  absl::Status Run() {
+    auto r = Step();
+    return r.ok() ? absl::OkStatus() : r.status();
+  }
+  absl::Status Error(int rc) const {
+    std::string msg = absl::StrCat("sqlite: ", sqlite3_errmsg(db_));
+    if (rc == SQLITE_CONSTRAINT || (rc & 0xff) == SQLITE_CONSTRAINT) {
+      return absl::AlreadyExistsError(msg);
+    }
+    if (rc == SQLITE_FULL || rc == SQLITE_IOERR || (rc & 0xff) == SQLITE_IOERR ||
+        rc == SQLITE_BUSY || rc == SQLITE_READONLY) {
+      return absl::UnavailableError(msg);
+    }
+    return absl::InternalError(msg);
+  }
+  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  bool IsNull(int col) const {
+    return sqlite3_column_type(stmt_, col) == SQLITE_NULL;
+  }
+  double Double(int col) const {
+    return IsNull(col) ? std::numeric_limits<double>::quiet_NaN()
+                       : sqlite3_column_double(stmt_, col);
+  }
+  std::string Text(int col) const {
+    const void* p = sqlite3_column_blob(stmt_, col);
+    int n = sqlite3_column_bytes(stmt_, col);
+    return p ? std::string(static_cast<const char*>(p), n) : std::string();
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_;
+};
+
+absl::StatusOr<std::unique_ptr<SqliteStudyStore>> SqliteStudyStore::Create(
+    const SqliteStudyStoreOptions& options) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(options.path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                               SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::UnavailableError(
+        absl::StrCat("cannot open database ", options.path, ": ", msg));
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<SqliteStudyStore> store(new SqliteStudyStore(db));
+  absl::MutexLock lock(&store->mu_);
+  DIAL_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  DIAL_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON"));
+  DIAL_RETURN_IF_ERROR(store->Exec(options.full_sync
+                                       ? "PRAGMA synchronous=FULL"
+                                       : "PRAGMA synchronous=NORMAL"));
+  DIAL_RETURN_IF_ERROR(store->Migrate());
+  return store;
+}
+
+SqliteStudyStore::~SqliteStudyStore() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
+  sqlite3_close(db_);
+}
+
+absl::Status SqliteStudyStore::Exec(const char* sql) {
+  char* err = nullptr;
+  int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
+  if (rc != SQLITE_OK) {
+    std::string msg = err ? err : sqlite3_errmsg(db_);
+    sqlite3_free(err);
+    if (rc == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR || rc == SQLITE_BUSY ||
+        rc == SQLITE_READONLY || rc == SQLITE_CANTOPEN) {
+      return absl::UnavailableError(absl::StrCat("sqlite: ", msg));
+    }
+    return absl::InternalError(absl::StrCat("sqlite: ", msg));
+  }
+  return absl::OkStatus();
+}
+
+SqliteStudyStore::Statement SqliteStudyStore::Prepare(const char* sql) {
+  auto it = statements_.find(sql);
+  if (it != statements_.end()) return Statement(db_, it->second);
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt,
+                         nullptr) != SQLITE_OK) {
+    return Statement(db_, nullptr);
+  }
+  statements_[sql] = stmt;
+  return Statement(db_, stmt);
+}
+
+// Runs `body` in a transaction, committing on OK and rolling back otherwise.
+#define DIAL_SQL_TRANSACTION(body)                            \
+  do {                                                        \
+    DIAL_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));            \
+    absl::Status dial_txn_ = [&]() -> absl::Status body();    \
+    if (!dial_txn_.ok()) {                                    \
+      Exec("ROLLBACK").IgnoreError();                         \
+      return dial_txn_;                                       \
+    }                                                         \
+    DIAL_RETURN_IF_ERROR(Exec("COMMIT"));                     \
+  } while (0)
+
+#define DIAL_PREPARE(var, sql)                                         \
+  Statement var = Prepare(sql);                                        \
+  if (!var.ok()) {                                                     \
+    return absl::InternalError(                                        \
+        absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));        \
+  }
+
+int SqliteStudyStore::schema_version() {
+  absl::MutexLock lock(&mu_);
+  Statement stmt = Prepare("SELECT version FROM schema_version");
+  if (!stmt.ok()) return 0;
+  auto row = stmt.Step();
+  return row.ok() && *row ? static_cast<int>(stmt.Int(0)) : 0;
+}
+
+absl::Status SqliteStudyStore::Migrate() {
+  DIAL_RETURN_IF_ERROR(
+      Exec("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT "
+           "NULL)"));
+  int version = 0;
+  {
+    DIAL_PREPARE(stmt, "SELECT version FROM schema_version");
+    DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (row) version = static_cast<int>(stmt.Int(0));
+  }
+  if (version > kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "database schema version ", version, " is newer than this Dial (",
+        kSchemaVersion, "); upgrade Dial"));
+  }
+  for (int v = version; v < kSchemaVersion; ++v) {
+    DIAL_SQL_TRANSACTION({
+      DIAL_RETURN_IF_ERROR(Exec(kMigrations[v]));
+      DIAL_RETURN_IF_ERROR(Exec("DELETE FROM schema_version"));
+      DIAL_PREPARE(set, "INSERT INTO schema_version(version) VALUES (?)");
+      return set.Bind(1, int64_t{v + 1}).Run();
+    });
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> SqliteStudyStore::StudyId(const std::string& name) {
+  DIAL_PREPARE(stmt, "SELECT id FROM studies WHERE name = ?");
+  stmt.Bind(1, name);
+  DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) {
+    return absl::NotFoundError(absl::StrCat("study '", name, "' not found"));
+  }
+  return stmt.Int(0);
+}
+
+absl::StatusOr<int64_t> SqliteStudyStore::TrialId(const std::string& study,
+                                                  int64_t number) {
+  DIAL_ASSIGN_OR_RETURN(int64_t study_id, StudyId(study));
+  DIAL_PREPARE(stmt,
+               "SELECT id FROM trials WHERE study_id = ? AND number = ?");
+  stmt.Bind(1, study_id).Bind(2, number);
+  DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) {
+    return absl::NotFoundError(
+        absl::StrCat("trial ", number, " of study '", study, "' not found"));
+  }
+  return stmt.Int(0);
+}
+
+absl::Status SqliteStudyStore::CreateStudy(const v1::Study& study) {
+  absl::MutexLock lock(&mu_);
+  DIAL_PREPARE(stmt,
+               "INSERT INTO studies(name, spec, state, create_ms, update_ms) "
+               "VALUES (?, ?, ?, ?, ?)");
+  stmt.Bind(1, study.name())
+      .BindBlob(2, study.spec().SerializeAsString())
+      .Bind(3, int64_t{study.state()})
+      .Bind(4, ToMs(study.create_time()))
+      .Bind(5, ToMs(study.update_time()));
+  absl::Status status = stmt.Run();
+  if (absl::IsAlreadyExists(status)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("study '", study.name(), "' already exists"));
+  }
+  return status;
+}
+
+namespace {
+v1::Study StudyFromRow(const std::string& name, const std::string& spec,
+                       int64_t state, int64_t create_ms, int64_t update_ms) {
+  v1::Study study;
+  study.set_name(name);
+  study.mutable_spec()->ParseFromString(spec);
+  study.set_state(static_cast<v1::StudyState>(state));
+  *study.mutable_create_time() = FromMs(create_ms);
+  *study.mutable_update_time() = FromMs(update_ms);
+  return study;
+}
+}  // namespace
+
+absl::StatusOr<v1::Study> SqliteStudyStore::GetStudy(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  DIAL_PREPARE(stmt,
+               "SELECT name, spec, state, create_ms, update_ms FROM studies "
+               "WHERE name = ?");
+  stmt.Bind(1, name);
+  DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) {
+    return absl::NotFoundError(absl::StrCat("study '", name, "' not found"));
+  }
+  return StudyFromRow(stmt.Text(0), stmt.Text(1), stmt.Int(2), stmt.Int(3),
+                      stmt.Int(4));
+}
+
+absl::StatusOr<std::vector<v1::Study>> SqliteStudyStore::ListStudies() {
+  absl::MutexLock lock(&mu_);
+  DIAL_PREPARE(stmt,
+               "SELECT name, spec, state, create_ms, update_ms FROM studies "
+               "ORDER BY id");
+  std::vector<v1::Study> out;
+  while (true) {
+    DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    out.push_back(StudyFromRow(stmt.Text(0), stmt.Text(1), stmt.Int(2),
+                               stmt.Int(3), stmt.Int(4)));
+  }
+  return out;
+}
+
+absl::Status SqliteStudyStore::UpdateStudy(const v1::Study& study) {
+  absl::MutexLock lock(&mu_);
+  DIAL_PREPARE(stmt,
+               "UPDATE studies SET spec = ?, state = ?, update_ms = ? WHERE "
+               "name = ?");
+  stmt.BindBlob(1, study.spec().SerializeAsString())
+      .Bind(2, int64_t{study.state()})
+      .Bind(3, ToMs(study.update_time()))
+      .Bind(4, study.name());
+  DIAL_RETURN_IF_ERROR(stmt.Run());
+  if (sqlite3_changes(db_) == 0) {
+    return absl::NotFoundError(
+        absl::StrCat("study '", study.name(), "' not found"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStudyStore::DeleteStudy(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  DIAL_PREPARE(stmt, "DELETE FROM studies WHERE name = ?");
+  stmt.Bind(1, name);
+  DIAL_RETURN_IF_ERROR(stmt.Run());
+  if (sqlite3_changes(db_) == 0) {
+    return absl::NotFoundError(absl::StrCat("study '", name, "' not found"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStudyStore::PutTrialLocked(const v1::Trial& trial) {
+  DIAL_ASSIGN_OR_RETURN(int64_t study_id, StudyId(trial.study()));
+  // Fields without a column of their own travel in `detail`.
+  v1::Trial detail;
+  *detail.mutable_final_metrics() = trial.final_metrics();
+  *detail.mutable_lineage() = trial.lineage();
+  DIAL_PREPARE(stmt,
+               "INSERT INTO trials(study_id, number, state, client_id, "
+               "objective, error, last_step, checkpoint, attempt, failures, "
+               "worker_id, create_ms, start_ms, end_ms, detail) VALUES "
+               "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+               "?15) ON CONFLICT(study_id, number) DO UPDATE SET "
+               "state = ?3, client_id = ?4, objective = ?5, error = ?6, "
+               "last_step = ?7, checkpoint = ?8, attempt = ?9, failures = ?10, "
+               "worker_id = ?11, create_ms = ?12, start_ms = ?13, end_ms = ?14, "
+               "detail = ?15 RETURNING id");
+  stmt.Bind(1, study_id)
+      .Bind(2, trial.number())
+      .Bind(3, int64_t{trial.state()})
+      .Bind(4, trial.client_id());
+  if (trial.has_objective_value()) {
+    stmt.Bind(5, trial.objective_value());
+  } else {
+    stmt.BindNull(5);
+  }
+  stmt.Bind(6, trial.error())
+      .Bind(7, trial.last_step())
+      .Bind(8, trial.checkpoint())
+      .Bind(9, int64_t{trial.attempt()})
+      .Bind(10, int64_t{trial.failures()})
+      .Bind(11, trial.worker_id());
+  auto ms_or_null = [&](int i, bool has, const auto& ts) {
+    if (has) {
+      stmt.Bind(i, ToMs(ts));
+    } else {
+      stmt.BindNull(i);
+    }
+  };
+  ms_or_null(12, trial.has_create_time(), trial.create_time());
+  ms_or_null(13, trial.has_start_time(), trial.start_time());
+  ms_or_null(14, trial.has_end_time(), trial.end_time());
+  stmt.BindBlob(15, detail.SerializeAsString());
+  DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) return absl::InternalError("trial upsert returned no id");
+  const int64_t trial_id = stmt.Int(0);
+  DIAL_RETURN_IF_ERROR(stmt.Step().status());  // finish the statement
+
+  DIAL_PREPARE(clear, "DELETE FROM params WHERE trial_id = ?");
+  DIAL_RETURN_IF_ERROR(clear.Bind(1, trial_id).Run());
+  for (const auto& [name, value] : trial.params()) {
+    DIAL_PREPARE(insert,
+                 "INSERT INTO params(trial_id, name, double_value, int_value, "
+                 "string_value) VALUES (?, ?, ?, ?, ?)");
+    insert.Bind(1, trial_id).Bind(2, name);
+    insert.BindNull(3).BindNull(4).BindNull(5);
+    switch (value.value_case()) {
+      case v1::ParamValue::kDoubleValue:
+        insert.Bind(3, value.double_value());
+        break;
+      case v1::ParamValue::kIntValue:
+        insert.Bind(4, value.int_value());
+        break;
+      default:
+        insert.Bind(5, value.string_value());
+    }
+    DIAL_RETURN_IF_ERROR(insert.Run());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStudyStore::PutTrial(const v1::Trial& trial) {
+  absl::MutexLock lock(&mu_);
+  DIAL_SQL_TRANSACTION({ return PutTrialLocked(trial); });
+  return absl::OkStatus();
+}
+
+#define DIAL_TRIAL_COLUMNS                                                \
+  "t.id, s.name, t.number, t.state, t.client_id, t.objective, t.error, "  \
+  "t.last_step, t.checkpoint, t.attempt, t.failures, t.worker_id, "       \
+  "t.create_ms, t.start_ms, t.end_ms, t.detail"
+
+absl::StatusOr<v1::Trial> SqliteStudyStore::ReadTrial(Statement& stmt) {
+  v1::Trial trial;
+  trial.ParseFromString(stmt.Text(15));
+  const int64_t trial_id = stmt.Int(0);
+  trial.set_study(stmt.Text(1));
+  trial.set_number(stmt.Int(2));
+  trial.set_state(static_cast<v1::TrialState>(stmt.Int(3)));
+  trial.set_client_id(stmt.Text(4));
+  if (!stmt.IsNull(5)) trial.set_objective_value(stmt.Double(5));
+  trial.set_error(stmt.Text(6));
+  trial.set_last_step(stmt.Int(7));
+  trial.set_checkpoint(stmt.Text(8));
+  trial.set_attempt(static_cast<int32_t>(stmt.Int(9)));
+  trial.set_failures(static_cast<int32_t>(stmt.Int(10)));
+  trial.set_worker_id(stmt.Text(11));
+  if (!stmt.IsNull(12)) *trial.mutable_create_time() = FromMs(stmt.Int(12));
+  if (!stmt.IsNull(13)) *trial.mutable_start_time() = FromMs(stmt.Int(13));
+  if (!stmt.IsNull(14)) *trial.mutable_end_time() = FromMs(stmt.Int(14));
+
+  DIAL_PREPARE(params,
+               "SELECT name, double_value, int_value, string_value FROM "
+               "params WHERE trial_id = ?");
+  params.Bind(1, trial_id);
+  while (true) {
+    DIAL_ASSIGN_OR_RETURN(bool row, params.Step());
+    if (!row) break;
+    v1::ParamValue& value = (*trial.mutable_params())[params.Text(0)];
+    if (!params.IsNull(1)) {
+      value.set_double_value(params.Double(1));
+    } else if (!params.IsNull(2)) {
+      value.set_int_value(params.Int(2));
+    } else {
+      value.set_string_value(params.Text(3));
+    }
+  }
+  return trial;
+}
+
+absl::StatusOr<v1::Trial> SqliteStudyStore::GetTrial(const std::string& study,
+                                                     int64_t number) {
+  absl::MutexLock lock(&mu_);
+  DIAL_PREPARE(stmt, "SELECT " DIAL_TRIAL_COLUMNS
+                     " FROM trials t JOIN studies s ON s.id = t.study_id "
+                     "WHERE s.name = ? AND t.number = ?");
+  stmt.Bind(1, study).Bind(2, number);
+  DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) {
+    DIAL_RETURN_IF_ERROR(StudyId(study).status());
+    return absl::NotFoundError(
+        absl::StrCat("trial ", number, " of study '", study, "' not found"));
+  }
+  return ReadTrial(stmt);
+}
+
+absl::StatusOr<std::vector<v1::Trial>> SqliteStudyStore::ListTrials(
+    const std::string& study, const TrialQuery& query) {
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(int64_t study_id, StudyId(study));
+  // States as a bit mask keeps one cached statement for every filter.
+  int64_t mask = 0;
+  for (auto s : query.states) mask |= int64_t{1} << s;
+  DIAL_PREPARE(stmt, "SELECT " DIAL_TRIAL_COLUMNS
+                     " FROM trials t JOIN studies s ON s.id = t.study_id "
+                     "WHERE t.study_id = ? AND t.number > ? AND "
+                     "(? = 0 OR ((1 << t.state) & ?) != 0) "
+                     "ORDER BY t.number LIMIT ?");
+  stmt.Bind(1, study_id)
+      .Bind(2, query.after_number)
+      .Bind(3, mask)
+      .Bind(4, mask)
+      .Bind(5, int64_t{query.limit > 0 ? query.limit : -1});
+  std::vector<v1::Trial> out;
+  while (true) {
+    DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    DIAL_ASSIGN_OR_RETURN(v1::Trial trial, ReadTrial(stmt));
+    out.push_back(std::move(trial));
+  }
+  return out;
+}
+
+absl::Status SqliteStudyStore::RecordReport(const v1::Trial& trial,
+                                            const v1::MetricPoint& point) {
+  absl::MutexLock lock(&mu_);
+  DIAL_SQL_TRANSACTION({
+    DIAL_ASSIGN_OR_RETURN(int64_t trial_id,
+                          TrialId(trial.study(), trial.number()));
+    {
+      DIAL_PREPARE(exists,
+                   "SELECT 1 FROM metrics WHERE trial_id = ? AND step = ? "
+                   "LIMIT 1");
+      exists.Bind(1, trial_id).Bind(2, point.step());
+      DIAL_ASSIGN_OR_RETURN(bool row, exists.Step());
+      if (row) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("step ", point.step(), " of trial ", trial.number(),
+                         " is recorded"));
+      }
+    }
+    const int64_t time_ms = ToMs(point.time());
+    for (const auto& [name, value] : point.metrics()) {
+      DIAL_PREPARE(insert,
+                   "INSERT INTO metrics(trial_id, step, name, value, time_ms) "
+                   "VALUES (?, ?, ?, ?, ?)");
+      insert.Bind(1, trial_id)
+          .Bind(2, point.step())
+          .Bind(3, name)
+          .Bind(4, value)
+          .Bind(5, time_ms);
+      DIAL_RETURN_IF_ERROR(insert.Run());
+    }
+    return PutTrialLocked(trial);
+  });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::MetricPoint>>
+SqliteStudyStore::GetMetricHistory(const std::string& study, int64_t number) {
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(int64_t trial_id, TrialId(study, number));
+  DIAL_PREPARE(stmt,
+               "SELECT step, name, value, time_ms FROM metrics WHERE "
+               "trial_id = ? ORDER BY step");
+  stmt.Bind(1, trial_id);
+  std::vector<v1::MetricPoint> out;
+  while (true) {
+    DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    if (out.empty() || out.back().step() != stmt.Int(0)) {
+      out.emplace_back().set_step(stmt.Int(0));
+      *out.back().mutable_time() = FromMs(stmt.Int(3));
+    }
+    (*out.back().mutable_metrics())[stmt.Text(1)] = stmt.Double(2);
+  }
+  return out;
+}
+
+absl::Status SqliteStudyStore::PutCheckpoint(const CheckpointRecord& record) {
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(int64_t trial_id, TrialId(record.study, record.trial));
+  DIAL_PREPARE(stmt,
+               "INSERT OR REPLACE INTO checkpoints(trial_id, step, "
+               "checkpoint_id, size_bytes, checksum) VALUES (?, ?, ?, ?, ?)");
+  stmt.Bind(1, trial_id)
+      .Bind(2, record.step)
+      .Bind(3, record.id)
+      .Bind(4, record.size_bytes)
+      .Bind(5, record.checksum);
+  return stmt.Run();
+}
+
+absl::StatusOr<std::vector<CheckpointRecord>>
+SqliteStudyStore::ListCheckpoints(const std::string& study, int64_t number) {
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(int64_t trial_id, TrialId(study, number));
+  DIAL_PREPARE(stmt,
+               "SELECT step, checkpoint_id, size_bytes, checksum FROM "
+               "checkpoints WHERE trial_id = ? ORDER BY step");
+  stmt.Bind(1, trial_id);
+  std::vector<CheckpointRecord> out;
+  while (true) {
+    DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    out.push_back({study, number, stmt.Int(0), stmt.Text(1), stmt.Int(2),
+                   stmt.Text(3)});
+  }
+  return out;
+}
+
+absl::Status SqliteStudyStore::DeleteCheckpoint(const std::string& study,
+                                                int64_t number, int64_t step) {
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(int64_t trial_id, TrialId(study, number));
+  DIAL_PREPARE(stmt,
+               "DELETE FROM checkpoints WHERE trial_id = ? AND step = ?");
+  return stmt.Bind(1, trial_id).Bind(2, step).Run();
+}
+
+absl::Status SqliteStudyStore::PutWorker(const v1::Worker& worker) {
+  absl::MutexLock lock(&mu_);
+  DIAL_PREPARE(stmt,
+               "INSERT OR REPLACE INTO workers(id, host, resources, "
+               "last_seen_ms) VALUES (?, ?, ?, ?)");
+  stmt.Bind(1, worker.id())
+      .Bind(2, worker.host())
+      .BindBlob(3, worker.resources().SerializeAsString())
+      .Bind(4, ToMs(worker.last_seen()));
+  return stmt.Run();
+}
+
+absl::StatusOr<std::vector<v1::Worker>> SqliteStudyStore::ListWorkers() {
+  absl::MutexLock lock(&mu_);
+  DIAL_PREPARE(stmt,
+               "SELECT id, host, resources, last_seen_ms FROM workers ORDER "
+               "BY id");
+  std::vector<v1::Worker> out;
+  while (true) {
+    DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    v1::Worker& w = out.emplace_back();
+    w.set_id(stmt.Text(0));
+    w.set_host(stmt.Text(1));
+    w.mutable_resources()->ParseFromString(stmt.Text(2));
+    *w.mutable_last_seen() = FromMs(stmt.Int(3));
+  }
+  return out;
+}
+
+}  // namespace dial::storage

@@ -1,0 +1,79 @@
+// StudyStore on SQLite: WAL mode, foreign keys on, prepared statements only
+// (cached), forward migrations recorded in `schema_version`. Only one
+// process may open a database (the scheduler). Thread-safe: one mutex
+// serialises access to the connection.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "storage/study_store.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace dial::storage {
+
+struct SqliteStudyStoreOptions {
+  std::string path;  // database file; created if missing
+  // synchronous=FULL: a commit survives power loss, at the cost of one more
+  // fsync per transaction. NORMAL survives process crashes only.
+  bool full_sync = true;
+};
+
+class SqliteStudyStore : public StudyStore {
+ public:
+  // Opens (creating and migrating as needed). UNAVAILABLE if the file cannot
+  // be opened; FAILED_PRECONDITION if it is from a newer Dial.
+  static absl::StatusOr<std::unique_ptr<SqliteStudyStore>> Create(
+      const SqliteStudyStoreOptions& options);
+  ~SqliteStudyStore() override;
+
+  absl::Status CreateStudy(const v1::Study& study) override;
+  absl::StatusOr<v1::Study> GetStudy(const std::string& name) override;
+  absl::StatusOr<std::vector<v1::Study>> ListStudies() override;
+  absl::Status UpdateStudy(const v1::Study& study) override;
+  absl::Status DeleteStudy(const std::string& name) override;
+  absl::Status PutTrial(const v1::Trial& trial) override;
+  absl::StatusOr<v1::Trial> GetTrial(const std::string& study,
+                                     int64_t number) override;
+  absl::StatusOr<std::vector<v1::Trial>> ListTrials(
+      const std::string& study, const TrialQuery& query) override;
+  absl::Status RecordReport(const v1::Trial& trial,
+                            const v1::MetricPoint& point) override;
+  absl::StatusOr<std::vector<v1::MetricPoint>> GetMetricHistory(
+      const std::string& study, int64_t number) override;
+  absl::Status PutCheckpoint(const CheckpointRecord& record) override;
+  absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(
+      const std::string& study, int64_t number) override;
+  absl::Status DeleteCheckpoint(const std::string& study, int64_t number,
+                                int64_t step) override;
+  absl::Status PutWorker(const v1::Worker& worker) override;
+  absl::StatusOr<std::vector<v1::Worker>> ListWorkers() override;
+
+  // Schema version of the open database.
+  int schema_version();
+
+ private:
+  class Statement;
+  explicit SqliteStudyStore(sqlite3* db) : db_(db) {}
+  absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Statement Prepare(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int64_t> StudyId(const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int64_t> TrialId(const std::string& study, int64_t number)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PutTrialLocked(const v1::Trial& trial)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::Trial> ReadTrial(Statement& stmt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+  std::map<const char*, sqlite3_stmt*> statements_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dial::storage

@@ -1,0 +1,74 @@
+// StudyStore: the durable record of studies, trials, parameters, metric
+// history, the checkpoint index and workers. Every method is atomic (one
+// transaction) and durable when it returns OK. Implementations are
+// thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dial/v1/study.pb.h"
+
+namespace dial::storage {
+
+struct TrialQuery {
+  std::vector<v1::TrialState> states;  // empty: every state
+  int64_t after_number = -1;           // trials with number > after_number
+  int limit = 0;                       // 0: no limit
+};
+
+struct CheckpointRecord {
+  std::string study;
+  int64_t trial = 0;
+  int64_t step = 0;
+  std::string id;  // CheckpointStore id, "<study>/<trial>/<step>"
+  int64_t size_bytes = 0;
+  std::string checksum;
+};
+
+class StudyStore {
+ public:
+  virtual ~StudyStore() = default;
+
+  // ALREADY_EXISTS if a study of that name exists.
+  virtual absl::Status CreateStudy(const v1::Study& study) = 0;
+  // NOT_FOUND if absent. trial_counts are not filled.
+  virtual absl::StatusOr<v1::Study> GetStudy(const std::string& name) = 0;
+  virtual absl::StatusOr<std::vector<v1::Study>> ListStudies() = 0;
+  // Replaces spec, state and update_time. NOT_FOUND if absent.
+  virtual absl::Status UpdateStudy(const v1::Study& study) = 0;
+  // Removes the study with its trials, metrics and checkpoint index.
+  virtual absl::Status DeleteStudy(const std::string& name) = 0;
+
+  // Inserts or replaces a trial: state, params, final metrics, lineage and
+  // the other fields except metric_history. NOT_FOUND if the study is absent.
+  virtual absl::Status PutTrial(const v1::Trial& trial) = 0;
+  // NOT_FOUND if absent; metric_history is left empty.
+  virtual absl::StatusOr<v1::Trial> GetTrial(const std::string& study,
+                                             int64_t number) = 0;
+  // Trials in number order.
+  virtual absl::StatusOr<std::vector<v1::Trial>> ListTrials(
+      const std::string& study, const TrialQuery& query) = 0;
+
+  // Appends one report and replaces the trial (e.g. its last_step) in one
+  // transaction. ALREADY_EXISTS if the step is already recorded.
+  virtual absl::Status RecordReport(const v1::Trial& trial,
+                                    const v1::MetricPoint& point) = 0;
+  virtual absl::StatusOr<std::vector<v1::MetricPoint>> GetMetricHistory(
+      const std::string& study, int64_t number) = 0;
+
+  virtual absl::Status PutCheckpoint(const CheckpointRecord& record) = 0;
+  virtual absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(
+      const std::string& study, int64_t number) = 0;
+  virtual absl::Status DeleteCheckpoint(const std::string& study,
+                                        int64_t number, int64_t step) = 0;
+
+  virtual absl::Status PutWorker(const v1::Worker& worker) = 0;
+  virtual absl::StatusOr<std::vector<v1::Worker>> ListWorkers() = 0;
+};
+
+}  // namespace dial::storage
