@@ -27,6 +27,10 @@ class TrialScheduler {
 
   // `trial` reached a final state.
   virtual void OnTrialFinished(const v1::Trial& trial) {}
+
+  // Whether a restarted scheduler must replay stored reports through
+  // OnReport to rebuild this scheduler's state.
+  virtual bool NeedsHistory() const { return true; }
 };
 
 // Every trial runs to its own end.
@@ -34,6 +38,7 @@ class FifoScheduler : public TrialScheduler {
  public:
   v1::Decision OnReport(const v1::Trial& trial, int64_t step,
                         const Metrics& metrics) override;
+  bool NeedsHistory() const override { return false; }
 };
 
 // The trial scheduler named by spec.scheduler. UNIMPLEMENTED for schedulers

@@ -1,0 +1,208 @@
+#include "client/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/grpc_status.h"
+
+namespace dial::client {
+
+absl::StatusOr<std::unique_ptr<DialClient>> DialClient::Create(
+    const DialClientOptions& options) {
+  if (options.target.empty()) {
+    return absl::InvalidArgumentError("scheduler address is empty");
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  auto channel = grpc::CreateCustomChannel(
+      options.target, grpc::InsecureChannelCredentials(), args);
+  return std::unique_ptr<DialClient>(
+      new DialClient(std::move(channel), options.timeout));
+}
+
+DialClient::DialClient(std::shared_ptr<grpc::Channel> channel,
+                       absl::Duration timeout)
+    : channel_(std::move(channel)),
+      stub_(v1::StudyService::NewStub(channel_)),
+      timeout_(timeout) {}
+
+void DialClient::SetDeadline(grpc::ClientContext& ctx) const {
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+}
+
+absl::Status DialClient::WaitForReady(absl::Duration timeout) {
+  if (channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError("scheduler not reachable");
+}
+
+// Runs one unary RPC with the client's deadline.
+#define DIAL_CALL(method, request, response)                    \
+  grpc::ClientContext ctx;                                      \
+  SetDeadline(ctx);                                             \
+  grpc::Status grpc_status = stub_->method(&ctx, request, &response); \
+  if (!grpc_status.ok()) return FromGrpcStatus(grpc_status)
+
+absl::StatusOr<v1::Study> DialClient::CreateStudy(const v1::StudySpec& spec) {
+  v1::CreateStudyRequest request;
+  *request.mutable_spec() = spec;
+  v1::CreateStudyResponse response;
+  DIAL_CALL(CreateStudy, request, response);
+  return response.study();
+}
+
+absl::StatusOr<v1::Study> DialClient::GetStudy(const std::string& study) {
+  v1::GetStudyRequest request;
+  request.set_study(study);
+  v1::GetStudyResponse response;
+  DIAL_CALL(GetStudy, request, response);
+  return response.study();
+}
+
+absl::StatusOr<std::vector<v1::Study>> DialClient::ListStudies() {
+  v1::ListStudiesRequest request;
+  v1::ListStudiesResponse response;
+  DIAL_CALL(ListStudies, request, response);
+  return std::vector<v1::Study>(response.studies().begin(),
+                                response.studies().end());
+}
+
+absl::StatusOr<v1::Study> DialClient::UpdateStudy(const std::string& study,
+                                                  int32_t max_trials,
+                                                  int32_t max_parallel_trials) {
+  v1::UpdateStudyRequest request;
+  request.set_study(study);
+  request.set_max_trials(max_trials);
+  request.set_max_parallel_trials(max_parallel_trials);
+  v1::UpdateStudyResponse response;
+  DIAL_CALL(UpdateStudy, request, response);
+  return response.study();
+}
+
+absl::StatusOr<v1::Study> DialClient::StopStudy(const std::string& study) {
+  v1::StopStudyRequest request;
+  request.set_study(study);
+  v1::StopStudyResponse response;
+  DIAL_CALL(StopStudy, request, response);
+  return response.study();
+}
+
+absl::Status DialClient::DeleteStudy(const std::string& study) {
+  v1::DeleteStudyRequest request;
+  request.set_study(study);
+  v1::DeleteStudyResponse response;
+  DIAL_CALL(DeleteStudy, request, response);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ListTrialsResponse> DialClient::ListTrials(
+    const std::string& study, const std::vector<v1::TrialState>& states,
+    int32_t page_size, const std::string& page_token) {
+  v1::ListTrialsRequest request;
+  request.set_study(study);
+  for (auto s : states) request.add_states(s);
+  request.set_page_size(page_size);
+  request.set_page_token(page_token);
+  v1::ListTrialsResponse response;
+  DIAL_CALL(ListTrials, request, response);
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::Trial>> DialClient::ListAllTrials(
+    const std::string& study, const std::vector<v1::TrialState>& states) {
+  std::vector<v1::Trial> out;
+  std::string token;
+  do {
+    auto page = ListTrials(study, states, 1000, token);
+    if (!page.ok()) return page.status();
+    for (auto& t : *page->mutable_trials()) out.push_back(std::move(t));
+    token = page->next_page_token();
+  } while (!token.empty());
+  return out;
+}
+
+absl::StatusOr<v1::Trial> DialClient::GetTrial(const std::string& study,
+                                               int64_t trial) {
+  v1::GetTrialRequest request;
+  request.set_study(study);
+  request.set_trial(trial);
+  v1::GetTrialResponse response;
+  DIAL_CALL(GetTrial, request, response);
+  return response.trial();
+}
+
+absl::StatusOr<std::vector<v1::Trial>> DialClient::GetBestTrials(
+    const std::string& study, int32_t count) {
+  v1::GetBestTrialsRequest request;
+  request.set_study(study);
+  request.set_count(count);
+  v1::GetBestTrialsResponse response;
+  DIAL_CALL(GetBestTrials, request, response);
+  return std::vector<v1::Trial>(response.trials().begin(),
+                                response.trials().end());
+}
+
+absl::StatusOr<v1::SuggestTrialsResponse> DialClient::SuggestTrials(
+    const std::string& study, int32_t count, const std::string& client_id) {
+  v1::SuggestTrialsRequest request;
+  request.set_study(study);
+  request.set_count(count);
+  request.set_client_id(client_id);
+  v1::SuggestTrialsResponse response;
+  DIAL_CALL(SuggestTrials, request, response);
+  return response;
+}
+
+absl::StatusOr<v1::Decision> DialClient::ReportIntermediate(
+    const std::string& study, int64_t trial, int64_t step,
+    const std::map<std::string, double>& metrics,
+    const std::string& checkpoint) {
+  v1::ReportIntermediateRequest request;
+  request.set_study(study);
+  request.set_trial(trial);
+  request.set_step(step);
+  for (const auto& [k, v] : metrics) (*request.mutable_metrics())[k] = v;
+  request.set_checkpoint(checkpoint);
+  v1::ReportIntermediateResponse response;
+  DIAL_CALL(ReportIntermediate, request, response);
+  return response.decision();
+}
+
+absl::StatusOr<v1::Trial> DialClient::CompleteTrial(
+    const std::string& study, int64_t trial,
+    const std::map<std::string, double>& final_metrics,
+    const std::string& error) {
+  v1::CompleteTrialRequest request;
+  request.set_study(study);
+  request.set_trial(trial);
+  for (const auto& [k, v] : final_metrics) {
+    (*request.mutable_final_metrics())[k] = v;
+  }
+  request.set_error(error);
+  v1::CompleteTrialResponse response;
+  DIAL_CALL(CompleteTrial, request, response);
+  return response.trial();
+}
+
+absl::Status DialClient::WatchStudy(
+    const std::string& study,
+    const std::function<bool(const v1::StudyEvent&)>& on_event) {
+  grpc::ClientContext ctx;
+  v1::WatchStudyRequest request;
+  request.set_study(study);
+  auto reader = stub_->WatchStudy(&ctx, request);
+  v1::WatchStudyResponse response;
+  while (reader->Read(&response)) {
+    if (!on_event(response.event())) {
+      ctx.TryCancel();
+      break;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (status.error_code() == grpc::StatusCode::CANCELLED) {
+    return absl::OkStatus();
+  }
+  return FromGrpcStatus(status);
+}
+
+}  // namespace dial::client

@@ -1,0 +1,584 @@
+#include "scheduler/core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/spec.h"
+#include "common/status.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace dial::scheduler {
+namespace {
+
+constexpr int32_t kMaxPageSize = 1000;
+constexpr int32_t kDefaultPageSize = 100;
+constexpr int32_t kMaxSuggest = 1000;
+constexpr size_t kMaxCheckpointId = 1024;
+constexpr size_t kMaxClientId = 256;
+
+absl::Status NotRunning(const v1::Trial& trial, const char* what) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "trial ", trial.number(), " of study '", trial.study(), "' is ",
+      v1::TrialState_Name(trial.state()), "; ", what));
+}
+
+absl::Status CheckMetrics(const searchers::Metrics& metrics,
+                          const char* field) {
+  for (const auto& [name, value] : metrics) {
+    if (name.empty() || name.size() > 128) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": metric names must be 1-128 characters"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsOpen(v1::TrialState state) {
+  return state == v1::PENDING || state == v1::RUNNING || state == v1::PAUSED;
+}
+
+bool IsFinal(v1::TrialState state) {
+  return state == v1::COMPLETED || state == v1::STOPPED ||
+         state == v1::FAILED;
+}
+
+SchedulerCore::SchedulerCore(const SchedulerCoreOptions& options)
+    : store_(options.store),
+      clock_(options.clock ? options.clock : &real_clock_) {}
+
+absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
+    const SchedulerCoreOptions& options) {
+  if (options.store == nullptr) {
+    return absl::InvalidArgumentError("SchedulerCore needs a StudyStore");
+  }
+  std::unique_ptr<SchedulerCore> core(new SchedulerCore(options));
+  absl::MutexLock lock(&core->mu_);
+  DIAL_RETURN_IF_ERROR(core->Load());
+  return core;
+}
+
+google::protobuf::Timestamp SchedulerCore::Now() const {
+  return google::protobuf::util::TimeUtil::MillisecondsToTimestamp(
+      absl::ToUnixMillis(clock_->Now()));
+}
+
+absl::Status SchedulerCore::Load() {
+  DIAL_ASSIGN_OR_RETURN(auto studies, store_->ListStudies());
+  for (auto& study : studies) {
+    auto entry = std::make_unique<StudyEntry>();
+    entry->study = std::move(study);
+    DIAL_ASSIGN_OR_RETURN(entry->searcher,
+                          searchers::CreateSearcher(entry->study.spec()));
+    DIAL_ASSIGN_OR_RETURN(entry->trial_scheduler,
+                          searchers::CreateTrialScheduler(entry->study.spec()));
+    DIAL_ASSIGN_OR_RETURN(auto trials,
+                          store_->ListTrials(entry->study.name(), {}));
+    std::vector<const v1::Trial*> finished;
+    for (auto& trial : trials) Mirror(*entry, trial);
+    for (const auto& [number, trial] : entry->trials) {
+      if (IsFinal(trial.state())) finished.push_back(&trial);
+    }
+    // Searchers and trial schedulers see history in the order it happened.
+    std::stable_sort(finished.begin(), finished.end(),
+                     [](const v1::Trial* a, const v1::Trial* b) {
+                       return google::protobuf::util::TimeUtil::
+                                  TimestampToMilliseconds(a->end_time()) <
+                              google::protobuf::util::TimeUtil::
+                                  TimestampToMilliseconds(b->end_time());
+                     });
+    if (entry->trial_scheduler->NeedsHistory()) {
+      for (const auto& [number, trial] : entry->trials) {
+        DIAL_ASSIGN_OR_RETURN(auto history, store_->GetMetricHistory(
+                                                entry->study.name(), number));
+        for (const auto& point : history) {
+          entry->trial_scheduler->OnReport(trial, point.step(),
+                                           point.metrics());
+        }
+      }
+    }
+    for (const v1::Trial* trial : finished) {
+      entry->searcher->Observe(*trial);
+      entry->trial_scheduler->OnTrialFinished(*trial);
+    }
+    const std::string name = entry->study.name();
+    studies_[name] = std::move(entry);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SchedulerCore::StudyEntry*> SchedulerCore::Find(
+    const std::string& name) {
+  if (name.empty()) return absl::InvalidArgumentError("study: is required");
+  auto it = studies_.find(name);
+  if (it == studies_.end()) {
+    return absl::NotFoundError(absl::StrCat("study '", name, "' not found"));
+  }
+  return it->second.get();
+}
+
+absl::StatusOr<v1::Trial*> SchedulerCore::FindTrial(StudyEntry& entry,
+                                                     int64_t number) {
+  auto it = entry.trials.find(number);
+  if (it == entry.trials.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "trial ", number, " of study '", entry.study.name(), "' not found"));
+  }
+  return &it->second;
+}
+
+void SchedulerCore::Mirror(StudyEntry& entry, const v1::Trial& trial) {
+  auto it = entry.trials.find(trial.number());
+  if (it != entry.trials.end() && IsOpen(it->second.state())) {
+    --entry.open_trials;
+    if (!it->second.client_id().empty()) {
+      entry.open_by_client[it->second.client_id()].erase(trial.number());
+    }
+  }
+  v1::Trial& stored = entry.trials[trial.number()];
+  stored = trial;
+  stored.clear_metric_history();
+  if (IsOpen(trial.state())) {
+    ++entry.open_trials;
+    if (!trial.client_id().empty()) {
+      entry.open_by_client[trial.client_id()].insert(trial.number());
+    }
+  }
+}
+
+absl::Status SchedulerCore::SaveTrial(StudyEntry& entry,
+                                      const v1::Trial& trial) {
+  DIAL_RETURN_IF_ERROR(store_->PutTrial(trial));
+  Mirror(entry, trial);
+  return absl::OkStatus();
+}
+
+absl::Status SchedulerCore::SaveStudyState(StudyEntry& entry,
+                                           v1::StudyState state) {
+  v1::Study updated = entry.study;
+  updated.set_state(state);
+  *updated.mutable_update_time() = Now();
+  DIAL_RETURN_IF_ERROR(store_->UpdateStudy(updated));
+  entry.study = std::move(updated);
+  return absl::OkStatus();
+}
+
+v1::Study SchedulerCore::WithCounts(const StudyEntry& entry) const {
+  v1::Study study = entry.study;
+  auto& counts = *study.mutable_trial_counts();
+  for (const auto& [number, trial] : entry.trials) {
+    ++counts[v1::TrialState_Name(trial.state())];
+  }
+  study.set_trials_created(static_cast<int32_t>(entry.trials.size()));
+  return study;
+}
+
+const v1::Trial* SchedulerCore::Best(const StudyEntry& entry) const {
+  const bool maximize = entry.study.spec().objective().goal() == v1::MAXIMIZE;
+  const v1::Trial* best = nullptr;
+  for (const auto& [number, trial] : entry.trials) {
+    if (trial.state() != v1::COMPLETED || !trial.has_objective_value()) {
+      continue;
+    }
+    if (best == nullptr ||
+        (maximize ? trial.objective_value() > best->objective_value()
+                  : trial.objective_value() < best->objective_value())) {
+      best = &trial;
+    }
+  }
+  return best;
+}
+
+void SchedulerCore::Emit(const StudyEntry& entry, v1::StudyEvent::Kind kind,
+                         const v1::Trial* trial) {
+  bool any = false;
+  for (const auto& [id, watcher] : watchers_) {
+    any |= watcher.study == entry.study.name();
+  }
+  if (!any) return;
+  v1::StudyEvent event;
+  event.set_kind(kind);
+  *event.mutable_study() = WithCounts(entry);
+  if (trial) *event.mutable_trial() = *trial;
+  if (const v1::Trial* best = Best(entry)) *event.mutable_best_trial() = *best;
+  for (const auto& [id, watcher] : watchers_) {
+    if (watcher.study == entry.study.name()) watcher.callback(event);
+  }
+}
+
+absl::Status SchedulerCore::MaybeFinish(StudyEntry& entry) {
+  if (entry.study.state() != v1::STUDY_ACTIVE || entry.open_trials > 0) {
+    return absl::OkStatus();
+  }
+  const int64_t max_trials = entry.study.spec().budget().max_trials();
+  if (int64_t(entry.trials.size()) < max_trials && !entry.exhausted) {
+    return absl::OkStatus();
+  }
+  DIAL_RETURN_IF_ERROR(SaveStudyState(entry, v1::STUDY_COMPLETED));
+  Emit(entry, v1::StudyEvent::STUDY_FINISHED, nullptr);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec) {
+  DIAL_RETURN_IF_ERROR(ValidateStudySpec(spec));
+  std::random_device rd;
+  FillSpecDefaults((uint64_t{rd()} << 32) | rd(), spec);
+  auto entry = std::make_unique<StudyEntry>();
+  DIAL_ASSIGN_OR_RETURN(entry->searcher, searchers::CreateSearcher(spec));
+  DIAL_ASSIGN_OR_RETURN(entry->trial_scheduler,
+                        searchers::CreateTrialScheduler(spec));
+  entry->study.set_name(spec.name());
+  *entry->study.mutable_spec() = std::move(spec);
+  entry->study.set_state(v1::STUDY_ACTIVE);
+  *entry->study.mutable_create_time() = Now();
+  *entry->study.mutable_update_time() = entry->study.create_time();
+
+  absl::MutexLock lock(&mu_);
+  if (studies_.count(entry->study.name())) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("study '", entry->study.name(), "' already exists"));
+  }
+  DIAL_RETURN_IF_ERROR(store_->CreateStudy(entry->study));
+  v1::Study result = WithCounts(*entry);
+  studies_[entry->study.name()] = std::move(entry);
+  return result;
+}
+
+absl::StatusOr<v1::Study> SchedulerCore::GetStudy(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
+  return WithCounts(*entry);
+}
+
+absl::StatusOr<std::vector<v1::Study>> SchedulerCore::ListStudies() {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::Study> out;
+  for (const auto& [name, entry] : studies_) out.push_back(WithCounts(*entry));
+  std::sort(out.begin(), out.end(), [](const v1::Study& a, const v1::Study& b) {
+    return google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+               a.create_time()) <
+           google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+               b.create_time());
+  });
+  return out;
+}
+
+absl::StatusOr<v1::Study> SchedulerCore::UpdateStudy(
+    const std::string& name, int32_t max_trials, int32_t max_parallel_trials) {
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
+  if (entry->study.state() == v1::STUDY_STOPPED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("study '", name, "' is stopped"));
+  }
+  v1::StudySpec spec = entry->study.spec();
+  if (max_trials != 0) {
+    if (max_trials < int64_t(entry->trials.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_trials: ", max_trials, " is below the ", entry->trials.size(),
+          " trials already created"));
+    }
+    spec.mutable_budget()->set_max_trials(max_trials);
+  }
+  if (max_parallel_trials != 0) {
+    spec.mutable_budget()->set_max_parallel_trials(max_parallel_trials);
+  }
+  if (spec.budget().max_parallel_trials() > spec.budget().max_trials()) {
+    spec.mutable_budget()->set_max_parallel_trials(spec.budget().max_trials());
+  }
+  DIAL_RETURN_IF_ERROR(ValidateStudySpec(spec));
+  v1::Study updated = entry->study;
+  *updated.mutable_spec() = spec;
+  if (updated.state() == v1::STUDY_COMPLETED && !entry->exhausted &&
+      int64_t(entry->trials.size()) < spec.budget().max_trials()) {
+    updated.set_state(v1::STUDY_ACTIVE);
+  }
+  *updated.mutable_update_time() = Now();
+  DIAL_RETURN_IF_ERROR(store_->UpdateStudy(updated));
+  entry->study = std::move(updated);
+  DIAL_RETURN_IF_ERROR(MaybeFinish(*entry));
+  return WithCounts(*entry);
+}
+
+absl::StatusOr<v1::Study> SchedulerCore::StopStudy(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
+  if (entry->study.state() != v1::STUDY_ACTIVE) return WithCounts(*entry);
+  for (auto& [number, trial] : entry->trials) {
+    if (trial.state() == v1::PENDING || trial.state() == v1::PAUSED) {
+      v1::Trial stopped = trial;
+      stopped.set_state(v1::STOPPED);
+      *stopped.mutable_end_time() = Now();
+      DIAL_RETURN_IF_ERROR(SaveTrial(*entry, stopped));
+    }
+  }
+  DIAL_RETURN_IF_ERROR(SaveStudyState(*entry, v1::STUDY_STOPPED));
+  Emit(*entry, v1::StudyEvent::STUDY_FINISHED, nullptr);
+  return WithCounts(*entry);
+}
+
+absl::Status SchedulerCore::DeleteStudy(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
+  DIAL_RETURN_IF_ERROR(store_->DeleteStudy(name));
+  Emit(*entry, v1::StudyEvent::STUDY_FINISHED, nullptr);
+  studies_.erase(name);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrialPage> SchedulerCore::ListTrials(
+    const std::string& name, const std::vector<v1::TrialState>& states,
+    int32_t page_size, const std::string& page_token) {
+  if (page_size < 0 || page_size > kMaxPageSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_size: must be between 0 (default ", kDefaultPageSize, ") and ",
+        kMaxPageSize));
+  }
+  if (page_size == 0) page_size = kDefaultPageSize;
+  int64_t after = -1;
+  if (!page_token.empty() &&
+      (!absl::SimpleAtoi(page_token, &after) || after < 0)) {
+    return absl::InvalidArgumentError(
+        "page_token: not a token returned by ListTrials");
+  }
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
+  TrialPage page;
+  for (auto it = entry->trials.upper_bound(after); it != entry->trials.end();
+       ++it) {
+    if (!states.empty() && std::find(states.begin(), states.end(),
+                                     it->second.state()) == states.end()) {
+      continue;
+    }
+    if (int32_t(page.trials.size()) == page_size) {
+      page.next_page_token = std::to_string(page.trials.back().number());
+      break;
+    }
+    page.trials.push_back(it->second);
+  }
+  return page;
+}
+
+absl::StatusOr<v1::Trial> SchedulerCore::GetTrial(const std::string& name,
+                                                  int64_t number) {
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
+  DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
+  v1::Trial trial = *stored;
+  DIAL_ASSIGN_OR_RETURN(auto history, store_->GetMetricHistory(name, number));
+  for (auto& point : history) *trial.add_metric_history() = std::move(point);
+  return trial;
+}
+
+absl::StatusOr<std::vector<v1::Trial>> SchedulerCore::GetBestTrials(
+    const std::string& name, int32_t count) {
+  if (count < 0 || count > kMaxPageSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("count: must be between 0 (= 1) and ", kMaxPageSize));
+  }
+  if (count == 0) count = 1;
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
+  std::vector<const v1::Trial*> done;
+  for (const auto& [number, trial] : entry->trials) {
+    if (trial.state() == v1::COMPLETED && trial.has_objective_value()) {
+      done.push_back(&trial);
+    }
+  }
+  const bool maximize = entry->study.spec().objective().goal() == v1::MAXIMIZE;
+  std::stable_sort(done.begin(), done.end(),
+                   [maximize](const v1::Trial* a, const v1::Trial* b) {
+                     return maximize
+                                ? a->objective_value() > b->objective_value()
+                                : a->objective_value() < b->objective_value();
+                   });
+  std::vector<v1::Trial> out;
+  for (size_t i = 0; i < done.size() && int32_t(i) < count; ++i) {
+    out.push_back(*done[i]);
+  }
+  return out;
+}
+
+absl::StatusOr<Suggestion> SchedulerCore::SuggestTrials(
+    const std::string& name, int32_t count, const std::string& client_id) {
+  if (count < 0 || count > kMaxSuggest) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("count: must be between 0 (= 1) and ", kMaxSuggest));
+  }
+  if (client_id.size() > kMaxClientId) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("client_id: at most ", kMaxClientId, " characters"));
+  }
+  if (count == 0) count = 1;
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
+  Suggestion result;
+  if (!client_id.empty()) {
+    auto it = entry->open_by_client.find(client_id);
+    if (it != entry->open_by_client.end() && !it->second.empty()) {
+      for (int64_t number : it->second) {
+        result.trials.push_back(entry->trials.at(number));
+      }
+      result.study_state = entry->study.state();
+      return result;
+    }
+  }
+  const auto& budget = entry->study.spec().budget();
+  while (entry->study.state() == v1::STUDY_ACTIVE &&
+         int32_t(result.trials.size()) < count && !entry->exhausted &&
+         int64_t(entry->trials.size()) < budget.max_trials() &&
+         entry->open_trials < budget.max_parallel_trials()) {
+    const int64_t number = static_cast<int64_t>(entry->trials.size());
+    auto params = entry->searcher->Suggest(number);
+    if (absl::IsOutOfRange(params.status())) {
+      entry->exhausted = true;
+      break;
+    }
+    if (!params.ok()) return params.status();
+    v1::Trial trial;
+    trial.set_study(name);
+    trial.set_number(number);
+    trial.set_state(v1::RUNNING);
+    *trial.mutable_params() = std::move(*params);
+    trial.set_client_id(client_id);
+    trial.set_last_step(-1);
+    trial.set_attempt(1);
+    *trial.mutable_create_time() = Now();
+    *trial.mutable_start_time() = trial.create_time();
+    DIAL_RETURN_IF_ERROR(SaveTrial(*entry, trial));
+    Emit(*entry, v1::StudyEvent::TRIAL_CREATED, &trial);
+    result.trials.push_back(std::move(trial));
+  }
+  DIAL_RETURN_IF_ERROR(MaybeFinish(*entry));
+  result.study_state = entry->study.state();
+  result.done = entry->study.state() != v1::STUDY_ACTIVE ||
+                (result.trials.empty() && entry->open_trials == 0);
+  return result;
+}
+
+absl::StatusOr<v1::Decision> SchedulerCore::ReportIntermediate(
+    const std::string& name, int64_t number, int64_t step,
+    const searchers::Metrics& metrics, const std::string& checkpoint) {
+  if (step < 0) return absl::InvalidArgumentError("step: must be >= 0");
+  if (metrics.empty()) {
+    return absl::InvalidArgumentError("metrics: must hold at least one value");
+  }
+  DIAL_RETURN_IF_ERROR(CheckMetrics(metrics, "metrics"));
+  if (checkpoint.size() > kMaxCheckpointId) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: at most ", kMaxCheckpointId, " characters"));
+  }
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
+  DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
+  if (stored->state() != v1::RUNNING) {
+    return NotRunning(*stored, "reports are taken only while RUNNING");
+  }
+  if (step <= stored->last_step()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step: ", step, " is not after the last reported step ",
+        stored->last_step()));
+  }
+  v1::Trial trial = *stored;
+  trial.set_last_step(step);
+  if (!checkpoint.empty()) trial.set_checkpoint(checkpoint);
+  v1::MetricPoint point;
+  point.set_step(step);
+  *point.mutable_metrics() = metrics;
+  *point.mutable_time() = Now();
+  DIAL_RETURN_IF_ERROR(store_->RecordReport(trial, point));
+  Mirror(*entry, trial);
+
+  v1::Decision decision;
+  if (entry->study.state() == v1::STUDY_STOPPED) {
+    decision.set_action(v1::Decision::STOP);
+    decision.set_reason("study stopped");
+  } else {
+    decision = entry->trial_scheduler->OnReport(trial, step, metrics);
+  }
+  if (decision.action() == v1::Decision::STOP) {
+    trial.set_state(v1::STOPPED);
+    *trial.mutable_end_time() = Now();
+    DIAL_RETURN_IF_ERROR(FinishTrial(*entry, trial));
+  } else {
+    Emit(*entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
+  }
+  return decision;
+}
+
+absl::Status SchedulerCore::FinishTrial(StudyEntry& entry, v1::Trial trial) {
+  DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
+  entry.searcher->Observe(trial);
+  entry.trial_scheduler->OnTrialFinished(trial);
+  Emit(entry, v1::StudyEvent::TRIAL_FINISHED, &trial);
+  return MaybeFinish(entry);
+}
+
+absl::StatusOr<v1::Trial> SchedulerCore::CompleteTrial(
+    const std::string& name, int64_t number,
+    const searchers::Metrics& final_metrics, const std::string& error) {
+  DIAL_RETURN_IF_ERROR(CheckMetrics(final_metrics, "final_metrics"));
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
+  DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
+  const bool stopped_open =
+      stored->state() == v1::STOPPED && stored->final_metrics().empty() &&
+      stored->error().empty();
+  if (stored->state() != v1::RUNNING && !stopped_open) {
+    return NotRunning(*stored, "it cannot be completed again");
+  }
+  const std::string& metric = entry->study.spec().objective().metric();
+  v1::Trial trial = *stored;
+  *trial.mutable_final_metrics() = final_metrics;
+  if (!error.empty()) {
+    trial.set_error(error.substr(0, 16384));
+    if (trial.state() == v1::RUNNING) trial.set_state(v1::FAILED);
+  } else {
+    auto it = final_metrics.find(metric);
+    if (it == final_metrics.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "final_metrics: must hold the objective metric '", metric,
+          "' (or set error if the evaluation failed)"));
+    }
+    if (!std::isfinite(it->second)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "final_metrics.", metric,
+          ": must be a finite number; set error for a diverged trial"));
+    }
+    trial.set_objective_value(it->second);
+    if (trial.state() == v1::RUNNING) trial.set_state(v1::COMPLETED);
+  }
+  if (stopped_open) {
+    // Already final (stopped early): record the values, change nothing else.
+    DIAL_RETURN_IF_ERROR(SaveTrial(*entry, trial));
+    return trial;
+  }
+  *trial.mutable_end_time() = Now();
+  DIAL_RETURN_IF_ERROR(FinishTrial(*entry, trial));
+  return trial;
+}
+
+absl::StatusOr<v1::StudyEvent> SchedulerCore::Watch(const std::string& name,
+                                                    WatchCallback callback,
+                                                    int64_t* watch_id) {
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
+  v1::StudyEvent event;
+  event.set_kind(v1::StudyEvent::SNAPSHOT);
+  *event.mutable_study() = WithCounts(*entry);
+  if (const v1::Trial* best = Best(*entry)) *event.mutable_best_trial() = *best;
+  *watch_id = next_watch_id_++;
+  watchers_[*watch_id] = Watcher{name, std::move(callback)};
+  return event;
+}
+
+void SchedulerCore::Unwatch(int64_t watch_id) {
+  absl::MutexLock lock(&mu_);
+  watchers_.erase(watch_id);
+}
+
+}  // namespace dial::scheduler

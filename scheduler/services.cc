@@ -1,0 +1,290 @@
+#include "scheduler/services.h"
+
+#include <deque>
+#include <string>
+
+#include "common/grpc_status.h"
+#include "common/status.h"
+
+namespace dial::scheduler {
+namespace {
+
+template <typename F>
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, F&& body) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::Status status = body();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* NotYet(grpc::CallbackServerContext* ctx,
+                                 const char* rpc) {
+  return Unary(ctx, [rpc] {
+    return absl::UnimplementedError(
+        std::string("WorkerService.") + rpc +
+        " is not implemented in this version of Dial; use the ask/tell "
+        "StudyService RPCs");
+  });
+}
+
+// Streams a study's events: the snapshot first, then every event the core
+// emits, ending after STUDY_FINISHED or when the client goes away.
+class WatchReactor final
+    : public grpc::ServerWriteReactor<v1::WatchStudyResponse> {
+ public:
+  WatchReactor(SchedulerCore* core, const std::string& study) : core_(core) {
+    int64_t id = 0;
+    auto snapshot = core_->Watch(
+        study, [this](const v1::StudyEvent& event) { Enqueue(event); }, &id);
+    if (!snapshot.ok()) {
+      absl::MutexLock lock(&mu_);
+      finished_ = true;
+      Finish(ToGrpcStatus(snapshot.status()));
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    watch_id_ = id;
+    const v1::StudyState state = snapshot->study().state();
+    Push(*snapshot);
+    if (state != v1::STUDY_ACTIVE) {
+      v1::StudyEvent last = *snapshot;
+      last.set_kind(v1::StudyEvent::STUDY_FINISHED);
+      Push(last);
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      End(grpc::Status(grpc::StatusCode::CANCELLED, "watch stream broken"));
+      return;
+    }
+    queue_.pop_front();
+    Next();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    if (!writing_) End(grpc::Status::CANCELLED);
+    cancelled_ = true;
+  }
+
+  void OnDone() override {
+    if (watch_id_ != 0) core_->Unwatch(watch_id_);
+    delete this;
+  }
+
+ private:
+  void Enqueue(const v1::StudyEvent& event) {
+    absl::MutexLock lock(&mu_);
+    Push(event);
+  }
+
+  void Push(const v1::StudyEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || last_queued_) return;
+    last_queued_ = event.kind() == v1::StudyEvent::STUDY_FINISHED;
+    *queue_.emplace_back().mutable_event() = event;
+    if (!writing_) Next();
+  }
+
+  void Next() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    if (cancelled_) {
+      End(grpc::Status::CANCELLED);
+    } else if (!queue_.empty()) {
+      writing_ = true;
+      StartWrite(&queue_.front());
+    } else if (last_queued_) {
+      End(grpc::Status::OK);
+    }
+  }
+
+  void End(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  SchedulerCore* core_;
+  int64_t watch_id_ = 0;
+  absl::Mutex mu_;
+  std::deque<v1::WatchStudyResponse> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool last_queued_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* StudyServiceImpl::CreateStudy(
+    grpc::CallbackServerContext* ctx, const v1::CreateStudyRequest* request,
+    v1::CreateStudyResponse* response) {
+  return Unary(ctx, [&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(*response->mutable_study(),
+                          core_->CreateStudy(request->spec()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* StudyServiceImpl::GetStudy(
+    grpc::CallbackServerContext* ctx, const v1::GetStudyRequest* request,
+    v1::GetStudyResponse* response) {
+  return Unary(ctx, [&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(*response->mutable_study(),
+                          core_->GetStudy(request->study()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* StudyServiceImpl::ListStudies(
+    grpc::CallbackServerContext* ctx, const v1::ListStudiesRequest* request,
+    v1::ListStudiesResponse* response) {
+  return Unary(ctx, [&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(auto studies, core_->ListStudies());
+    for (auto& s : studies) *response->add_studies() = std::move(s);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* StudyServiceImpl::UpdateStudy(
+    grpc::CallbackServerContext* ctx, const v1::UpdateStudyRequest* request,
+    v1::UpdateStudyResponse* response) {
+  return Unary(ctx, [&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(
+        *response->mutable_study(),
+        core_->UpdateStudy(request->study(), request->max_trials(),
+                           request->max_parallel_trials()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* StudyServiceImpl::StopStudy(
+    grpc::CallbackServerContext* ctx, const v1::StopStudyRequest* request,
+    v1::StopStudyResponse* response) {
+  return Unary(ctx, [&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(*response->mutable_study(),
+                          core_->StopStudy(request->study()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* StudyServiceImpl::DeleteStudy(
+    grpc::CallbackServerContext* ctx, const v1::DeleteStudyRequest* request,
+    v1::DeleteStudyResponse* response) {
+  return Unary(ctx, [&] { return core_->DeleteStudy(request->study()); });
+}
+
+grpc::ServerUnaryReactor* StudyServiceImpl::ListTrials(
+    grpc::CallbackServerContext* ctx, const v1::ListTrialsRequest* request,
+    v1::ListTrialsResponse* response) {
+  return Unary(ctx, [&]() -> absl::Status {
+    std::vector<v1::TrialState> states;
+    for (int s : request->states()) {
+      states.push_back(static_cast<v1::TrialState>(s));
+    }
+    DIAL_ASSIGN_OR_RETURN(
+        TrialPage page,
+        core_->ListTrials(request->study(), states, request->page_size(),
+                          request->page_token()));
+    for (auto& t : page.trials) *response->add_trials() = std::move(t);
+    response->set_next_page_token(page.next_page_token);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* StudyServiceImpl::GetTrial(
+    grpc::CallbackServerContext* ctx, const v1::GetTrialRequest* request,
+    v1::GetTrialResponse* response) {
+  return Unary(ctx, [&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(*response->mutable_trial(),
+                          core_->GetTrial(request->study(), request->trial()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* StudyServiceImpl::GetBestTrials(
+    grpc::CallbackServerContext* ctx, const v1::GetBestTrialsRequest* request,
+    v1::GetBestTrialsResponse* response) {
+  return Unary(ctx, [&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(
+        auto trials, core_->GetBestTrials(request->study(), request->count()));
+    for (auto& t : trials) *response->add_trials() = std::move(t);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerWriteReactor<v1::WatchStudyResponse>* StudyServiceImpl::WatchStudy(
+    grpc::CallbackServerContext* ctx, const v1::WatchStudyRequest* request) {
+  return new WatchReactor(core_, request->study());
+}
+
+grpc::ServerUnaryReactor* StudyServiceImpl::SuggestTrials(
+    grpc::CallbackServerContext* ctx, const v1::SuggestTrialsRequest* request,
+    v1::SuggestTrialsResponse* response) {
+  return Unary(ctx, [&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(Suggestion s,
+                          core_->SuggestTrials(request->study(),
+                                               request->count(),
+                                               request->client_id()));
+    for (auto& t : s.trials) *response->add_trials() = std::move(t);
+    response->set_done(s.done);
+    response->set_study_state(s.study_state);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* StudyServiceImpl::ReportIntermediate(
+    grpc::CallbackServerContext* ctx,
+    const v1::ReportIntermediateRequest* request,
+    v1::ReportIntermediateResponse* response) {
+  return Unary(ctx, [&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(
+        *response->mutable_decision(),
+        core_->ReportIntermediate(request->study(), request->trial(),
+                                  request->step(), request->metrics(),
+                                  request->checkpoint()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* StudyServiceImpl::CompleteTrial(
+    grpc::CallbackServerContext* ctx, const v1::CompleteTrialRequest* request,
+    v1::CompleteTrialResponse* response) {
+  return Unary(ctx, [&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(
+        *response->mutable_trial(),
+        core_->CompleteTrial(request->study(), request->trial(),
+                             request->final_metrics(), request->error()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterWorker(
+    grpc::CallbackServerContext* ctx, const v1::RegisterWorkerRequest*,
+    v1::RegisterWorkerResponse*) {
+  return NotYet(ctx, "RegisterWorker");
+}
+grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(
+    grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest*,
+    v1::HeartbeatResponse*) {
+  return NotYet(ctx, "Heartbeat");
+}
+grpc::ServerUnaryReactor* WorkerServiceImpl::AcquireTrial(
+    grpc::CallbackServerContext* ctx, const v1::AcquireTrialRequest*,
+    v1::AcquireTrialResponse*) {
+  return NotYet(ctx, "AcquireTrial");
+}
+grpc::ServerUnaryReactor* WorkerServiceImpl::ReportProgress(
+    grpc::CallbackServerContext* ctx, const v1::ReportProgressRequest*,
+    v1::ReportProgressResponse*) {
+  return NotYet(ctx, "ReportProgress");
+}
+grpc::ServerUnaryReactor* WorkerServiceImpl::FinishTrial(
+    grpc::CallbackServerContext* ctx, const v1::FinishTrialRequest*,
+    v1::FinishTrialResponse*) {
+  return NotYet(ctx, "FinishTrial");
+}
+
+}  // namespace dial::scheduler

@@ -1,0 +1,86 @@
+// gRPC adapters over SchedulerCore: each handler translates the request,
+// calls the core, converts the status with ToGrpcStatus and finishes. Uses
+// the callback API; unary handlers finish inline (bounded work: memory plus
+// one local transaction) and WatchStudy parks a write reactor that the core
+// feeds. Thread-safe: the core does the locking.
+#pragma once
+
+#include <memory>
+
+#include "dial/v1/service.grpc.pb.h"
+#include "scheduler/core.h"
+
+namespace dial::scheduler {
+
+class StudyServiceImpl final : public v1::StudyService::CallbackService {
+ public:
+  explicit StudyServiceImpl(SchedulerCore* core) : core_(core) {}
+
+  grpc::ServerUnaryReactor* CreateStudy(
+      grpc::CallbackServerContext* ctx, const v1::CreateStudyRequest* request,
+      v1::CreateStudyResponse* response) override;
+  grpc::ServerUnaryReactor* GetStudy(grpc::CallbackServerContext* ctx,
+                                     const v1::GetStudyRequest* request,
+                                     v1::GetStudyResponse* response) override;
+  grpc::ServerUnaryReactor* ListStudies(
+      grpc::CallbackServerContext* ctx, const v1::ListStudiesRequest* request,
+      v1::ListStudiesResponse* response) override;
+  grpc::ServerUnaryReactor* UpdateStudy(
+      grpc::CallbackServerContext* ctx, const v1::UpdateStudyRequest* request,
+      v1::UpdateStudyResponse* response) override;
+  grpc::ServerUnaryReactor* StopStudy(grpc::CallbackServerContext* ctx,
+                                      const v1::StopStudyRequest* request,
+                                      v1::StopStudyResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteStudy(
+      grpc::CallbackServerContext* ctx, const v1::DeleteStudyRequest* request,
+      v1::DeleteStudyResponse* response) override;
+  grpc::ServerUnaryReactor* ListTrials(
+      grpc::CallbackServerContext* ctx, const v1::ListTrialsRequest* request,
+      v1::ListTrialsResponse* response) override;
+  grpc::ServerUnaryReactor* GetTrial(grpc::CallbackServerContext* ctx,
+                                     const v1::GetTrialRequest* request,
+                                     v1::GetTrialResponse* response) override;
+  grpc::ServerUnaryReactor* GetBestTrials(
+      grpc::CallbackServerContext* ctx, const v1::GetBestTrialsRequest* request,
+      v1::GetBestTrialsResponse* response) override;
+  grpc::ServerWriteReactor<v1::WatchStudyResponse>* WatchStudy(
+      grpc::CallbackServerContext* ctx,
+      const v1::WatchStudyRequest* request) override;
+  grpc::ServerUnaryReactor* SuggestTrials(
+      grpc::CallbackServerContext* ctx, const v1::SuggestTrialsRequest* request,
+      v1::SuggestTrialsResponse* response) override;
+  grpc::ServerUnaryReactor* ReportIntermediate(
+      grpc::CallbackServerContext* ctx,
+      const v1::ReportIntermediateRequest* request,
+      v1::ReportIntermediateResponse* response) override;
+  grpc::ServerUnaryReactor* CompleteTrial(
+      grpc::CallbackServerContext* ctx, const v1::CompleteTrialRequest* request,
+      v1::CompleteTrialResponse* response) override;
+
+ private:
+  SchedulerCore* core_;
+};
+
+// Worker daemons' API. Every RPC answers UNIMPLEMENTED until workers land.
+class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* RegisterWorker(
+      grpc::CallbackServerContext* ctx,
+      const v1::RegisterWorkerRequest* request,
+      v1::RegisterWorkerResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* AcquireTrial(
+      grpc::CallbackServerContext* ctx, const v1::AcquireTrialRequest* request,
+      v1::AcquireTrialResponse* response) override;
+  grpc::ServerUnaryReactor* ReportProgress(
+      grpc::CallbackServerContext* ctx,
+      const v1::ReportProgressRequest* request,
+      v1::ReportProgressResponse* response) override;
+  grpc::ServerUnaryReactor* FinishTrial(
+      grpc::CallbackServerContext* ctx, const v1::FinishTrialRequest* request,
+      v1::FinishTrialResponse* response) override;
+};
+
+}  // namespace dial::scheduler
