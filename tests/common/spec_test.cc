@@ -1,0 +1,248 @@
+#include "common/spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace dial {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kValid[] = R"(
+name: fmnist-asha
+objective: {metric: val_accuracy, goal: MAXIMIZE}
+search_space:
+  - {name: lr,        float: {min: 1.0e-4, max: 0.3, scale: LOG}}
+  - {name: units,     int: {min: 32, max: 512}}
+  - {name: optimizer, categorical: {values: [sgd, adam]}}
+  - {name: momentum,  float: {min: 0.5, max: 0.99}, when: {optimizer: [sgd]}}
+  - {name: batch,     discrete: {values: [32, 64, 128]}}
+searcher:  {random: {seed: 3}}
+scheduler: {asha: {min_steps: 200, reduction_factor: 3, max_steps: 5400}}
+budget:    {max_trials: 64, max_parallel_trials: 4, max_failures_per_trial: 2}
+trial:
+  trainer:   {model: mlp, dataset: fashion-mnist, batch_size: 128, eval_every: 200, precision: bf16}
+  resources: {gpus: 1}
+labels: {team: "vision", version: 2}
+)";
+
+TEST(SpecTest, ParsesTheDesignSketch) {
+  auto spec = ParseStudySpec(kValid);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "fmnist-asha");
+  EXPECT_EQ(spec->objective().goal(), v1::MAXIMIZE);
+  ASSERT_EQ(spec->search_space_size(), 5);
+  EXPECT_EQ(spec->search_space(0).float_().scale(), v1::LOG);
+  EXPECT_DOUBLE_EQ(spec->search_space(0).float_().min(), 1e-4);
+  EXPECT_EQ(spec->search_space(1).int_().max(), 512);
+  EXPECT_EQ(spec->search_space(2).categorical().values(1), "adam");
+  EXPECT_EQ(spec->search_space(3).when().at("optimizer").values(0).string_value(),
+            "sgd");
+  EXPECT_EQ(spec->search_space(4).discrete().values_size(), 3);
+  EXPECT_EQ(spec->scheduler().asha().max_steps(), 5400);
+  EXPECT_EQ(spec->budget().max_failures_per_trial(), 2);
+  EXPECT_EQ(spec->trial().trainer().fields().at("model").string_value(), "mlp");
+  EXPECT_EQ(spec->trial().trainer().fields().at("batch_size").number_value(),
+            128);
+  EXPECT_EQ(spec->trial().resources().gpus(), 1);
+  // A number given for a string field stays a string.
+  EXPECT_EQ(spec->labels().at("version"), "2");
+  EXPECT_TRUE(ValidateStudySpec(*spec).ok()) << ValidateStudySpec(*spec);
+}
+
+TEST(SpecTest, JsonIsAcceptedToo) {
+  auto spec = ParseStudySpec(R"({"name": "j", "objective": {"metric": "loss",
+      "goal": "MINIMIZE"}, "search_space": [{"name": "x", "float": {"min": 0,
+      "max": 1}}], "budget": {"max_trials": 5}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(ValidateStudySpec(*spec).ok());
+  EXPECT_EQ(spec->budget().max_trials(), 5);
+}
+
+absl::Status ParseError(const std::string& text) {
+  return ParseStudySpec(text).status();
+}
+
+TEST(SpecTest, UnknownFieldsAreNamedWithTheirPath) {
+  auto status = ParseError("name: a\nobjectiv: {metric: x}\n");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("objectiv: unknown field"));
+
+  status = ParseError(
+      "search_space:\n  - {name: x, float: {min: 0, mx: 1}}\n");
+  EXPECT_THAT(status.message(), HasSubstr("search_space[0].float.mx: unknown field"));
+}
+
+TEST(SpecTest, UnknownSearcherAndSchedulerSettingsAreRejected) {
+  auto status = ParseError("searcher: {bayesain: {}}\n");
+  EXPECT_THAT(status.message(), HasSubstr("searcher.bayesain: unknown field"));
+  EXPECT_THAT(status.message(), HasSubstr("bayesian"));
+  status = ParseError("scheduler: {asha: {min_step: 3}}\n");
+  EXPECT_THAT(status.message(), HasSubstr("scheduler.asha.min_step: unknown field"));
+}
+
+TEST(SpecTest, WrongTypesAreNamed) {
+  auto status = ParseError("budget: {max_trials: many}\n");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("budget.max_trials: expected a number"));
+  status = ParseError("search_space: {name: x}\n");
+  EXPECT_THAT(status.message(), HasSubstr("search_space: expected a list"));
+  status = ParseError("name: [a, b]\n");
+  EXPECT_THAT(status.message(), HasSubstr("name: expected a single value"));
+  status = ParseError("objective: {metric: x, goal: UP}\n");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("UP"));
+}
+
+TEST(SpecTest, BrokenYamlIsAClearError) {
+  auto status = ParseError("name: [unclosed\n");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("not valid YAML"));
+}
+
+// Validation: one case per rule. Each starts from a valid spec and breaks one
+// thing.
+struct ValidationCase {
+  const char* name;
+  const char* yaml;
+  const char* field;
+  const char* reason;
+};
+
+constexpr char kBase[] = R"(
+name: s
+objective: {metric: loss, goal: MINIMIZE}
+)";
+void PrintTo(const ValidationCase& c, std::ostream* os) { *os << c.name; }
+
+class ValidationTest : public ::testing::TestWithParam<ValidationCase> {};
+
+TEST_P(ValidationTest, NamesFieldAndReason) {
+  const ValidationCase& c = GetParam();
+  std::string yaml = std::string(kBase) + c.yaml;
+  if (yaml.find("budget:") == std::string::npos) {
+    yaml += "\nbudget: {max_trials: 10}";
+  }
+  auto spec = ParseStudySpec(yaml);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::Status status = ValidateStudySpec(*spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr(c.field));
+  EXPECT_THAT(status.message(), HasSubstr(c.reason));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rules, ValidationTest,
+    ::testing::Values(
+        ValidationCase{"EmptySearchSpace", "", "search_space",
+                       "at least one parameter"},
+        ValidationCase{"DuplicateNames",
+                       "search_space: [{name: x, float: {min: 0, max: 1}}, "
+                       "{name: x, int: {min: 0, max: 3}}]",
+                       "search_space[1].name", "already used"},
+        ValidationCase{"FloatMinNotBelowMax",
+                       "search_space: [{name: x, float: {min: 2, max: 1}}]",
+                       "search_space[0].float", "less than max"},
+        ValidationCase{"IntMinNotBelowMax",
+                       "search_space: [{name: n, int: {min: 4, max: 4}}]",
+                       "search_space[0].int", "less than max"},
+        ValidationCase{"LogWithNonPositiveMin",
+                       "search_space: [{name: lr, float: {min: 0, max: 1, "
+                       "scale: LOG}}]",
+                       "search_space[0].float.min", "> 0 with scale LOG"},
+        ValidationCase{"IntLogWithNonPositiveMin",
+                       "search_space: [{name: n, int: {min: 0, max: 9, "
+                       "scale: LOG}}]",
+                       "search_space[0].int.min", "> 0 with scale LOG"},
+        ValidationCase{"NoDomain", "search_space: [{name: x}]",
+                       "search_space[0]", "one of float, int"},
+        ValidationCase{"EmptyCategorical",
+                       "search_space: [{name: c, categorical: {values: []}}]",
+                       "search_space[0].categorical.values", "must not be empty"},
+        ValidationCase{"RepeatedCategory",
+                       "search_space: [{name: c, categorical: {values: [a, a]}}]",
+                       "search_space[0].categorical.values", "listed twice"},
+        ValidationCase{"BadParamName",
+                       "search_space: [{name: 'a b', float: {min: 0, max: 1}}]",
+                       "search_space[0].name", "only letters"},
+        ValidationCase{"ConditionOnMissingParameter",
+                       "search_space: [{name: m, float: {min: 0, max: 1}, "
+                       "when: {opt: [sgd]}}]",
+                       "search_space[0].when.opt", "no parameter named 'opt'"},
+        ValidationCase{"ConditionOnLaterParameter",
+                       "search_space: [{name: m, float: {min: 0, max: 1}, "
+                       "when: {opt: [sgd]}}, {name: opt, categorical: "
+                       "{values: [sgd]}}]",
+                       "search_space[0].when.opt", "listed before"},
+        ValidationCase{"ConditionValueNotInDomain",
+                       "search_space: [{name: opt, categorical: {values: "
+                       "[sgd, adam]}}, {name: m, float: {min: 0, max: 1}, "
+                       "when: {opt: [sgdd]}}]",
+                       "search_space[1].when.opt", "'sgdd' is not a value"},
+        ValidationCase{"MaxTrialsZero",
+                       "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
+                       "budget: {max_trials: 0}",
+                       "budget.max_trials", "between 1 and 1000000"},
+        ValidationCase{"ParallelAboveMaxTrials",
+                       "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
+                       "budget: {max_trials: 4, max_parallel_trials: 5}",
+                       "budget.max_parallel_trials", "between 0"},
+        ValidationCase{"NegativeFailures",
+                       "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
+                       "budget: {max_trials: 4, max_failures_per_trial: -1}",
+                       "budget.max_failures_per_trial", "between 0 and 100"},
+        ValidationCase{"AshaMaxBelowMin",
+                       "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
+                       "scheduler: {asha: {min_steps: 10, max_steps: 5, "
+                       "reduction_factor: 3}}",
+                       "scheduler.asha.max_steps", "greater than min_steps"},
+        ValidationCase{"AshaReductionFactor",
+                       "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
+                       "scheduler: {asha: {min_steps: 1, max_steps: 9, "
+                       "reduction_factor: 1}}",
+                       "scheduler.asha.reduction_factor", "greater than 1"},
+        ValidationCase{"GridPointsOne",
+                       "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
+                       "searcher: {grid: {default_points: 1}}",
+                       "searcher.grid.default_points", "at least 2"},
+        ValidationCase{"EmptyCommand",
+                       "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
+                       "trial: {command: {argv: []}}",
+                       "trial.command.argv", "must name the program"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(SpecTest, MissingNameAndObjective) {
+  v1::StudySpec spec;
+  EXPECT_THAT(ValidateStudySpec(spec).message(), HasSubstr("name: is required"));
+  spec.set_name("ok");
+  EXPECT_THAT(ValidateStudySpec(spec).message(),
+              HasSubstr("objective.metric: is required"));
+  spec.mutable_objective()->set_metric("loss");
+  EXPECT_THAT(ValidateStudySpec(spec).message(),
+              HasSubstr("objective.goal: is required"));
+}
+
+TEST(SpecTest, DefaultsFixSeedAndParallelism) {
+  auto spec = ParseStudySpec(std::string(kBase) +
+                             "budget: {max_trials: 10}\n"
+                             "search_space: [{name: x, float: {min: 0, max: 1}}]");
+  ASSERT_TRUE(spec.ok());
+  FillSpecDefaults(42, *spec);
+  EXPECT_TRUE(spec->searcher().has_random());
+  EXPECT_EQ(spec->searcher().random().seed(), 42u);
+  EXPECT_TRUE(spec->scheduler().has_fifo());
+  EXPECT_EQ(spec->budget().max_parallel_trials(), 10);
+}
+
+TEST(SpecTest, NamesArePathSafe) {
+  EXPECT_TRUE(ValidateName("f", "my-study_1.v2").ok());
+  EXPECT_FALSE(ValidateName("f", "..").ok());
+  EXPECT_FALSE(ValidateName("f", "a/b").ok());
+  EXPECT_FALSE(ValidateName("f", "").ok());
+  EXPECT_FALSE(ValidateName("f", std::string(65, 'a')).ok());
+}
+
+}  // namespace
+}  // namespace dial

@@ -1,0 +1,127 @@
+#include "storage/checkpoint_store.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace dial::storage {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("dial-ckpt-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    auto store = FileCheckpointStore::Create({root_.string()});
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  fs::path root_;
+  std::unique_ptr<FileCheckpointStore> store_;
+};
+
+TEST_F(CheckpointStoreTest, WriteVerifyRead) {
+  auto info = store_->Write("study", 3, 200,
+                            {{"model.pt", std::string(1000, 'w')},
+                             {"optim.pt", "state"}});
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->id, "study/3/200");
+  EXPECT_EQ(info->size_bytes, 1005);
+  EXPECT_TRUE(fs::exists(root_ / "study/3/200/MANIFEST"));
+  auto verified = store_->Verify(info->id);
+  ASSERT_TRUE(verified.ok());
+  EXPECT_EQ(verified->checksum, info->checksum);
+  auto files = store_->Read(info->id);
+  ASSERT_TRUE(files.ok());
+  EXPECT_EQ(files->at("optim.pt"), "state");
+  EXPECT_EQ(files->at("model.pt").size(), 1000u);
+  EXPECT_EQ(*store_->ListSteps("study", 3), (std::vector<int64_t>{200}));
+}
+
+TEST_F(CheckpointStoreTest, CorruptionIsDetected) {
+  auto info = store_->Write("s", 0, 1, {{"w", "abcdef"}});
+  ASSERT_TRUE(info.ok());
+  {
+    std::ofstream out(root_ / "s/0/1/w", std::ios::binary | std::ios::trunc);
+    out << "abcdeX";  // same size, different bytes
+  }
+  EXPECT_EQ(store_->Verify(info->id).status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(store_->Read(info->id).status().code(), absl::StatusCode::kDataLoss);
+  fs::remove(root_ / "s/0/1/w");
+  EXPECT_EQ(store_->Verify(info->id).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST_F(CheckpointStoreTest, UnfinishedWritesAreInvisible) {
+  // A writer that dies before Commit leaves only a staging directory.
+  auto staging = store_->BeginWrite("s", 1, 50);
+  ASSERT_TRUE(staging.ok());
+  std::ofstream(*staging + "/model.pt") << "half";
+  EXPECT_TRUE(store_->ListSteps("s", 1)->empty());
+  EXPECT_EQ(store_->Verify("s/1/50").status().code(), absl::StatusCode::kNotFound);
+  // Committing it later makes it whole.
+  auto info = store_->Commit(*staging, "s", 1, 50);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(store_->Verify("s/1/50").ok());
+  EXPECT_FALSE(fs::exists(*staging));
+}
+
+TEST_F(CheckpointStoreTest, ExistingCheckpointIsNeverOverwritten) {
+  ASSERT_TRUE(store_->Write("s", 0, 10, {{"w", "first"}}).ok());
+  auto again = store_->Write("s", 0, 10, {{"w", "second"}});
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(store_->Read("s/0/10")->at("w"), "first");
+  // No staging leftovers after the failed attempt.
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(root_ / "s/0")) {
+    (void)e;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 1);
+}
+
+TEST_F(CheckpointStoreTest, IdsCannotEscapeTheRoot) {
+  for (const char* id :
+       {"../etc/1/2", "s/../../1/2", "/etc/passwd", "s/1/2/3", "s/1", "s/-1/2",
+        "s/1/-2", "s/01/2", "s/1/x", "./1/2", "../1/2", "s//1", "", "a b/1/2"}) {
+    auto path = store_->PathOf(id);
+    EXPECT_EQ(path.status().code(), absl::StatusCode::kInvalidArgument) << id;
+    EXPECT_EQ(store_->Read(id).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << id;
+    EXPECT_EQ(store_->Delete(id).code(), absl::StatusCode::kInvalidArgument)
+        << id;
+  }
+  EXPECT_EQ(*store_->PathOf("my-study/4/800"),
+            (root_ / "my-study/4/800").string());
+  EXPECT_EQ(store_->Write("..", 0, 1, {{"w", "x"}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->Write("s", 0, 1, {{"../w", "x"}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A staging directory from elsewhere is refused.
+  fs::create_directories(root_ / "other");
+  EXPECT_EQ(store_->Commit((root_ / "other").string(), "s", 0, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(fs::exists(root_ / "other"));
+}
+
+TEST_F(CheckpointStoreTest, DeleteRemovesWholeCheckpoint) {
+  ASSERT_TRUE(store_->Write("s", 2, 1, {{"w", "1"}}).ok());
+  ASSERT_TRUE(store_->Write("s", 2, 2, {{"w", "2"}}).ok());
+  ASSERT_TRUE(store_->Delete("s/2/1").ok());
+  EXPECT_EQ(*store_->ListSteps("s", 2), (std::vector<int64_t>{2}));
+  EXPECT_EQ(store_->Delete("s/2/1").code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(store_->Verify("s/2/2").ok());
+}
+
+}  // namespace
+}  // namespace dial::storage
