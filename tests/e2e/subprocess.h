@@ -1,0 +1,107 @@
+// Test helper: runs a real binary as a child process with its stdout on a
+// pipe, so a test can wait for a readiness line (with a deadline, never a
+// sleep) and kill the process with any signal. Not thread-safe.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dial::testing {
+
+class Subprocess {
+ public:
+  Subprocess() = default;
+  Subprocess(const Subprocess&) = delete;
+  ~Subprocess() { Kill(SIGKILL); }
+
+  // Starts argv[0] with the given arguments; stderr goes to `stderr_path`
+  // (or is inherited when empty).
+  bool Start(const std::vector<std::string>& argv,
+             const std::string& stderr_path = "") {
+    int fds[2];
+    if (pipe(fds) != 0) return false;
+    pid_ = fork();
+    if (pid_ < 0) return false;
+    if (pid_ == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      if (!stderr_path.empty()) {
+        int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (err >= 0) dup2(err, STDERR_FILENO);
+      }
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    out_ = fds[0];
+    return true;
+  }
+
+  // The next stdout line, or nullopt at EOF or after `timeout`.
+  std::optional<std::string> ReadLine(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      size_t nl = buffer_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        return line;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char chunk[4096];
+      ssize_t n = read(out_, chunk, sizeof(chunk));
+      if (n <= 0) return std::nullopt;
+      buffer_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+
+  // Reads lines until one starts with `prefix`; returns the rest of it.
+  std::optional<std::string> WaitFor(const std::string& prefix,
+                                     std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      auto line = ReadLine(left);
+      if (!line) return std::nullopt;
+      if (line->rfind(prefix, 0) == 0) return line->substr(prefix.size());
+    }
+  }
+
+  // Sends `signal` and reaps the process; returns its wait status.
+  int Kill(int signal) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, signal);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    if (out_ >= 0) close(out_);
+    out_ = -1;
+    return status;
+  }
+
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::string buffer_;
+};
+
+}  // namespace dial::testing

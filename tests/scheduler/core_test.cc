@@ -1,0 +1,404 @@
+// SchedulerCore without gRPC: lifecycle, budgets, ask/tell rules, restart.
+#include "scheduler/core.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "common/spec.h"
+#include "searchers/searcher.h"
+#include "storage/memory_study_store.h"
+#include "storage/sqlite_study_store.h"
+
+namespace dial::scheduler {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class FakeClock : public Clock {
+ public:
+  absl::Time Now() const override { return now_; }
+  void Advance(absl::Duration d) { now_ += d; }
+
+ private:
+  absl::Time now_ = absl::FromUnixSeconds(1700000000);
+};
+
+v1::StudySpec Spec(const std::string& extra = "",
+                   const std::string& name = "s") {
+  auto spec = ParseStudySpec(
+      "name: " + name +
+      "\nobjective: {metric: loss, goal: MINIMIZE}\n"
+      "search_space:\n"
+      "  - {name: x, float: {min: -5, max: 5}}\n"
+      "  - {name: opt, categorical: {values: [sgd, adam]}}\n" +
+      extra);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+searchers::Metrics M(double loss) {
+  searchers::Metrics m;
+  m["loss"] = loss;
+  return m;
+}
+
+class CoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = storage::MemoryStudyStore::Create();
+    auto core = SchedulerCore::Create({store_.get(), &clock_});
+    ASSERT_TRUE(core.ok()) << core.status();
+    core_ = std::move(*core);
+  }
+  FakeClock clock_;
+  std::unique_ptr<storage::StudyStore> store_;
+  std::unique_ptr<SchedulerCore> core_;
+};
+
+TEST_F(CoreTest, CreateStudyValidatesAndFillsDefaults) {
+  auto bad = core_->CreateStudy(Spec("budget: {max_trials: 0}"));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("budget.max_trials"));
+
+  auto study = core_->CreateStudy(Spec("budget: {max_trials: 4}"));
+  ASSERT_TRUE(study.ok()) << study.status();
+  EXPECT_EQ(study->state(), v1::STUDY_ACTIVE);
+  EXPECT_TRUE(study->spec().searcher().has_random());
+  EXPECT_NE(study->spec().searcher().random().seed(), 0u);
+  EXPECT_EQ(study->spec().budget().max_parallel_trials(), 4);
+
+  EXPECT_EQ(core_->CreateStudy(Spec("budget: {max_trials: 4}")).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  auto bayes = core_->CreateStudy(
+      Spec("budget: {max_trials: 4}\nsearcher: {bayesian: {}}", "b"));
+  EXPECT_EQ(bayes.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(core_->GetStudy("b").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->GetStudy("nope").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoreTest, ClientIdReturnsOpenTrialsInsteadOfNewOnes) {
+  ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 10}")).ok());
+  auto a = core_->SuggestTrials("s", 2, "client-a");
+  ASSERT_TRUE(a.ok());
+  ASSERT_EQ(a->trials.size(), 2u);
+  EXPECT_EQ(a->trials[0].state(), v1::RUNNING);
+  EXPECT_EQ(a->trials[0].client_id(), "client-a");
+  auto again = core_->SuggestTrials("s", 3, "client-a");
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->trials.size(), 2u);
+  EXPECT_EQ(again->trials[0].number(), a->trials[0].number());
+  EXPECT_EQ(again->trials[1].number(), a->trials[1].number());
+  auto b = core_->SuggestTrials("s", 1, "client-b");
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->trials.size(), 1u);
+  EXPECT_EQ(b->trials[0].number(), 2);
+  // Once client-a finishes its trials it gets new ones.
+  for (const auto& t : a->trials) {
+    ASSERT_TRUE(core_->CompleteTrial("s", t.number(), M(1.0), "").ok());
+  }
+  auto next = core_->SuggestTrials("s", 1, "client-a");
+  ASSERT_TRUE(next.ok());
+  ASSERT_EQ(next->trials.size(), 1u);
+  EXPECT_EQ(next->trials[0].number(), 3);
+}
+
+TEST_F(CoreTest, BudgetsAreRespectedAndTheStudyCompletes) {
+  ASSERT_TRUE(core_->CreateStudy(
+                        Spec("budget: {max_trials: 5, max_parallel_trials: 2}"))
+                  .ok());
+  auto first = core_->SuggestTrials("s", 5, "");
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->trials.size(), 2u);  // parallelism limit
+  auto blocked = core_->SuggestTrials("s", 1, "");
+  ASSERT_TRUE(blocked.ok());
+  EXPECT_TRUE(blocked->trials.empty());
+  EXPECT_FALSE(blocked->done);
+
+  int completed = 0;
+  std::vector<v1::Trial> open = first->trials;
+  while (!open.empty()) {
+    v1::Trial t = open.back();
+    open.pop_back();
+    ASSERT_TRUE(core_->CompleteTrial("s", t.number(), M(t.number()), "").ok());
+    ++completed;
+    auto more = core_->SuggestTrials("s", 1, "");
+    ASSERT_TRUE(more.ok());
+    for (auto& m : more->trials) open.push_back(m);
+  }
+  EXPECT_EQ(completed, 5);
+  auto study = core_->GetStudy("s");
+  ASSERT_TRUE(study.ok());
+  EXPECT_EQ(study->state(), v1::STUDY_COMPLETED);
+  EXPECT_EQ(study->trial_counts().at("COMPLETED"), 5);
+  auto done = core_->SuggestTrials("s", 1, "");
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(done->done);
+  EXPECT_TRUE(done->trials.empty());
+}
+
+TEST_F(CoreTest, ReportsAreCheckedAndRecorded) {
+  ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 3}")).ok());
+  auto s = core_->SuggestTrials("s", 1, "c");
+  ASSERT_TRUE(s.ok());
+  const int64_t n = s->trials[0].number();
+  auto d = core_->ReportIntermediate("s", n, 10, M(3.0), "ckpt-10");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->action(), v1::Decision::CONTINUE);
+  ASSERT_TRUE(core_->ReportIntermediate("s", n, 20, M(2.0), "").ok());
+
+  auto stale = core_->ReportIntermediate("s", n, 20, M(1.0), "");
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(stale.status().message(), HasSubstr("not after the last"));
+  EXPECT_EQ(core_->ReportIntermediate("s", n, 30, {}, "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_->ReportIntermediate("s", n, -1, M(1), "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_->ReportIntermediate("s", 99, 30, M(1), "").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->ReportIntermediate("zz", n, 30, M(1), "").status().code(),
+            absl::StatusCode::kNotFound);
+
+  auto trial = core_->GetTrial("s", n);
+  ASSERT_TRUE(trial.ok());
+  ASSERT_EQ(trial->metric_history_size(), 2);
+  EXPECT_EQ(trial->metric_history(0).step(), 10);
+  EXPECT_DOUBLE_EQ(trial->metric_history(1).metrics().at("loss"), 2.0);
+  EXPECT_EQ(trial->last_step(), 20);
+  EXPECT_EQ(trial->checkpoint(), "ckpt-10");
+
+  auto missing = core_->CompleteTrial("s", n, {}, "");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(missing.status().message(), HasSubstr("'loss'"));
+  auto nan = core_->CompleteTrial("s", n, M(NAN), "");
+  EXPECT_EQ(nan.status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(core_->CompleteTrial("s", n, M(1.5), "").ok());
+  auto twice = core_->CompleteTrial("s", n, M(1.0), "");
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto late = core_->ReportIntermediate("s", n, 40, M(1.0), "");
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late.status().message(), HasSubstr("COMPLETED"));
+}
+
+TEST_F(CoreTest, FailedTrialsKeepTheirError) {
+  ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 3}")).ok());
+  auto s = core_->SuggestTrials("s", 1, "c");
+  ASSERT_TRUE(s.ok());
+  auto t = core_->CompleteTrial("s", 0, {}, "CUDA out of memory");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->state(), v1::FAILED);
+  EXPECT_EQ(core_->GetTrial("s", 0)->error(), "CUDA out of memory");
+  EXPECT_TRUE(core_->GetBestTrials("s", 5)->empty());
+}
+
+TEST_F(CoreTest, BestTrialsFollowTheGoal) {
+  for (const char* goal : {"MINIMIZE", "MAXIMIZE"}) {
+    auto spec = Spec("budget: {max_trials: 6}", goal);
+    spec.mutable_objective()->set_goal(std::string(goal) == "MINIMIZE"
+                                           ? v1::MINIMIZE
+                                           : v1::MAXIMIZE);
+    ASSERT_TRUE(core_->CreateStudy(spec).ok());
+    auto s = core_->SuggestTrials(goal, 6, "");
+    ASSERT_TRUE(s.ok());
+    const double values[] = {3, 1, 4, 1.5, 9, 2};
+    for (int i = 0; i < 6; ++i) {
+      ASSERT_TRUE(core_->CompleteTrial(goal, i, M(values[i]), "").ok());
+    }
+    auto best = core_->GetBestTrials(goal, 3);
+    ASSERT_TRUE(best.ok());
+    ASSERT_EQ(best->size(), 3u);
+    if (std::string(goal) == "MINIMIZE") {
+      EXPECT_EQ((*best)[0].number(), 1);
+      EXPECT_EQ((*best)[1].number(), 3);
+      EXPECT_EQ((*best)[2].number(), 5);
+    } else {
+      EXPECT_EQ((*best)[0].number(), 4);
+      EXPECT_EQ((*best)[1].number(), 2);
+      EXPECT_EQ((*best)[2].number(), 0);
+    }
+  }
+}
+
+TEST_F(CoreTest, ListTrialsPagesAndFilters) {
+  ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 25}")).ok());
+  ASSERT_EQ(core_->SuggestTrials("s", 25, "")->trials.size(), 25u);
+  for (int i = 0; i < 25; i += 3) {
+    ASSERT_TRUE(core_->CompleteTrial("s", i, M(i), "").ok());
+  }
+  std::vector<int64_t> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    auto page = core_->ListTrials("s", {}, 10, token);
+    ASSERT_TRUE(page.ok());
+    ++pages;
+    for (const auto& t : page->trials) seen.push_back(t.number());
+    token = page->next_page_token;
+  } while (!token.empty());
+  EXPECT_EQ(pages, 3);
+  ASSERT_EQ(seen.size(), 25u);
+  for (int i = 0; i < 25; ++i) EXPECT_EQ(seen[i], i);
+
+  auto done = core_->ListTrials("s", {v1::COMPLETED}, 100, "");
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->trials.size(), 9u);
+  EXPECT_TRUE(done->next_page_token.empty());
+  EXPECT_EQ(core_->ListTrials("s", {}, 10, "garbage").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_->ListTrials("s", {}, 5000, "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoreTest, StopStudyStopsRunningTrialsAtTheirNextReport) {
+  ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 10}")).ok());
+  ASSERT_EQ(core_->SuggestTrials("s", 2, "c")->trials.size(), 2u);
+  auto stopped = core_->StopStudy("s");
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->state(), v1::STUDY_STOPPED);
+  auto d = core_->ReportIntermediate("s", 0, 1, M(1), "");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->action(), v1::Decision::STOP);
+  EXPECT_EQ(core_->GetTrial("s", 0)->state(), v1::STOPPED);
+  // The client may still hand in its final numbers; the trial stays STOPPED.
+  auto t = core_->CompleteTrial("s", 0, M(0.5), "");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->state(), v1::STOPPED);
+  EXPECT_DOUBLE_EQ(core_->GetTrial("s", 0)->final_metrics().at("loss"), 0.5);
+  auto s = core_->SuggestTrials("s", 1, "other");
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->done);
+  EXPECT_EQ(s->study_state, v1::STUDY_STOPPED);
+}
+
+TEST_F(CoreTest, UpdateStudyExtendsAFinishedStudy) {
+  ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 1}")).ok());
+  ASSERT_TRUE(core_->SuggestTrials("s", 1, "").ok());
+  ASSERT_TRUE(core_->CompleteTrial("s", 0, M(1), "").ok());
+  EXPECT_EQ(core_->GetStudy("s")->state(), v1::STUDY_COMPLETED);
+  EXPECT_EQ(core_->UpdateStudy("s", 0, 0).status().code(),
+            absl::StatusCode::kOk);
+  auto lower = core_->UpdateStudy("s", 0 + 1, 0);
+  ASSERT_TRUE(lower.ok());
+  auto more = core_->UpdateStudy("s", 3, 0);
+  ASSERT_TRUE(more.ok()) << more.status();
+  EXPECT_EQ(more->state(), v1::STUDY_ACTIVE);
+  EXPECT_EQ(core_->SuggestTrials("s", 5, "")->trials.size(), 1u);  // parallel 1
+  ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 5}", "t")).ok());
+  ASSERT_TRUE(core_->SuggestTrials("t", 3, "").ok());
+  auto below = core_->UpdateStudy("t", 2, 0);
+  EXPECT_EQ(below.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(below.status().message(), HasSubstr("3 trials already created"));
+}
+
+TEST_F(CoreTest, GridExhaustionCompletesTheStudyEarly) {
+  auto spec = ParseStudySpec(R"(
+name: g
+objective: {metric: loss, goal: MINIMIZE}
+search_space: [{name: c, categorical: {values: [a, b, c]}}]
+searcher: {grid: {}}
+budget: {max_trials: 10})");
+  ASSERT_TRUE(spec.ok());
+  ASSERT_TRUE(core_->CreateStudy(*spec).ok());
+  auto s = core_->SuggestTrials("g", 10, "");
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->trials.size(), 3u);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(core_->CompleteTrial("g", i, M(i), "").ok());
+  EXPECT_EQ(core_->GetStudy("g")->state(), v1::STUDY_COMPLETED);
+}
+
+TEST_F(CoreTest, WatchersSeeEveryChangeAndTheEnd) {
+  ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 1}")).ok());
+  std::vector<v1::StudyEvent> events;
+  int64_t id = 0;
+  auto snapshot = core_->Watch(
+      "s", [&](const v1::StudyEvent& e) { events.push_back(e); }, &id);
+  ASSERT_TRUE(snapshot.ok());
+  EXPECT_EQ(snapshot->kind(), v1::StudyEvent::SNAPSHOT);
+  ASSERT_TRUE(core_->SuggestTrials("s", 1, "").ok());
+  ASSERT_TRUE(core_->ReportIntermediate("s", 0, 1, M(2), "").ok());
+  ASSERT_TRUE(core_->CompleteTrial("s", 0, M(1), "").ok());
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].kind(), v1::StudyEvent::TRIAL_CREATED);
+  EXPECT_EQ(events[1].kind(), v1::StudyEvent::TRIAL_REPORTED);
+  EXPECT_EQ(events[2].kind(), v1::StudyEvent::TRIAL_FINISHED);
+  EXPECT_EQ(events[2].best_trial().number(), 0);
+  EXPECT_EQ(events[3].kind(), v1::StudyEvent::STUDY_FINISHED);
+  EXPECT_EQ(events[3].study().state(), v1::STUDY_COMPLETED);
+  core_->Unwatch(id);
+  ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 1}", "t")).ok());
+  EXPECT_EQ(events.size(), 4u);
+}
+
+std::string Key(const searchers::Params& p) {
+  std::map<std::string, std::string> sorted;
+  for (const auto& [k, v] : p) sorted[k] = searchers::ParamValueToString(v);
+  std::string key;
+  for (const auto& [k, v] : sorted) key += k + "=" + v + ";";
+  return key;
+}
+
+TEST(CoreRestartTest, ARestartedCoreResumesEveryStudy) {
+  const std::string db = (fs::temp_directory_path() /
+                          ("dial-core-restart-" + std::to_string(::getpid()) +
+                           ".db"))
+                             .string();
+  fs::remove(db);
+  FakeClock clock;
+  std::vector<std::string> before;
+  {
+    auto store = storage::SqliteStudyStore::Create({db});
+    ASSERT_TRUE(store.ok());
+    auto core = SchedulerCore::Create({store->get(), &clock});
+    ASSERT_TRUE(core.ok());
+    ASSERT_TRUE((*core)->CreateStudy(Spec("budget: {max_trials: 8}\n"
+                                          "searcher: {random: {seed: 99}}"))
+                    .ok());
+    auto s = (*core)->SuggestTrials("s", 4, "c");
+    ASSERT_TRUE(s.ok());
+    for (const auto& t : s->trials) before.push_back(Key(t.params()));
+    for (int i = 0; i < 3; ++i) {
+      clock.Advance(absl::Seconds(1));
+      ASSERT_TRUE((*core)->ReportIntermediate("s", i, 1, M(10 + i), "").ok());
+      ASSERT_TRUE((*core)->CompleteTrial("s", i, M(i), "").ok());
+    }
+    ASSERT_TRUE((*core)->ReportIntermediate("s", 3, 5, M(7), "").ok());
+  }
+  auto store = storage::SqliteStudyStore::Create({db});
+  ASSERT_TRUE(store.ok());
+  auto core = SchedulerCore::Create({store->get(), &clock});
+  ASSERT_TRUE(core.ok()) << core.status();
+  auto study = (*core)->GetStudy("s");
+  ASSERT_TRUE(study.ok());
+  EXPECT_EQ(study->trial_counts().at("COMPLETED"), 3);
+  EXPECT_EQ(study->trial_counts().at("RUNNING"), 1);
+  EXPECT_EQ((*core)->GetTrial("s", 3)->metric_history_size(), 1);
+  EXPECT_EQ((*core)->GetBestTrials("s", 1)->at(0).number(), 0);
+  // The open trial goes back to its client; the next new ones continue the
+  // seeded sequence as if nothing happened.
+  auto open = (*core)->SuggestTrials("s", 1, "c");
+  ASSERT_TRUE(open.ok());
+  ASSERT_EQ(open->trials.size(), 1u);
+  EXPECT_EQ(open->trials[0].number(), 3);
+  EXPECT_EQ(Key(open->trials[0].params()), before[3]);
+  ASSERT_TRUE((*core)->CompleteTrial("s", 3, M(3), "").ok());
+  auto next = (*core)->SuggestTrials("s", 4, "c");
+  ASSERT_TRUE(next.ok());
+  ASSERT_EQ(next->trials.size(), 4u);
+  auto reference = searchers::RandomSearcher::Create(study->spec());
+  ASSERT_TRUE(reference.ok());
+  for (const auto& t : next->trials) {
+    EXPECT_EQ(Key(t.params()), Key(*(*reference)->Suggest(t.number())));
+  }
+  for (const auto& t : next->trials) {
+    ASSERT_TRUE((*core)->CompleteTrial("s", t.number(), M(5), "").ok());
+  }
+  EXPECT_EQ((*core)->GetStudy("s")->state(), v1::STUDY_COMPLETED);
+  fs::remove(db);
+}
+
+}  // namespace
+}  // namespace dial::scheduler

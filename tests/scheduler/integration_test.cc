@@ -1,0 +1,314 @@
+// The scheduler's gRPC services in-process on 127.0.0.1:0, driven by the C++
+// client library over real sockets, with a real SQLite file.
+#include <gmock/gmock.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "client/client.h"
+#include "common/spec.h"
+#include "scheduler/server.h"
+#include "storage/sqlite_study_store.h"
+
+namespace dial::scheduler {
+namespace {
+
+namespace fs = std::filesystem;
+using client::DialClient;
+using ::testing::HasSubstr;
+
+constexpr char kSpec[] = R"(
+name: quad
+objective: {metric: loss, goal: MINIMIZE}
+search_space:
+  - {name: x, float: {min: -3, max: 3}}
+  - {name: kind, categorical: {values: [a, b]}}
+  - {name: z, int: {min: 1, max: 4}, when: {kind: [b]}}
+searcher: {random: {seed: 5}}
+budget: {max_trials: 6, max_parallel_trials: 3}
+)";
+
+class IntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("dial-it-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    auto store = storage::SqliteStudyStore::Create({(dir_ / "dial.db").string()});
+    ASSERT_TRUE(store.ok());
+    store_ = std::move(*store);
+    auto server = SchedulerServer::Create({store_.get(), "127.0.0.1:0"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    auto client = DialClient::Create({server_->address(), absl::Seconds(10)});
+    ASSERT_TRUE(client.ok());
+    client_ = std::move(*client);
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+  v1::StudySpec Spec() {
+    auto spec = ParseStudySpec(kSpec);
+    EXPECT_TRUE(spec.ok());
+    return *spec;
+  }
+  fs::path dir_;
+  std::unique_ptr<storage::StudyStore> store_;
+  std::unique_ptr<SchedulerServer> server_;
+  std::unique_ptr<DialClient> client_;
+};
+
+double Objective(const v1::Trial& t) {
+  double x = t.params().at("x").double_value();
+  double z = t.params().count("z") ? t.params().at("z").int_value() : 0;
+  return (x - 1) * (x - 1) + z;
+}
+
+TEST_F(IntegrationTest, FullAskTellStudyOverGrpc) {
+  auto study = client_->CreateStudy(Spec());
+  ASSERT_TRUE(study.ok()) << study.status();
+  int rounds = 0;
+  while (true) {
+    auto s = client_->SuggestTrials("quad", 3, "worker-1");
+    ASSERT_TRUE(s.ok()) << s.status();
+    if (s->done()) break;
+    ASSERT_FALSE(s->trials().empty());
+    for (const auto& t : s->trials()) {
+      EXPECT_EQ(t.params().count("z"), t.params().at("kind").string_value() == "b");
+      for (int step = 1; step <= 3; ++step) {
+        auto d = client_->ReportIntermediate(
+            "quad", t.number(), step, {{"loss", Objective(t) + 1.0 / step}});
+        ASSERT_TRUE(d.ok()) << d.status();
+        EXPECT_EQ(d->action(), v1::Decision::CONTINUE);
+      }
+      auto done = client_->CompleteTrial("quad", t.number(),
+                                         {{"loss", Objective(t)}, {"aux", 1}});
+      ASSERT_TRUE(done.ok()) << done.status();
+      EXPECT_EQ(done->state(), v1::COMPLETED);
+    }
+    ASSERT_LT(++rounds, 10);
+  }
+  auto got = client_->GetStudy("quad");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->state(), v1::STUDY_COMPLETED);
+  EXPECT_EQ(got->trial_counts().at("COMPLETED"), 6);
+
+  auto trials = client_->ListAllTrials("quad", {});
+  ASSERT_TRUE(trials.ok());
+  ASSERT_EQ(trials->size(), 6u);
+  double best_value = 1e9;
+  for (const auto& t : *trials) best_value = std::min(best_value, Objective(t));
+  auto best = client_->GetBestTrials("quad", 2);
+  ASSERT_TRUE(best.ok());
+  ASSERT_EQ(best->size(), 2u);
+  EXPECT_DOUBLE_EQ((*best)[0].objective_value(), best_value);
+  EXPECT_LE((*best)[0].objective_value(), (*best)[1].objective_value());
+
+  auto trial = client_->GetTrial("quad", 2);
+  ASSERT_TRUE(trial.ok());
+  ASSERT_EQ(trial->metric_history_size(), 3);
+  EXPECT_DOUBLE_EQ(trial->metric_history(2).metrics().at("loss"),
+                   Objective(*trial) + 1.0 / 3);
+  EXPECT_DOUBLE_EQ(trial->final_metrics().at("aux"), 1);
+
+  auto page = client_->ListTrials("quad", {v1::COMPLETED}, 4, "");
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->trials_size(), 4);
+  EXPECT_FALSE(page->next_page_token().empty());
+  auto rest = client_->ListTrials("quad", {v1::COMPLETED}, 4,
+                                  page->next_page_token());
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(rest->trials_size(), 2);
+  EXPECT_TRUE(rest->next_page_token().empty());
+}
+
+TEST_F(IntegrationTest, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
+  v1::StudySpec bad = Spec();
+  bad.mutable_search_space(0)->mutable_float_()->set_min(10);
+  auto created = client_->CreateStudy(bad);
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(created.status().message(),
+              HasSubstr("search_space[0].float: min (10) must be less than max"));
+
+  EXPECT_EQ(client_->GetStudy("missing").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_THAT(client_->GetStudy("missing").status().message(),
+              HasSubstr("study 'missing' not found"));
+  EXPECT_EQ(client_->GetStudy("").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->SuggestTrials("missing", 1, "c").status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(client_->CreateStudy(Spec()).ok());
+  EXPECT_EQ(client_->SuggestTrials("quad", -4, "c").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->ReportIntermediate("quad", 0, 1, {{"loss", 1}})
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->GetTrial("quad", 77).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->ListTrials("quad", {}, 10, "%%%").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->CreateStudy(Spec()).status().code(),
+            absl::StatusCode::kAlreadyExists);
+
+  // A worker RPC that is not built yet says so.
+  auto channel = grpc::CreateChannel(server_->address(),
+                                     grpc::InsecureChannelCredentials());
+  auto worker = v1::WorkerService::NewStub(channel);
+  grpc::ClientContext ctx;
+  v1::RegisterWorkerRequest req;
+  v1::RegisterWorkerResponse resp;
+  auto status = worker->RegisterWorker(&ctx, req, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("not implemented"));
+
+  // Still serving.
+  auto s = client_->SuggestTrials("quad", 1, "c");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->trials_size(), 1);
+}
+
+TEST_F(IntegrationTest, HealthCheckingIsServed) {
+  auto channel = grpc::CreateChannel(server_->address(),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  // HealthCheckRequest{service: ""} is the empty message.
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("", 0);
+  request = grpc::ByteBuffer(&empty, 1);
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                 &request, &response,
+                 [&](grpc::Status s) { done.set_value(s); });
+  auto future = done.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(10)),
+            std::future_status::ready);
+  ASSERT_TRUE(future.get().ok());
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  // HealthCheckResponse{status: SERVING (1)}.
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
+
+TEST_F(IntegrationTest, WatchStreamsProgressUntilTheStudyEnds) {
+  v1::StudySpec spec = Spec();
+  spec.mutable_budget()->set_max_trials(2);
+  spec.mutable_budget()->set_max_parallel_trials(2);
+  ASSERT_TRUE(client_->CreateStudy(spec).ok());
+
+  std::promise<void> subscribed;
+  auto watcher = std::async(std::launch::async, [&] {
+    std::vector<v1::StudyEvent> events;
+    bool first = true;
+    absl::Status status = client_->WatchStudy("quad", [&](const v1::StudyEvent& e) {
+      events.push_back(e);
+      if (first) {
+        first = false;
+        subscribed.set_value();
+      }
+      return true;
+    });
+    EXPECT_TRUE(status.ok()) << status;
+    return events;
+  });
+  ASSERT_EQ(subscribed.get_future().wait_for(std::chrono::seconds(10)),
+            std::future_status::ready);
+  auto s = client_->SuggestTrials("quad", 2, "c");
+  ASSERT_TRUE(s.ok());
+  for (const auto& t : s->trials()) {
+    ASSERT_TRUE(client_->ReportIntermediate("quad", t.number(), 1, {{"loss", 2}}).ok());
+    ASSERT_TRUE(client_->CompleteTrial("quad", t.number(), {{"loss", 1}}).ok());
+  }
+  ASSERT_EQ(watcher.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto events = watcher.get();
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.front().kind(), v1::StudyEvent::SNAPSHOT);
+  EXPECT_EQ(events.back().kind(), v1::StudyEvent::STUDY_FINISHED);
+  EXPECT_EQ(events.back().study().trial_counts().at("COMPLETED"), 2);
+  int created = 0, finished = 0;
+  for (const auto& e : events) {
+    created += e.kind() == v1::StudyEvent::TRIAL_CREATED;
+    finished += e.kind() == v1::StudyEvent::TRIAL_FINISHED;
+  }
+  EXPECT_EQ(created, 2);
+  EXPECT_EQ(finished, 2);
+
+  // Watching a finished study gives its snapshot and ends at once.
+  std::vector<v1::StudyEvent> after;
+  ASSERT_TRUE(client_->WatchStudy("quad", [&](const v1::StudyEvent& e) {
+                       after.push_back(e);
+                       return true;
+                     }).ok());
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(after[1].kind(), v1::StudyEvent::STUDY_FINISHED);
+  EXPECT_EQ(client_->WatchStudy("nope", [](const v1::StudyEvent&) { return true; })
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(IntegrationTest, ConcurrentClientsNeverShareATrial) {
+  v1::StudySpec spec = Spec();
+  spec.mutable_budget()->set_max_trials(40);
+  spec.mutable_budget()->set_max_parallel_trials(8);
+  ASSERT_TRUE(client_->CreateStudy(spec).ok());
+  std::vector<std::future<std::vector<int64_t>>> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.push_back(std::async(std::launch::async, [&, c] {
+      std::vector<int64_t> mine;
+      const std::string id = "client-" + std::to_string(c);
+      for (int round = 0; round < 200; ++round) {
+        auto s = client_->SuggestTrials("quad", 2, id);
+        if (!s.ok() || s->done()) break;
+        for (const auto& t : s->trials()) {
+          EXPECT_EQ(t.client_id(), id);
+          if (client_->CompleteTrial("quad", t.number(), {{"loss", 1.0}}).ok()) {
+            mine.push_back(t.number());
+          }
+        }
+      }
+      return mine;
+    }));
+  }
+  std::set<int64_t> all;
+  size_t total = 0;
+  for (auto& f : clients) {
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    auto mine = f.get();
+    total += mine.size();
+    all.insert(mine.begin(), mine.end());
+  }
+  EXPECT_EQ(total, 40u);
+  EXPECT_EQ(all.size(), 40u);
+  EXPECT_EQ(client_->GetStudy("quad")->state(), v1::STUDY_COMPLETED);
+}
+
+TEST(ServerTest, RefusesRemoteAddressesWithoutAllowRemote) {
+  EXPECT_TRUE(CheckListenAddress("127.0.0.1:7070", false).ok());
+  EXPECT_TRUE(CheckListenAddress("localhost:0", false).ok());
+  EXPECT_TRUE(CheckListenAddress("[::1]:7070", false).ok());
+  auto status = CheckListenAddress("0.0.0.0:7070", false);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--allow-remote"));
+  EXPECT_TRUE(CheckListenAddress("0.0.0.0:7070", true).ok());
+  EXPECT_FALSE(CheckListenAddress("nonsense", false).ok());
+}
+
+}  // namespace
+}  // namespace dial::scheduler
