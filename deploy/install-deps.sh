@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs every Debian package that Dial's build, tests, benchmarks and
+# quickstart need. Idempotent: installs only what is missing, so running it
+# twice is safe and the second run does nothing.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  g++ cmake ninja-build pkg-config
+  # libraries
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev
+  libeigen3-dev libtorch-dev libgtest-dev libgmock-dev libbenchmark-dev
+  # LibTorch calls the system libblas.so.3: without OpenBLAS it runs on the
+  # reference BLAS, about 20x slower.
+  libopenblas0-pthread
+  # data and tools
+  dataset-fashion-mnist sqlite3
+  # Python peers for tests and benchmarks (use /usr/bin/python3)
+  python3 python3-grpcio python3-protobuf python3-optuna python3-torch
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds Dial and runs every test. This is the README's test command, and
+# .ci/run calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+deploy/install-deps.sh
+BUILD_DIR=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build "$BUILD_DIR" -j2
+# OpenBLAS's own threads fight LibTorch's OpenMP threads on small machines.
+export OPENBLAS_NUM_THREADS=1
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 --timeout 600
