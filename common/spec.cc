@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "common/trainer_knobs.h"
 
 namespace dial {
 namespace {
@@ -593,6 +594,42 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
   }
 
   const auto& trial = spec.trial();
+  if (trial.has_trainer()) {
+    for (const auto& [name, value] : trial.trainer().fields()) {
+      DIAL_RETURN_IF_ERROR(CheckKnob("trial.trainer." + name, name, value));
+    }
+    // Tuned parameters override knobs of the same name: every value the
+    // domain can take must be a valid knob value.
+    for (int i = 0; i < spec.search_space_size(); ++i) {
+      const auto& p = spec.search_space(i);
+      const std::string where = absl::StrCat("search_space[", i, "]");
+      std::vector<google::protobuf::Value> values;
+      auto number = [&](double v) { values.emplace_back().set_number_value(v); };
+      switch (p.domain_case()) {
+        case v1::ParameterSpec::kFloat:
+          number(p.float_().min());
+          number(p.float_().max());
+          break;
+        case v1::ParameterSpec::kInt:
+          number(static_cast<double>(p.int_().min()));
+          number(static_cast<double>(p.int_().max()));
+          break;
+        case v1::ParameterSpec::kDiscrete:
+          for (double v : p.discrete().values()) number(v);
+          break;
+        case v1::ParameterSpec::kCategorical:
+          for (const auto& v : p.categorical().values()) {
+            values.emplace_back().set_string_value(v);
+          }
+          break;
+        default:
+          break;
+      }
+      for (const auto& v : values) {
+        DIAL_RETURN_IF_ERROR(CheckKnob(where, p.name(), v));
+      }
+    }
+  }
   if (trial.has_command() && trial.command().argv().empty()) {
     return Invalid("trial.command.argv", "must name the program to run");
   }

@@ -18,12 +18,12 @@ search_space:
   - {name: units,     int: {min: 32, max: 512}}
   - {name: optimizer, categorical: {values: [sgd, adam]}}
   - {name: momentum,  float: {min: 0.5, max: 0.99}, when: {optimizer: [sgd]}}
-  - {name: batch,     discrete: {values: [32, 64, 128]}}
+  - {name: batch_size, discrete: {values: [32, 64, 128]}}
 searcher:  {random: {seed: 3}}
 scheduler: {asha: {min_steps: 200, reduction_factor: 3, max_steps: 5400}}
 budget:    {max_trials: 64, max_parallel_trials: 4, max_failures_per_trial: 2}
 trial:
-  trainer:   {model: mlp, dataset: fashion-mnist, batch_size: 128, eval_every: 200, precision: bf16}
+  trainer:   {model: mlp, dataset: fashion-mnist, batch_size: 128, eval_every: 200}
   resources: {gpus: 1}
 labels: {team: "vision", version: 2}
 )";
@@ -212,6 +212,42 @@ INSTANTIATE_TEST_SUITE_P(
                        "trial: {command: {argv: []}}",
                        "trial.command.argv", "must name the program"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+TEST(SpecTest, TrainerKnobsAreCheckedAtCreation) {
+  const std::string base =
+      "name: t\nobjective: {metric: val_accuracy, goal: MAXIMIZE}\n"
+      "budget: {max_trials: 2}\n";
+  auto typo = ParseStudySpec(base +
+                             "search_space: [{name: lrr, float: {min: 0.001, "
+                             "max: 0.1}}]\ntrial: {trainer: {model: mlp}}");
+  ASSERT_TRUE(typo.ok());
+  auto status = ValidateStudySpec(*typo);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("search_space[0]: 'lrr' is not a trainer knob"));
+
+  auto range = ParseStudySpec(base +
+                              "search_space: [{name: lr, float: {min: -1, "
+                              "max: 0.1}}]\ntrial: {trainer: {}}");
+  ASSERT_TRUE(range.ok());
+  EXPECT_THAT(ValidateStudySpec(*range).message(),
+              HasSubstr("search_space[0]: lr must be between"));
+
+  auto knob = ParseStudySpec(base +
+                             "search_space: [{name: lr, float: {min: 0.001, "
+                             "max: 0.1}}]\ntrial: {trainer: {activation: "
+                             "swish}}");
+  ASSERT_TRUE(knob.ok());
+  EXPECT_THAT(ValidateStudySpec(*knob).message(),
+              HasSubstr("trial.trainer.activation: activation 'swish' is not one of"));
+
+  auto good = ParseStudySpec(base +
+                             "search_space: [{name: optimizer, categorical: "
+                             "{values: [sgd, adam]}}, {name: units, int: "
+                             "{min: 32, max: 512}}]\ntrial: {trainer: "
+                             "{steps: 100, dataset: synthetic}}");
+  ASSERT_TRUE(good.ok());
+  EXPECT_TRUE(ValidateStudySpec(*good).ok()) << ValidateStudySpec(*good);
+}
 
 TEST(SpecTest, MissingNameAndObjective) {
   v1::StudySpec spec;

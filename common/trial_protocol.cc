@@ -1,0 +1,119 @@
+#include "common/trial_protocol.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace dial {
+namespace {
+
+absl::StatusOr<google::protobuf::Struct> ParseObject(const std::string& line) {
+  google::protobuf::Struct object;
+  auto status = google::protobuf::util::JsonStringToMessage(line, &object);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not a JSON object: ", std::string(status.message())));
+  }
+  return object;
+}
+
+std::string ToJson(const google::protobuf::Struct& object) {
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(object, &out);
+  return out;
+}
+
+}  // namespace
+
+std::string EncodeReport(const TrialReport& report) {
+  google::protobuf::Struct object;
+  auto& fields = *object.mutable_fields();
+  fields["step"].set_number_value(static_cast<double>(report.step));
+  auto& metrics = *fields["metrics"].mutable_struct_value()->mutable_fields();
+  for (const auto& [name, value] : report.metrics) {
+    // JSON has no NaN or infinity: send them as strings.
+    if (std::isfinite(value)) {
+      metrics[name].set_number_value(value);
+    } else {
+      metrics[name].set_string_value(std::isnan(value) ? "NaN"
+                                     : value > 0       ? "Infinity"
+                                                       : "-Infinity");
+    }
+  }
+  if (!report.checkpoint.empty()) {
+    fields["checkpoint"].set_string_value(report.checkpoint);
+  }
+  return ToJson(object);
+}
+
+absl::StatusOr<TrialReport> ParseReport(const std::string& line) {
+  auto object = ParseObject(line);
+  if (!object.ok()) return object.status();
+  const auto& fields = object->fields();
+  TrialReport report;
+  auto step = fields.find("step");
+  if (step == fields.end() ||
+      step->second.kind_case() != google::protobuf::Value::kNumberValue ||
+      step->second.number_value() < 0 ||
+      step->second.number_value() != std::floor(step->second.number_value())) {
+    return absl::InvalidArgumentError(
+        "report: \"step\" must be a non-negative integer");
+  }
+  report.step = static_cast<int64_t>(step->second.number_value());
+  auto metrics = fields.find("metrics");
+  if (metrics == fields.end() ||
+      metrics->second.kind_case() != google::protobuf::Value::kStructValue) {
+    return absl::InvalidArgumentError("report: \"metrics\" must be an object");
+  }
+  for (const auto& [name, value] : metrics->second.struct_value().fields()) {
+    if (value.kind_case() == google::protobuf::Value::kNumberValue) {
+      report.metrics[name] = value.number_value();
+    } else if (value.kind_case() == google::protobuf::Value::kStringValue &&
+               (value.string_value() == "NaN" ||
+                value.string_value() == "Infinity" ||
+                value.string_value() == "-Infinity")) {
+      report.metrics[name] = std::stod(value.string_value() == "NaN" ? "nan"
+                                       : value.string_value() == "Infinity"
+                                           ? "inf"
+                                           : "-inf");
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("report: metric '", name, "' must be a number"));
+    }
+  }
+  auto checkpoint = fields.find("checkpoint");
+  if (checkpoint != fields.end()) {
+    if (checkpoint->second.kind_case() !=
+        google::protobuf::Value::kStringValue) {
+      return absl::InvalidArgumentError(
+          "report: \"checkpoint\" must be a string");
+    }
+    report.checkpoint = checkpoint->second.string_value();
+  }
+  return report;
+}
+
+std::string EncodeDecision(const std::string& action,
+                           const std::string& reason) {
+  google::protobuf::Struct object;
+  (*object.mutable_fields())["action"].set_string_value(action);
+  if (!reason.empty()) {
+    (*object.mutable_fields())["reason"].set_string_value(reason);
+  }
+  return ToJson(object);
+}
+
+absl::StatusOr<std::string> ParseDecisionAction(const std::string& line) {
+  auto object = ParseObject(line);
+  if (!object.ok()) return object.status();
+  auto it = object->fields().find("action");
+  if (it == object->fields().end() ||
+      it->second.kind_case() != google::protobuf::Value::kStringValue) {
+    return absl::InvalidArgumentError("decision: \"action\" is missing");
+  }
+  return it->second.string_value();
+}
+
+}  // namespace dial

@@ -1,0 +1,45 @@
+// The trial protocol between a worker and a trial process (any language):
+// the process writes one JSON line per report on the fd named by
+// DIAL_REPORT_FD, {"step": N, "metrics": {...}, "checkpoint": "id"}, and reads
+// one JSON line back on DIAL_DECISION_FD, {"action": "CONTINUE"|"STOP"|...}.
+// Encoding and parsing live here so both sides agree. Thread-safe: free
+// functions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace dial {
+
+// Environment variables set by the worker for a trial process.
+inline constexpr char kEnvTrialParams[] = "DIAL_TRIAL_PARAMS";    // JSON object
+inline constexpr char kEnvTrainerKnobs[] = "DIAL_TRAINER_KNOBS";  // JSON object
+inline constexpr char kEnvStudy[] = "DIAL_STUDY";
+inline constexpr char kEnvTrial[] = "DIAL_TRIAL";
+inline constexpr char kEnvAttempt[] = "DIAL_ATTEMPT";
+inline constexpr char kEnvCheckpointRoot[] = "DIAL_CHECKPOINT_ROOT";
+inline constexpr char kEnvCheckpointDir[] = "DIAL_CHECKPOINT_DIR";
+inline constexpr char kEnvRestoreCheckpoint[] = "DIAL_RESTORE_CHECKPOINT";
+inline constexpr char kEnvStartStep[] = "DIAL_START_STEP";
+inline constexpr char kEnvReportFd[] = "DIAL_REPORT_FD";
+inline constexpr char kEnvDecisionFd[] = "DIAL_DECISION_FD";
+inline constexpr char kEnvCpuThreads[] = "DIAL_CPU_THREADS";
+
+struct TrialReport {
+  int64_t step = 0;
+  std::map<std::string, double> metrics;
+  std::string checkpoint;  // optional checkpoint id taken at this step
+};
+
+std::string EncodeReport(const TrialReport& report);
+// INVALID_ARGUMENT with the reason for a malformed line.
+absl::StatusOr<TrialReport> ParseReport(const std::string& line);
+
+// Actions as the proto names them: CONTINUE, STOP, PAUSE, EXPLOIT.
+std::string EncodeDecision(const std::string& action, const std::string& reason);
+absl::StatusOr<std::string> ParseDecisionAction(const std::string& line);
+
+}  // namespace dial

@@ -1,0 +1,196 @@
+// dial-train: the built-in trainer. Runs alone (progress on stdout) or as a
+// trial under dial-worker (the trial protocol on DIAL_REPORT_FD /
+// DIAL_DECISION_FD). SIGTERM makes it checkpoint, report and exit.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "common/flags.h"
+#include "common/trainer_knobs.h"
+#include "common/trial_protocol.h"
+#include "google/protobuf/util/json_util.h"
+#include "trainer/trainer.h"
+
+ABSL_FLAG(std::string, params, "",
+          "Hyperparameters as a JSON object; they override knobs of the same "
+          "name (default: $DIAL_TRIAL_PARAMS)");
+ABSL_FLAG(std::string, knobs, "",
+          "Knob defaults as a JSON object, e.g. a study's trial.trainer "
+          "(default: $DIAL_TRAINER_KNOBS)");
+ABSL_FLAG(std::string, dataset, "", "Shorthand for the dataset knob");
+ABSL_FLAG(std::string, data_dir, "", "Shorthand for the data_dir knob");
+ABSL_FLAG(int64_t, steps, 0, "Shorthand for the steps knob");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "Checkpoint root (default: $DIAL_CHECKPOINT_ROOT; empty: none)");
+ABSL_FLAG(std::string, study, "", "Study name for checkpoint ids");
+ABSL_FLAG(int64_t, trial, -1, "Trial number for checkpoint ids");
+ABSL_FLAG(std::string, restore, "",
+          "Checkpoint id to resume from (default: $DIAL_RESTORE_CHECKPOINT)");
+ABSL_FLAG(int32_t, threads, 0, "CPU threads (default: threads knob, "
+                               "$DIAL_CPU_THREADS, else 1)");
+ABSL_FLAG(bool, help_knobs, false, "Print the knob table and exit");
+
+namespace {
+
+std::atomic<bool> g_interrupt{false};
+void OnTerm(int) { g_interrupt.store(true); }
+
+std::string FlagOrEnv(const std::string& flag, const char* env) {
+  if (!flag.empty()) return flag;
+  const char* v = std::getenv(env);
+  return v ? v : "";
+}
+
+class ConsoleSink : public dial::trainer::ReportSink {
+ public:
+  absl::StatusOr<dial::trainer::Action> OnReport(
+      const dial::trainer::Report& r) override {
+    auto get = [&](const char* k) {
+      auto it = r.metrics.find(k);
+      return it == r.metrics.end() ? NAN : it->second;
+    };
+    std::printf(
+        "step %6lld  train_loss %.4f  val_loss %.4f  val_accuracy %.4f  "
+        "samples/s %.0f%s%s\n",
+        static_cast<long long>(r.step), get("train_loss"), get("val_loss"),
+        get("val_accuracy"), get("samples_per_s"),
+        r.checkpoint.empty() ? "" : "  checkpoint ", r.checkpoint.c_str());
+    std::fflush(stdout);
+    return dial::trainer::Action::kContinue;
+  }
+};
+
+// The trial protocol: a JSON line out per report, a JSON line back.
+class ProtocolSink : public dial::trainer::ReportSink {
+ public:
+  ProtocolSink(int report_fd, int decision_fd)
+      : out_(report_fd), in_(decision_fd) {}
+  absl::StatusOr<dial::trainer::Action> OnReport(
+      const dial::trainer::Report& r) override {
+    dial::TrialReport report{r.step, r.metrics, r.checkpoint};
+    std::string line = dial::EncodeReport(report) + "\n";
+    for (size_t done = 0; done < line.size();) {
+      ssize_t n = write(out_, line.data() + done, line.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return absl::UnavailableError("worker pipe closed");
+      done += static_cast<size_t>(n);
+    }
+    std::string reply;
+    char c;
+    while (true) {
+      ssize_t n = read(in_, &c, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return absl::UnavailableError("worker pipe closed");
+      if (c == '\n') break;
+      reply.push_back(c);
+    }
+    auto action = dial::ParseDecisionAction(reply);
+    if (!action.ok()) return action.status();
+    if (*action == "STOP") return dial::trainer::Action::kStop;
+    if (*action == "PAUSE") return dial::trainer::Action::kPause;
+    return dial::trainer::Action::kContinue;
+  }
+
+ private:
+  int out_, in_;
+};
+
+absl::StatusOr<google::protobuf::Struct> ParseJsonObject(
+    const std::string& what, const std::string& text) {
+  google::protobuf::Struct object;
+  if (text.empty()) return object;
+  auto status = google::protobuf::util::JsonStringToMessage(text, &object);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        what + ": not a JSON object: " + std::string(status.message()));
+  }
+  return object;
+}
+
+int Fail(const absl::Status& status, int code) {
+  std::cerr << "dial-train: " << status.message() << std::endl;
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "dial-train --params='{\"lr\":0.01}' [--dataset=fashion-mnist] "
+      "[--steps=N] [--checkpoint-root=DIR --study=S --trial=N]");
+  auto arg_storage = dial::DashesToUnderscores(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_help_knobs)) {
+    std::cout << dial::KnobTableMarkdown();
+    return 0;
+  }
+  signal(SIGTERM, OnTerm);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto knobs = ParseJsonObject(
+      "--knobs", FlagOrEnv(absl::GetFlag(FLAGS_knobs), dial::kEnvTrainerKnobs));
+  if (!knobs.ok()) return Fail(knobs.status(), 2);
+  auto& fields = *knobs->mutable_fields();
+  if (!absl::GetFlag(FLAGS_dataset).empty()) {
+    fields["dataset"].set_string_value(absl::GetFlag(FLAGS_dataset));
+  }
+  if (!absl::GetFlag(FLAGS_data_dir).empty()) {
+    fields["data_dir"].set_string_value(absl::GetFlag(FLAGS_data_dir));
+  }
+  if (absl::GetFlag(FLAGS_steps) > 0) {
+    fields["steps"].set_number_value(
+        static_cast<double>(absl::GetFlag(FLAGS_steps)));
+  }
+  auto params = ParseJsonObject(
+      "--params", FlagOrEnv(absl::GetFlag(FLAGS_params), dial::kEnvTrialParams));
+  if (!params.ok()) return Fail(params.status(), 2);
+  auto config = dial::ResolveTrainerConfig(*knobs, *params);
+  if (!config.ok()) return Fail(config.status(), 2);
+
+  dial::trainer::RunContext ctx;
+  ctx.checkpoint_root = FlagOrEnv(absl::GetFlag(FLAGS_checkpoint_root),
+                                  dial::kEnvCheckpointRoot);
+  ctx.study = FlagOrEnv(absl::GetFlag(FLAGS_study), dial::kEnvStudy);
+  if (ctx.study.empty()) ctx.study = "local";
+  int64_t trial = absl::GetFlag(FLAGS_trial);
+  if (trial < 0) {
+    const char* env = std::getenv(dial::kEnvTrial);
+    if (!env || !absl::SimpleAtoi(env, &trial)) trial = 0;
+  }
+  ctx.trial = trial;
+  ctx.restore_checkpoint =
+      FlagOrEnv(absl::GetFlag(FLAGS_restore), dial::kEnvRestoreCheckpoint);
+  int threads = absl::GetFlag(FLAGS_threads);
+  if (threads <= 0) threads = static_cast<int>(config->threads);
+  if (threads <= 0) {
+    const char* env = std::getenv(dial::kEnvCpuThreads);
+    if (!env || !absl::SimpleAtoi(env, &threads)) threads = 1;
+  }
+  ctx.threads = std::max(1, threads);
+  ctx.interrupt = &g_interrupt;
+
+  int report_fd = -1, decision_fd = -1;
+  const char* rfd = std::getenv(dial::kEnvReportFd);
+  const char* dfd = std::getenv(dial::kEnvDecisionFd);
+  std::unique_ptr<dial::trainer::ReportSink> sink;
+  if (rfd && dfd && absl::SimpleAtoi(rfd, &report_fd) &&
+      absl::SimpleAtoi(dfd, &decision_fd)) {
+    sink = std::make_unique<ProtocolSink>(report_fd, decision_fd);
+  } else {
+    sink = std::make_unique<ConsoleSink>();
+  }
+  auto result = dial::trainer::Train(*config, ctx, *sink);
+  if (!result.ok()) {
+    return Fail(result.status(),
+                absl::IsInvalidArgument(result.status()) ? 2 : 1);
+  }
+  return 0;
+}

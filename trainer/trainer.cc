@@ -1,0 +1,366 @@
+#include "trainer/trainer.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "storage/checkpoint_store.h"
+#include "trainer/idx.h"
+
+namespace dial::trainer {
+namespace {
+
+struct Split {
+  torch::Tensor x;  // float [N, D]
+  torch::Tensor y;  // int64 [N]
+};
+
+struct Data {
+  Split train;
+  Split val;
+  int64_t classes = 0;
+};
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+absl::StatusOr<Split> LoadFashionSplit(const std::string& dir,
+                                       const std::string& prefix) {
+  const std::string images_path = dir + "/" + prefix + "-images-idx3-ubyte.gz";
+  const std::string labels_path = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
+  auto images = ReadIdxGz(images_path);
+  if (absl::IsNotFound(images.status())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Fashion-MNIST not found: ", images.status().message(),
+        " (install dataset-fashion-mnist or set data_dir)"));
+  }
+  if (!images.ok()) return images.status();
+  DIAL_ASSIGN_OR_RETURN(IdxArray labels, ReadIdxGz(labels_path));
+  if (images->dims.size() != 3 || labels.dims.size() != 1 ||
+      images->dims[0] != labels.dims[0]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(images_path, ": images and labels do not match"));
+  }
+  const int64_t n = images->dims[0];
+  const int64_t d = images->dims[1] * images->dims[2];
+  Split split;
+  split.x = torch::from_blob(images->data.data(), {n, d}, torch::kUInt8)
+                .to(torch::kFloat32)
+                .div_(255.0)
+                .sub_(0.2860)
+                .div_(0.3530);
+  split.y =
+      torch::from_blob(labels.data.data(), {n}, torch::kUInt8).to(torch::kInt64);
+  return split;
+}
+
+// Gaussian clusters around seeded class centres; the validation split uses
+// the same centres and fresh noise.
+Data MakeSynthetic(const TrainerConfig& c) {
+  const int64_t d = c.synthetic_features, k = c.synthetic_classes;
+  std::mt19937_64 rng(Mix(static_cast<uint64_t>(c.seed) ^ 0x5157));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> centres(static_cast<size_t>(k * d));
+  for (auto& v : centres) v = 1.2f * normal(rng);
+  auto make = [&](int64_t n) {
+    std::vector<float> x(static_cast<size_t>(n * d));
+    std::vector<int64_t> y(static_cast<size_t>(n));
+    std::uniform_int_distribution<int64_t> cls(0, k - 1);
+    for (int64_t i = 0; i < n; ++i) {
+      y[i] = cls(rng);
+      for (int64_t j = 0; j < d; ++j) {
+        x[i * d + j] = centres[y[i] * d + j] + normal(rng);
+      }
+    }
+    Split s;
+    s.x = torch::from_blob(x.data(), {n, d}, torch::kFloat32).clone();
+    s.y = torch::from_blob(y.data(), {n}, torch::kInt64).clone();
+    return s;
+  };
+  Data data;
+  data.train = make(c.synthetic_samples);
+  data.val = make(std::max<int64_t>(16, c.synthetic_samples / 4));
+  data.classes = k;
+  return data;
+}
+
+absl::StatusOr<Data> LoadData(const TrainerConfig& c) {
+  if (c.dataset == "synthetic") return MakeSynthetic(c);
+  Data data;
+  DIAL_ASSIGN_OR_RETURN(data.train, LoadFashionSplit(c.data_dir, "train"));
+  // Held-out split: the official test images.
+  DIAL_ASSIGN_OR_RETURN(data.val, LoadFashionSplit(c.data_dir, "t10k"));
+  data.classes = 10;
+  return data;
+}
+
+torch::nn::Sequential BuildMlp(const TrainerConfig& c, int64_t in,
+                               int64_t classes) {
+  torch::nn::Sequential net;
+  int64_t width = in;
+  for (int64_t i = 0; i < c.layers; ++i) {
+    net->push_back(torch::nn::Linear(width, c.units));
+    if (c.activation == "tanh") {
+      net->push_back(torch::nn::Tanh());
+    } else if (c.activation == "gelu") {
+      net->push_back(torch::nn::GELU());
+    } else if (c.activation == "sigmoid") {
+      net->push_back(torch::nn::Sigmoid());
+    } else {
+      net->push_back(torch::nn::ReLU());
+    }
+    if (c.dropout > 0) net->push_back(torch::nn::Dropout(c.dropout));
+    width = c.units;
+  }
+  net->push_back(torch::nn::Linear(width, classes));
+  return net;
+}
+
+std::unique_ptr<torch::optim::Optimizer> BuildOptimizer(
+    const TrainerConfig& c, std::vector<torch::Tensor> params) {
+  if (c.optimizer == "sgd") {
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(c.lr)
+                    .momentum(c.momentum)
+                    .weight_decay(c.weight_decay));
+  }
+  return std::make_unique<torch::optim::Adam>(
+      params, torch::optim::AdamOptions(c.lr).weight_decay(c.weight_decay));
+}
+
+// Epoch e's order of the training examples: a function of (seed, e) only,
+// so a resumed run visits the data exactly as an uninterrupted one.
+torch::Tensor EpochOrder(int64_t seed, int64_t epoch, int64_t n) {
+  std::mt19937_64 rng(Mix(static_cast<uint64_t>(seed)) ^
+                      Mix(static_cast<uint64_t>(epoch) + 1));
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  for (int64_t i = n - 1; i > 0; --i) {
+    std::swap(order[i], order[rng() % static_cast<uint64_t>(i + 1)]);
+  }
+  return torch::from_blob(order.data(), {n}, torch::kInt64).clone();
+}
+
+std::pair<double, double> Evaluate(torch::nn::Sequential& net, const Split& s,
+                                   int64_t batch) {
+  torch::NoGradGuard no_grad;
+  net->eval();
+  const int64_t n = s.x.size(0);
+  double loss_sum = 0, correct = 0;
+  for (int64_t start = 0; start < n; start += batch) {
+    const int64_t end = std::min(n, start + batch);
+    auto out = net->forward(s.x.slice(0, start, end));
+    auto y = s.y.slice(0, start, end);
+    // Summed, not averaged, so a short last batch weighs what it holds.
+    loss_sum += torch::nn::functional::cross_entropy(
+                    out, y,
+                    torch::nn::functional::CrossEntropyFuncOptions().reduction(
+                        torch::kSum))
+                    .item<double>();
+    correct += out.argmax(1).eq(y).sum().item<double>();
+  }
+  net->train();
+  return {loss_sum / n, correct / n};
+}
+
+std::string Serialize(const std::function<void(std::ostream&)>& save) {
+  std::ostringstream out;
+  save(out);
+  return out.str();
+}
+
+class Run {
+ public:
+  Run(const TrainerConfig& c, const RunContext& ctx, ReportSink& sink)
+      : c_(c), ctx_(ctx), sink_(sink) {}
+
+  absl::StatusOr<RunResult> Go() {
+    torch::set_num_threads(std::max(1, ctx_.threads));
+    DIAL_ASSIGN_OR_RETURN(data_, LoadData(c_));
+    if (c_.batch_size > data_.train.x.size(0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch_size ", c_.batch_size, " is larger than the training set (",
+          data_.train.x.size(0), ")"));
+    }
+    torch::manual_seed(static_cast<uint64_t>(c_.seed));
+    net_ = BuildMlp(c_, data_.train.x.size(1), data_.classes);
+    optimizer_ = BuildOptimizer(c_, net_->parameters());
+    if (!ctx_.checkpoint_root.empty()) {
+      DIAL_ASSIGN_OR_RETURN(store_, storage::FileCheckpointStore::Create(
+                                        {ctx_.checkpoint_root}));
+    }
+    int64_t step = 0;
+    if (!ctx_.restore_checkpoint.empty()) {
+      DIAL_ASSIGN_OR_RETURN(step, Restore(ctx_.restore_checkpoint));
+    }
+    return Loop(step);
+  }
+
+ private:
+  absl::StatusOr<int64_t> Restore(const std::string& id) {
+    if (!store_) {
+      return absl::InvalidArgumentError(
+          "restoring a checkpoint needs a checkpoint root");
+    }
+    DIAL_ASSIGN_OR_RETURN(auto files, store_->Read(id));
+    for (const char* name : {"model.pt", "optimizer.pt", "rng.pt", "step"}) {
+      if (!files.count(name)) {
+        return absl::DataLossError(
+            absl::StrCat("checkpoint ", id, " has no ", name));
+      }
+    }
+    std::istringstream model(files["model.pt"]);
+    torch::load(net_, model);
+    std::istringstream optim(files["optimizer.pt"]);
+    torch::load(*optimizer_, optim);
+    std::istringstream rng(files["rng.pt"]);
+    torch::Tensor state;
+    torch::load(state, rng);
+    auto gen = at::detail::getDefaultCPUGenerator();
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state);
+    }
+    last_checkpoint_step_ = std::stoll(files["step"]);
+    return last_checkpoint_step_;
+  }
+
+  absl::StatusOr<std::string> Checkpoint(int64_t step) {
+    if (!store_) return std::string();
+    if (step == last_checkpoint_step_) {
+      return storage::CheckpointStore::MakeId(ctx_.study, ctx_.trial, step);
+    }
+    std::map<std::string, std::string> files;
+    files["model.pt"] =
+        Serialize([&](std::ostream& out) { torch::save(net_, out); });
+    files["optimizer.pt"] =
+        Serialize([&](std::ostream& out) { torch::save(*optimizer_, out); });
+    torch::Tensor state;
+    {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      state = gen.get_state();
+    }
+    files["rng.pt"] =
+        Serialize([&](std::ostream& out) { torch::save(state, out); });
+    files["step"] = std::to_string(step);
+    auto info = store_->Write(ctx_.study, ctx_.trial, step, files);
+    if (absl::IsAlreadyExists(info.status())) {
+      // Written by an earlier attempt that got this far: same state.
+      return storage::CheckpointStore::MakeId(ctx_.study, ctx_.trial, step);
+    }
+    if (!info.ok()) return info.status();
+    last_checkpoint_step_ = step;
+    return info->id;
+  }
+
+  absl::StatusOr<RunResult> Loop(int64_t step) {
+    RunResult result;
+    result.last_step = step;
+    const int64_t n = data_.train.x.size(0);
+    const int64_t per_epoch = std::max<int64_t>(1, n / c_.batch_size);
+    int64_t epoch = -1;
+    torch::Tensor order;
+    torch::Tensor loss_sum = torch::zeros({}, torch::kFloat64);
+    int64_t loss_steps = 0;
+    double train_seconds = 0;
+    auto started = std::chrono::steady_clock::now();
+    net_->train();
+    while (step < c_.steps) {
+      if (ctx_.interrupt && ctx_.interrupt->load()) {
+        // Asked to stop (e.g. the worker shuts down): save and report.
+        DIAL_ASSIGN_OR_RETURN(std::string id, Checkpoint(step));
+        Report report;
+        report.step = step;
+        report.checkpoint = id;
+        report.metrics["train_loss"] =
+            loss_steps ? loss_sum.item<double>() / loss_steps : NAN;
+        if (step > 0) (void)sink_.OnReport(report);
+        result.interrupted = true;
+        return result;
+      }
+      ++step;
+      const int64_t e = (step - 1) / per_epoch;
+      if (e != epoch) {
+        epoch = e;
+        order = EpochOrder(c_.seed, epoch, n);
+      }
+      const int64_t b = (step - 1) % per_epoch;
+      auto ids = order.slice(0, b * c_.batch_size, (b + 1) * c_.batch_size);
+      auto x = data_.train.x.index_select(0, ids);
+      auto y = data_.train.y.index_select(0, ids);
+      optimizer_->zero_grad();
+      auto loss = torch::nn::functional::cross_entropy(net_->forward(x), y);
+      loss.backward();
+      optimizer_->step();
+      loss_sum += loss.detach().to(torch::kFloat64);
+      ++loss_steps;
+
+      if (step % c_.eval_every != 0 && step != c_.steps) continue;
+      train_seconds += std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - started)
+                           .count();
+      Report report;
+      report.step = step;
+      auto [val_loss, val_accuracy] =
+          Evaluate(net_, data_.val, c_.eval_batch_size);
+      report.metrics["train_loss"] = loss_sum.item<double>() / loss_steps;
+      report.metrics["val_loss"] = val_loss;
+      report.metrics["val_accuracy"] = val_accuracy;
+      report.metrics["epoch"] = static_cast<double>(step) / per_epoch;
+      report.metrics["samples_per_s"] =
+          train_seconds > 0 ? loss_steps * c_.batch_size / train_seconds : 0;
+      if (c_.checkpoint_every == 0 || step % c_.checkpoint_every == 0 ||
+          step == c_.steps) {
+        DIAL_ASSIGN_OR_RETURN(report.checkpoint, Checkpoint(step));
+      }
+      result.last_step = step;
+      result.final_metrics = report.metrics;
+      DIAL_ASSIGN_OR_RETURN(Action action, sink_.OnReport(report));
+      if (action != Action::kContinue) {
+        result.stopped = true;
+        return result;
+      }
+      loss_sum.zero_();
+      loss_steps = 0;
+      train_seconds = 0;
+      started = std::chrono::steady_clock::now();
+    }
+    return result;
+  }
+
+  const TrainerConfig& c_;
+  const RunContext& ctx_;
+  ReportSink& sink_;
+  Data data_;
+  torch::nn::Sequential net_{nullptr};
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<storage::FileCheckpointStore> store_;
+  int64_t last_checkpoint_step_ = -1;
+};
+
+}  // namespace
+
+absl::StatusOr<RunResult> Train(const TrainerConfig& config,
+                                const RunContext& context, ReportSink& sink) {
+  if (config.model != "mlp") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", config.model, "' is not available"));
+  }
+  try {
+    Run run(config, context, sink);
+    return run.Go();
+  } catch (const std::exception& e) {  // c10::Error and std::runtime_error
+    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
+  }
+}
+
+}  // namespace dial::trainer

@@ -1,0 +1,57 @@
+// The built-in trainer: builds a model from a TrainerConfig, trains it on
+// Fashion-MNIST or synthetic data, evaluates every `eval_every` steps,
+// checkpoints through the CheckpointStore layout, resumes exactly from a
+// checkpoint, and hands each evaluation to a ReportSink that answers with the
+// scheduler's decision. This header is torch-free; LibTorch stays in
+// trainer.cc. Not thread-safe: one Train call per process at a time.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/trainer_knobs.h"
+
+namespace dial::trainer {
+
+enum class Action { kContinue, kStop, kPause };
+
+struct Report {
+  int64_t step = 0;
+  std::map<std::string, double> metrics;
+  std::string checkpoint;  // id, if one was written at this step
+};
+
+class ReportSink {
+ public:
+  virtual ~ReportSink() = default;
+  // The decision for `report`; an error ends training with that error.
+  virtual absl::StatusOr<Action> OnReport(const Report& report) = 0;
+};
+
+struct RunContext {
+  std::string checkpoint_root;  // empty: no checkpoints
+  std::string study = "local";
+  int64_t trial = 0;
+  std::string restore_checkpoint;  // checkpoint id to resume from
+  int threads = 1;
+  // When set (SIGTERM), training checkpoints, reports and returns.
+  const std::atomic<bool>* interrupt = nullptr;
+};
+
+struct RunResult {
+  int64_t last_step = 0;
+  std::map<std::string, double> final_metrics;  // the last report's metrics
+  bool stopped = false;      // a STOP or PAUSE decision ended the run
+  bool interrupted = false;  // `interrupt` ended the run
+};
+
+// INVALID_ARGUMENT for unusable data or knobs (e.g. missing dataset files,
+// naming the path); NOT_FOUND / DATA_LOSS for a bad restore checkpoint;
+// INTERNAL for LibTorch errors, with their message.
+absl::StatusOr<RunResult> Train(const TrainerConfig& config,
+                                const RunContext& context, ReportSink& sink);
+
+}  // namespace dial::trainer
