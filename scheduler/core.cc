@@ -9,6 +9,7 @@
 #include "common/spec.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
+#include "spdlog/spdlog.h"
 
 namespace dial::scheduler {
 namespace {
@@ -49,7 +50,21 @@ bool IsFinal(v1::TrialState state) {
 
 SchedulerCore::SchedulerCore(const SchedulerCoreOptions& options)
     : store_(options.store),
-      clock_(options.clock ? options.clock : &real_clock_) {}
+      clock_(options.clock ? options.clock : &real_clock_),
+      worker_lease_(options.worker_lease) {}
+
+SchedulerCore::~SchedulerCore() {
+  StopWaiting();
+  if (ticker_.joinable()) ticker_.join();
+}
+
+void SchedulerCore::StopWaiting() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+  // Parked long polls end empty rather than dangle.
+  for (auto& w : waiters_) w.done(std::optional<Assignment>());
+  waiters_.clear();
+}
 
 absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
     const SchedulerCoreOptions& options) {
@@ -57,8 +72,24 @@ absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
     return absl::InvalidArgumentError("SchedulerCore needs a StudyStore");
   }
   std::unique_ptr<SchedulerCore> core(new SchedulerCore(options));
-  absl::MutexLock lock(&core->mu_);
-  DIAL_RETURN_IF_ERROR(core->Load());
+  {
+    absl::MutexLock lock(&core->mu_);
+    DIAL_RETURN_IF_ERROR(core->Load());
+  }
+  if (options.tick > absl::ZeroDuration()) {
+    SchedulerCore* self = core.get();
+    const absl::Duration tick = options.tick;
+    core->ticker_ = std::thread([self, tick] {
+      while (true) {
+        {
+          absl::MutexLock lock(&self->mu_);
+          self->mu_.AwaitWithTimeout(absl::Condition(&self->stopping_), tick);
+          if (self->stopping_) return;
+        }
+        self->Tick();
+      }
+    });
+  }
   return core;
 }
 
@@ -106,7 +137,18 @@ absl::Status SchedulerCore::Load() {
       entry->trial_scheduler->OnTrialFinished(*trial);
     }
     const std::string name = entry->study.name();
+    StudyEntry& e = *entry;
     studies_[name] = std::move(entry);
+    // Workers register anew after a restart, so trials that were running on
+    // workers go back to the queue and resume from their last checkpoint.
+    std::vector<v1::Trial> orphans;
+    for (const auto& [number, trial] : e.trials) {
+      if (trial.state() == v1::RUNNING && !trial.worker_id().empty()) {
+        orphans.push_back(trial);
+      }
+    }
+    for (auto& trial : orphans) DIAL_RETURN_IF_ERROR(Requeue(e, trial));
+    DIAL_RETURN_IF_ERROR(FillPending(e));
   }
   return absl::OkStatus();
 }
@@ -243,9 +285,11 @@ absl::StatusOr<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec) {
         absl::StrCat("study '", entry->study.name(), "' already exists"));
   }
   DIAL_RETURN_IF_ERROR(store_->CreateStudy(entry->study));
-  v1::Study result = WithCounts(*entry);
+  StudyEntry& e = *entry;
   studies_[entry->study.name()] = std::move(entry);
-  return result;
+  DIAL_RETURN_IF_ERROR(FillPending(e));
+  Dispatch();
+  return WithCounts(e);
 }
 
 absl::StatusOr<v1::Study> SchedulerCore::GetStudy(const std::string& name) {
@@ -300,7 +344,8 @@ absl::StatusOr<v1::Study> SchedulerCore::UpdateStudy(
   *updated.mutable_update_time() = Now();
   DIAL_RETURN_IF_ERROR(store_->UpdateStudy(updated));
   entry->study = std::move(updated);
-  DIAL_RETURN_IF_ERROR(MaybeFinish(*entry));
+  DIAL_RETURN_IF_ERROR(FillPending(*entry));
+  Dispatch();
   return WithCounts(*entry);
 }
 
@@ -432,26 +477,10 @@ absl::StatusOr<Suggestion> SchedulerCore::SuggestTrials(
          int32_t(result.trials.size()) < count && !entry->exhausted &&
          int64_t(entry->trials.size()) < budget.max_trials() &&
          entry->open_trials < budget.max_parallel_trials()) {
-    const int64_t number = static_cast<int64_t>(entry->trials.size());
-    auto params = entry->searcher->Suggest(number);
-    if (absl::IsOutOfRange(params.status())) {
-      entry->exhausted = true;
-      break;
-    }
-    if (!params.ok()) return params.status();
-    v1::Trial trial;
-    trial.set_study(name);
-    trial.set_number(number);
-    trial.set_state(v1::RUNNING);
-    *trial.mutable_params() = std::move(*params);
-    trial.set_client_id(client_id);
-    trial.set_last_step(-1);
-    trial.set_attempt(1);
-    *trial.mutable_create_time() = Now();
-    *trial.mutable_start_time() = trial.create_time();
-    DIAL_RETURN_IF_ERROR(SaveTrial(*entry, trial));
-    Emit(*entry, v1::StudyEvent::TRIAL_CREATED, &trial);
-    result.trials.push_back(std::move(trial));
+    DIAL_ASSIGN_OR_RETURN(auto trial,
+                          NewTrial(*entry, v1::RUNNING, client_id));
+    if (!trial) break;
+    result.trials.push_back(std::move(*trial));
   }
   DIAL_RETURN_IF_ERROR(MaybeFinish(*entry));
   result.study_state = entry->study.state();
@@ -483,9 +512,18 @@ absl::StatusOr<v1::Decision> SchedulerCore::ReportIntermediate(
         "step: ", step, " is not after the last reported step ",
         stored->last_step()));
   }
-  v1::Trial trial = *stored;
+  return RecordReport(*entry, *stored, step, metrics, checkpoint);
+}
+
+absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
+    StudyEntry& study, v1::Trial trial, int64_t step,
+    const searchers::Metrics& metrics, const std::string& checkpoint) {
+  StudyEntry* entry = &study;
   trial.set_last_step(step);
-  if (!checkpoint.empty()) trial.set_checkpoint(checkpoint);
+  if (!checkpoint.empty()) {
+    trial.set_checkpoint(checkpoint);
+    trial.set_checkpoint_step(step);
+  }
   v1::MetricPoint point;
   point.set_step(step);
   *point.mutable_metrics() = metrics;
@@ -503,19 +541,22 @@ absl::StatusOr<v1::Decision> SchedulerCore::ReportIntermediate(
   if (decision.action() == v1::Decision::STOP) {
     trial.set_state(v1::STOPPED);
     *trial.mutable_end_time() = Now();
-    DIAL_RETURN_IF_ERROR(FinishTrial(*entry, trial));
+    DIAL_RETURN_IF_ERROR(Finalize(*entry, trial));
   } else {
     Emit(*entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
   }
   return decision;
 }
 
-absl::Status SchedulerCore::FinishTrial(StudyEntry& entry, v1::Trial trial) {
+absl::Status SchedulerCore::Finalize(StudyEntry& entry, v1::Trial trial) {
   DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
+  dispatched_.erase({trial.study(), trial.number()});
   entry.searcher->Observe(trial);
   entry.trial_scheduler->OnTrialFinished(trial);
   Emit(entry, v1::StudyEvent::TRIAL_FINISHED, &trial);
-  return MaybeFinish(entry);
+  DIAL_RETURN_IF_ERROR(FillPending(entry));
+  Dispatch();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Trial> SchedulerCore::CompleteTrial(
@@ -558,7 +599,7 @@ absl::StatusOr<v1::Trial> SchedulerCore::CompleteTrial(
     return trial;
   }
   *trial.mutable_end_time() = Now();
-  DIAL_RETURN_IF_ERROR(FinishTrial(*entry, trial));
+  DIAL_RETURN_IF_ERROR(Finalize(*entry, trial));
   return trial;
 }
 
@@ -579,6 +620,338 @@ absl::StatusOr<v1::StudyEvent> SchedulerCore::Watch(const std::string& name,
 void SchedulerCore::Unwatch(int64_t watch_id) {
   absl::MutexLock lock(&mu_);
   watchers_.erase(watch_id);
+}
+
+absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
+    StudyEntry& entry, v1::TrialState state, const std::string& client_id) {
+  const int64_t number = static_cast<int64_t>(entry.trials.size());
+  auto params = entry.searcher->Suggest(number);
+  if (absl::IsOutOfRange(params.status())) {
+    entry.exhausted = true;
+    return std::optional<v1::Trial>();
+  }
+  if (!params.ok()) return params.status();
+  v1::Trial trial;
+  trial.set_study(entry.study.name());
+  trial.set_number(number);
+  trial.set_state(state);
+  *trial.mutable_params() = std::move(*params);
+  trial.set_client_id(client_id);
+  trial.set_last_step(-1);
+  *trial.mutable_create_time() = Now();
+  if (state == v1::RUNNING) {
+    trial.set_attempt(1);
+    *trial.mutable_start_time() = trial.create_time();
+  }
+  DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
+  Emit(entry, v1::StudyEvent::TRIAL_CREATED, &trial);
+  return std::optional<v1::Trial>(std::move(trial));
+}
+
+absl::Status SchedulerCore::FillPending(StudyEntry& entry) {
+  if (entry.study.spec().trial().run_case() !=
+      v1::TrialTemplate::RUN_NOT_SET) {
+    const auto& budget = entry.study.spec().budget();
+    while (entry.study.state() == v1::STUDY_ACTIVE && !entry.exhausted &&
+           int64_t(entry.trials.size()) < budget.max_trials() &&
+           entry.open_trials < budget.max_parallel_trials()) {
+      DIAL_ASSIGN_OR_RETURN(auto trial, NewTrial(entry, v1::PENDING, ""));
+      if (!trial) break;
+    }
+  }
+  return MaybeFinish(entry);
+}
+
+absl::Status SchedulerCore::Requeue(StudyEntry& entry, v1::Trial trial) {
+  trial.set_state(v1::PENDING);
+  trial.set_worker_id("");
+  DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
+  dispatched_.erase({trial.study(), trial.number()});
+  Emit(entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
+  return absl::OkStatus();
+}
+
+absl::Status SchedulerCore::Touch(const std::string& worker_id) {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "worker '", worker_id, "' is not registered (or its lease expired); "
+        "register again"));
+  }
+  it->second.last_seen = clock_->Now();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RegisterWorkerResponse> SchedulerCore::RegisterWorker(
+    const std::string& host, const v1::WorkerResources& resources) {
+  if (host.empty() || host.size() > 255) {
+    return absl::InvalidArgumentError("host: must be 1-255 characters");
+  }
+  if (resources.slots() < 1 || resources.slots() > 1024) {
+    return absl::InvalidArgumentError(
+        "resources.slots: must be between 1 and 1024");
+  }
+  absl::MutexLock lock(&mu_);
+  std::random_device rd;
+  char suffix[9];
+  std::snprintf(suffix, sizeof(suffix), "%08x", rd());
+  WorkerEntry entry;
+  entry.worker.set_id(absl::StrCat(host, "-", suffix));
+  entry.worker.set_host(host);
+  *entry.worker.mutable_resources() = resources;
+  *entry.worker.mutable_last_seen() = Now();
+  entry.last_seen = clock_->Now();
+  DIAL_RETURN_IF_ERROR(store_->PutWorker(entry.worker));
+  v1::RegisterWorkerResponse response;
+  response.set_worker_id(entry.worker.id());
+  response.set_lease_ms(absl::ToInt64Milliseconds(worker_lease_));
+  workers_[entry.worker.id()] = std::move(entry);
+  return response;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  DIAL_RETURN_IF_ERROR(Touch(request.worker_id()));
+  std::set<std::pair<std::string, int64_t>> running;
+  for (const auto& r : request.running()) running.insert({r.study(), r.trial()});
+  // Trials handed to this worker that it does not run (e.g. the reply to its
+  // long poll was lost) go back to the queue after a lease of grace.
+  const absl::Time now = clock_->Now();
+  std::vector<std::pair<StudyEntry*, v1::Trial>> lost;
+  for (const auto& [key, when] : dispatched_) {
+    if (running.count(key) || now - when < worker_lease_) continue;
+    auto study = studies_.find(key.first);
+    if (study == studies_.end()) continue;
+    auto trial = study->second->trials.find(key.second);
+    if (trial != study->second->trials.end() &&
+        trial->second.state() == v1::RUNNING &&
+        trial->second.worker_id() == request.worker_id()) {
+      lost.push_back({study->second.get(), trial->second});
+    }
+  }
+  for (auto& [entry, trial] : lost) DIAL_RETURN_IF_ERROR(Requeue(*entry, trial));
+  if (!lost.empty()) Dispatch();
+  v1::HeartbeatResponse response;
+  response.set_lease_ms(absl::ToInt64Milliseconds(worker_lease_));
+  return response;
+}
+
+absl::StatusOr<std::optional<Assignment>> SchedulerCore::Assign(
+    const std::string& worker_id, int32_t free_gpus) {
+  StudyEntry* best_entry = nullptr;
+  const v1::Trial* best = nullptr;
+  int64_t best_ms = 0;
+  for (auto& [name, entry] : studies_) {
+    if (entry->study.state() != v1::STUDY_ACTIVE ||
+        entry->study.spec().trial().run_case() ==
+            v1::TrialTemplate::RUN_NOT_SET ||
+        entry->study.spec().trial().resources().gpus() > free_gpus) {
+      continue;
+    }
+    for (const auto& [number, trial] : entry->trials) {
+      if (trial.state() != v1::PENDING) continue;
+      const int64_t ms =
+          google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+              trial.create_time());
+      if (best == nullptr || ms < best_ms) {
+        best = &trial;
+        best_entry = entry.get();
+        best_ms = ms;
+      }
+      break;  // trials are in number order: the first PENDING is the oldest
+    }
+  }
+  if (best == nullptr) return std::optional<Assignment>();
+  v1::Trial trial = *best;
+  trial.set_state(v1::RUNNING);
+  trial.set_attempt(trial.attempt() + 1);
+  trial.set_worker_id(worker_id);
+  if (!trial.has_start_time()) *trial.mutable_start_time() = Now();
+  DIAL_RETURN_IF_ERROR(SaveTrial(*best_entry, trial));
+  dispatched_[{trial.study(), trial.number()}] = clock_->Now();
+  Emit(*best_entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
+  Assignment a;
+  a.run = best_entry->study.spec().trial();
+  a.restore_checkpoint = trial.checkpoint();
+  a.start_step = trial.checkpoint().empty() ? 0 : trial.checkpoint_step();
+  a.attempt = trial.attempt();
+  a.trial = std::move(trial);
+  return std::optional<Assignment>(std::move(a));
+}
+
+void SchedulerCore::Dispatch() {
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (!it->alive()) {
+      it->done(std::optional<Assignment>());
+      it = waiters_.erase(it);
+      continue;
+    }
+    auto assignment = Assign(it->worker_id, it->free_gpus);
+    if (assignment.ok() && !assignment->has_value()) {
+      ++it;
+      continue;
+    }
+    it->done(std::move(assignment));
+    it = waiters_.erase(it);
+  }
+}
+
+void SchedulerCore::AcquireTrial(const std::string& worker_id,
+                                 int32_t free_gpus, absl::Duration wait,
+                                 std::function<bool()> alive,
+                                 AcquireCallback done) {
+  absl::MutexLock lock(&mu_);
+  absl::Status touched = Touch(worker_id);
+  if (!touched.ok()) return done(touched);
+  auto assignment = Assign(worker_id, free_gpus);
+  if (!assignment.ok() || assignment->has_value() ||
+      wait <= absl::ZeroDuration() || stopping_) {
+    return done(std::move(assignment));
+  }
+  waiters_.push_back({worker_id, free_gpus,
+                      clock_->Now() + std::min(wait, absl::Seconds(30)),
+                      std::move(alive), std::move(done)});
+}
+
+absl::StatusOr<v1::Trial*> SchedulerCore::Fence(StudyEntry& entry,
+                                                const std::string& worker_id,
+                                                int64_t number,
+                                                int32_t attempt) {
+  DIAL_ASSIGN_OR_RETURN(v1::Trial * trial, FindTrial(entry, number));
+  if (trial->worker_id() != worker_id || trial->attempt() != attempt) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "attempt ", attempt, " of trial ", number, " on worker '", worker_id,
+        "' is stale: the trial now belongs to attempt ", trial->attempt(),
+        trial->worker_id().empty() ? "" : " on worker '" + trial->worker_id() + "'"));
+  }
+  return trial;
+}
+
+absl::StatusOr<v1::Decision> SchedulerCore::ReportProgress(
+    const v1::ReportProgressRequest& request) {
+  if (request.step() < 0) return absl::InvalidArgumentError("step: must be >= 0");
+  if (request.metrics().empty()) {
+    return absl::InvalidArgumentError("metrics: must hold at least one value");
+  }
+  DIAL_RETURN_IF_ERROR(CheckMetrics(request.metrics(), "metrics"));
+  if (request.checkpoint().size() > kMaxCheckpointId) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: at most ", kMaxCheckpointId, " characters"));
+  }
+  absl::MutexLock lock(&mu_);
+  DIAL_RETURN_IF_ERROR(Touch(request.worker_id()));
+  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(request.study()));
+  DIAL_ASSIGN_OR_RETURN(
+      v1::Trial * stored,
+      Fence(*entry, request.worker_id(), request.trial(), request.attempt()));
+  if (stored->state() != v1::RUNNING) {
+    return NotRunning(*stored, "reports are taken only while RUNNING");
+  }
+  if (request.step() <= stored->last_step()) {
+    // A resumed attempt replays steps after its checkpoint that an earlier
+    // attempt already reported: they are on record once already.
+    v1::Decision decision;
+    decision.set_action(entry->study.state() == v1::STUDY_STOPPED
+                            ? v1::Decision::STOP
+                            : v1::Decision::CONTINUE);
+    decision.set_reason("step already recorded");
+    return decision;
+  }
+  return RecordReport(*entry, *stored, request.step(), request.metrics(),
+                      request.checkpoint());
+}
+
+absl::Status SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request) {
+  DIAL_RETURN_IF_ERROR(CheckMetrics(request.final_metrics(), "final_metrics"));
+  absl::MutexLock lock(&mu_);
+  DIAL_RETURN_IF_ERROR(Touch(request.worker_id()));
+  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(request.study()));
+  DIAL_ASSIGN_OR_RETURN(
+      v1::Trial * stored,
+      Fence(*entry, request.worker_id(), request.trial(), request.attempt()));
+  if (stored->state() == v1::STOPPED) {
+    // Stopped by a decision; the process has now exited.
+    v1::Trial trial = *stored;
+    *trial.mutable_final_metrics() = request.final_metrics();
+    dispatched_.erase({trial.study(), trial.number()});
+    return SaveTrial(*entry, trial);
+  }
+  if (stored->state() != v1::RUNNING) {
+    return NotRunning(*stored, "it cannot be finished again");
+  }
+  v1::Trial trial = *stored;
+  if (request.requeue()) {
+    DIAL_RETURN_IF_ERROR(Requeue(*entry, trial));
+    Dispatch();
+    return absl::OkStatus();
+  }
+  std::string error = request.error();
+  const std::string& metric = entry->study.spec().objective().metric();
+  auto objective = request.final_metrics().find(metric);
+  if (error.empty() && (objective == request.final_metrics().end() ||
+                        !std::isfinite(objective->second))) {
+    error = absl::StrCat("the trial finished without a finite value of the "
+                         "objective metric '", metric, "'");
+  }
+  *trial.mutable_final_metrics() = request.final_metrics();
+  if (error.empty()) {
+    trial.set_objective_value(objective->second);
+    trial.set_state(v1::COMPLETED);
+    *trial.mutable_end_time() = Now();
+    return Finalize(*entry, trial);
+  }
+  if (!request.stderr_tail().empty()) {
+    absl::StrAppend(&error, "\n--- last lines of stderr ---\n",
+                    request.stderr_tail());
+  }
+  trial.set_error(error.substr(0, 16384));
+  trial.set_failures(trial.failures() + 1);
+  if (trial.failures() <= entry->study.spec().budget().max_failures_per_trial()) {
+    DIAL_RETURN_IF_ERROR(Requeue(*entry, trial));
+    Dispatch();
+    return absl::OkStatus();
+  }
+  trial.set_state(v1::FAILED);
+  *trial.mutable_end_time() = Now();
+  return Finalize(*entry, trial);
+}
+
+absl::Status SchedulerCore::LoseWorker(const std::string& worker_id) {
+  std::vector<std::pair<StudyEntry*, v1::Trial>> lost;
+  for (auto& [name, entry] : studies_) {
+    for (const auto& [number, trial] : entry->trials) {
+      if (trial.state() == v1::RUNNING && trial.worker_id() == worker_id) {
+        lost.push_back({entry.get(), trial});
+      }
+    }
+  }
+  for (auto& [entry, trial] : lost) DIAL_RETURN_IF_ERROR(Requeue(*entry, trial));
+  workers_.erase(worker_id);
+  return absl::OkStatus();
+}
+
+void SchedulerCore::Tick() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  std::vector<std::string> expired;
+  for (const auto& [id, w] : workers_) {
+    if (now - w.last_seen > worker_lease_) expired.push_back(id);
+  }
+  for (const auto& id : expired) {
+    spdlog::warn("worker {} missed its lease; requeueing its trials", id);
+    absl::Status status = LoseWorker(id);
+    if (!status.ok()) spdlog::error("requeue failed: {}", status.ToString());
+  }
+  Dispatch();
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->deadline <= now || !it->alive()) {
+      it->done(std::optional<Assignment>());
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 }  // namespace dial::scheduler

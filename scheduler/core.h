@@ -13,10 +13,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,6 +35,20 @@ namespace dial::scheduler {
 struct SchedulerCoreOptions {
   storage::StudyStore* store = nullptr;  // required, not owned
   const Clock* clock = nullptr;          // nullptr: real time
+  // A worker silent for longer is lost and its trials are requeued.
+  absl::Duration worker_lease = absl::Seconds(10);
+  // Period of the background check of leases and long polls; zero starts
+  // no thread (tests call Tick themselves).
+  absl::Duration tick = absl::Milliseconds(200);
+};
+
+// A trial handed to a worker.
+struct Assignment {
+  v1::Trial trial;
+  v1::TrialTemplate run;
+  std::string restore_checkpoint;  // empty: start from scratch
+  int64_t start_step = 0;
+  int32_t attempt = 0;
 };
 
 struct TrialPage {
@@ -48,6 +65,8 @@ struct Suggestion {
 class SchedulerCore {
  public:
   using WatchCallback = std::function<void(const v1::StudyEvent&)>;
+  using AcquireCallback =
+      std::function<void(absl::StatusOr<std::optional<Assignment>>)>;
 
   // Loads and rebuilds every study from the store. Errors from the store
   // are returned as they are.
@@ -107,6 +126,34 @@ class SchedulerCore {
                                        int64_t* watch_id);
   void Unwatch(int64_t watch_id);
 
+  // Workers. Every call from a worker renews its lease.
+  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
+      const std::string& host, const v1::WorkerResources& resources);
+  // NOT_FOUND for an unknown or lost worker: it must register again.
+  // Trials it is assigned but does not list go back to the queue.
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request);
+  // Calls `done` exactly once: at once with a trial (or an error), else when
+  // a fitting trial becomes PENDING, or with nullopt once `wait` has passed.
+  // `alive` is asked before a parked call is given a trial. `done` runs under
+  // the core's lock: it must only finish the RPC.
+  void AcquireTrial(const std::string& worker_id, int32_t free_gpus,
+                    absl::Duration wait, std::function<bool()> alive,
+                    AcquireCallback done);
+  // FAILED_PRECONDITION when the attempt is stale (the trial was given to
+  // another attempt or worker); the worker must then kill the process.
+  // A step already recorded (a resumed attempt replaying) is acknowledged
+  // without being written again.
+  absl::StatusOr<v1::Decision> ReportProgress(
+      const v1::ReportProgressRequest& request);
+  absl::Status FinishTrial(const v1::FinishTrialRequest& request);
+
+  // Expires long polls and worker leases; the background thread calls it.
+  void Tick();
+  // Ends every parked long poll (empty) and parks no more; for shutdown.
+  void StopWaiting();
+  ~SchedulerCore();
+
  private:
   struct StudyEntry {
     v1::Study study;
@@ -120,6 +167,17 @@ class SchedulerCore {
   struct Watcher {
     std::string study;
     WatchCallback callback;
+  };
+  struct WorkerEntry {
+    v1::Worker worker;
+    absl::Time last_seen;
+  };
+  struct Waiter {
+    std::string worker_id;
+    int32_t free_gpus;
+    absl::Time deadline;
+    std::function<bool()> alive;
+    AcquireCallback done;
   };
 
   explicit SchedulerCore(const SchedulerCoreOptions& options);
@@ -137,7 +195,36 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status MaybeFinish(StudyEntry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status FinishTrial(StudyEntry& entry, v1::Trial trial)
+  absl::Status Finalize(StudyEntry& entry, v1::Trial trial)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new trial from the searcher, saved; nullopt when the space is
+  // exhausted.
+  absl::StatusOr<std::optional<v1::Trial>> NewTrial(
+      StudyEntry& entry, v1::TrialState state, const std::string& client_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Worker-run studies keep max_parallel_trials PENDING or running trials.
+  absl::Status FillPending(StudyEntry& entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Requeue(StudyEntry& entry, v1::Trial trial)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::optional<Assignment>> Assign(
+      const std::string& worker_id, int32_t free_gpus)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands PENDING trials to parked AcquireTrial calls.
+  void Dispatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::Decision> RecordReport(StudyEntry& entry,
+                                            v1::Trial trial, int64_t step,
+                                            const searchers::Metrics& metrics,
+                                            const std::string& checkpoint)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The trial of a worker call, if `attempt` of `worker_id` still owns it.
+  absl::StatusOr<v1::Trial*> Fence(StudyEntry& entry,
+                                   const std::string& worker_id,
+                                   int64_t number, int32_t attempt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Touch(const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoseWorker(const std::string& worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Study WithCounts(const StudyEntry& entry) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -150,12 +237,20 @@ class SchedulerCore {
   storage::StudyStore* store_;
   const Clock* clock_;
   RealClock real_clock_;
+  const absl::Duration worker_lease_;
+  std::thread ticker_;
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<StudyEntry>> studies_
       ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
   int64_t next_watch_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);
+  std::list<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  // When each running worker trial was handed out (study, number).
+  std::map<std::pair<std::string, int64_t>, absl::Time> dispatched_
+      ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Open trials still hold a place in max_parallel_trials.

@@ -26,6 +26,8 @@ ABSL_FLAG(bool, allow_remote, false,
 ABSL_FLAG(bool, sync_full, true,
           "Fsync every commit fully (survives power loss); false survives "
           "process crashes only but commits faster");
+ABSL_FLAG(int32_t, worker_lease_ms, 10000,
+          "A worker silent this long is lost and its trials are requeued");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 int main(int argc, char** argv) {
@@ -54,9 +56,12 @@ int main(int argc, char** argv) {
     spdlog::error("{}", checkpoints.status().ToString());
     return 1;
   }
-  auto server = dial::scheduler::SchedulerServer::Create(
-      {store->get(), absl::GetFlag(FLAGS_listen),
-       absl::GetFlag(FLAGS_allow_remote)});
+  dial::scheduler::SchedulerServerOptions options;
+  options.store = store->get();
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.allow_remote = absl::GetFlag(FLAGS_allow_remote);
+  options.worker_lease = absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
+  auto server = dial::scheduler::SchedulerServer::Create(options);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     return 1;

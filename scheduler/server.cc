@@ -35,11 +35,15 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
     const SchedulerServerOptions& options) {
   DIAL_RETURN_IF_ERROR(CheckListenAddress(options.listen, options.allow_remote));
   std::unique_ptr<SchedulerServer> server(new SchedulerServer());
-  DIAL_ASSIGN_OR_RETURN(server->core_,
-                        SchedulerCore::Create({options.store, options.clock}));
+  SchedulerCoreOptions core_options;
+  core_options.store = options.store;
+  core_options.clock = options.clock;
+  core_options.worker_lease = options.worker_lease;
+  DIAL_ASSIGN_OR_RETURN(server->core_, SchedulerCore::Create(core_options));
   server->study_service_ =
       std::make_unique<StudyServiceImpl>(server->core_.get());
-  server->worker_service_ = std::make_unique<WorkerServiceImpl>();
+  server->worker_service_ =
+      std::make_unique<WorkerServiceImpl>(server->core_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -63,6 +67,7 @@ SchedulerServer::~SchedulerServer() { Shutdown(); }
 
 void SchedulerServer::Shutdown() {
   if (server_) {
+    core_->StopWaiting();
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));
     server_->Wait();

@@ -25,6 +25,7 @@ struct SchedulerServerOptions {
   // Allow a non-loopback listen address. Off until authentication exists.
   bool allow_remote = false;
   const Clock* clock = nullptr;
+  absl::Duration worker_lease = absl::Seconds(10);
 };
 
 class SchedulerServer {

@@ -17,15 +17,6 @@ grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, F&& body) {
   return reactor;
 }
 
-grpc::ServerUnaryReactor* NotYet(grpc::CallbackServerContext* ctx,
-                                 const char* rpc) {
-  return Unary(ctx, [rpc] {
-    return absl::UnimplementedError(
-        std::string("WorkerService.") + rpc +
-        " is not implemented in this version of Dial; use the ask/tell "
-        "StudyService RPCs");
-  });
-}
 
 // Streams a study's events: the snapshot first, then every event the core
 // emits, ending after STUDY_FINISHED or when the client goes away.
@@ -262,29 +253,64 @@ grpc::ServerUnaryReactor* StudyServiceImpl::CompleteTrial(
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterWorker(
-    grpc::CallbackServerContext* ctx, const v1::RegisterWorkerRequest*,
-    v1::RegisterWorkerResponse*) {
-  return NotYet(ctx, "RegisterWorker");
+    grpc::CallbackServerContext* ctx, const v1::RegisterWorkerRequest* request,
+    v1::RegisterWorkerResponse* response) {
+  return Unary(ctx, [&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(
+        *response, core_->RegisterWorker(request->host(), request->resources()));
+    return absl::OkStatus();
+  });
 }
+
 grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(
-    grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest*,
-    v1::HeartbeatResponse*) {
-  return NotYet(ctx, "Heartbeat");
+    grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* request,
+    v1::HeartbeatResponse* response) {
+  return Unary(ctx, [&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(*response, core_->Heartbeat(*request));
+    return absl::OkStatus();
+  });
 }
+
 grpc::ServerUnaryReactor* WorkerServiceImpl::AcquireTrial(
-    grpc::CallbackServerContext* ctx, const v1::AcquireTrialRequest*,
-    v1::AcquireTrialResponse*) {
-  return NotYet(ctx, "AcquireTrial");
+    grpc::CallbackServerContext* ctx, const v1::AcquireTrialRequest* request,
+    v1::AcquireTrialResponse* response) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  core_->AcquireTrial(
+      request->worker_id(), request->free_gpus(),
+      absl::Milliseconds(request->wait_ms()),
+      [ctx] { return !ctx->IsCancelled(); },
+      [reactor, response](absl::StatusOr<std::optional<Assignment>> result) {
+        if (!result.ok()) {
+          reactor->Finish(ToGrpcStatus(result.status()));
+          return;
+        }
+        if (result->has_value()) {
+          Assignment& a = **result;
+          *response->mutable_trial() = std::move(a.trial);
+          *response->mutable_run() = std::move(a.run);
+          response->set_restore_checkpoint(a.restore_checkpoint);
+          response->set_start_step(a.start_step);
+          response->set_attempt(a.attempt);
+        }
+        reactor->Finish(grpc::Status::OK);
+      });
+  return reactor;
 }
+
 grpc::ServerUnaryReactor* WorkerServiceImpl::ReportProgress(
-    grpc::CallbackServerContext* ctx, const v1::ReportProgressRequest*,
-    v1::ReportProgressResponse*) {
-  return NotYet(ctx, "ReportProgress");
+    grpc::CallbackServerContext* ctx, const v1::ReportProgressRequest* request,
+    v1::ReportProgressResponse* response) {
+  return Unary(ctx, [&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(*response->mutable_decision(),
+                          core_->ReportProgress(*request));
+    return absl::OkStatus();
+  });
 }
+
 grpc::ServerUnaryReactor* WorkerServiceImpl::FinishTrial(
-    grpc::CallbackServerContext* ctx, const v1::FinishTrialRequest*,
-    v1::FinishTrialResponse*) {
-  return NotYet(ctx, "FinishTrial");
+    grpc::CallbackServerContext* ctx, const v1::FinishTrialRequest* request,
+    v1::FinishTrialResponse* response) {
+  return Unary(ctx, [&] { return core_->FinishTrial(*request); });
 }
 
 }  // namespace dial::scheduler

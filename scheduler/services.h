@@ -61,9 +61,11 @@ class StudyServiceImpl final : public v1::StudyService::CallbackService {
   SchedulerCore* core_;
 };
 
-// Worker daemons' API. Every RPC answers UNIMPLEMENTED until workers land.
+// Worker daemons' API. AcquireTrial is a long poll: the reactor is parked
+// in the core until a trial is ready or the wait ends.
 class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
+  explicit WorkerServiceImpl(SchedulerCore* core) : core_(core) {}
   grpc::ServerUnaryReactor* RegisterWorker(
       grpc::CallbackServerContext* ctx,
       const v1::RegisterWorkerRequest* request,
@@ -81,6 +83,9 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   grpc::ServerUnaryReactor* FinishTrial(
       grpc::CallbackServerContext* ctx, const v1::FinishTrialRequest* request,
       v1::FinishTrialResponse* response) override;
+
+ private:
+  SchedulerCore* core_;
 };
 
 }  // namespace dial::scheduler

@@ -393,6 +393,7 @@ absl::Status SqliteStudyStore::PutTrialLocked(const v1::Trial& trial) {
   v1::Trial detail;
   *detail.mutable_final_metrics() = trial.final_metrics();
   *detail.mutable_lineage() = trial.lineage();
+  detail.set_checkpoint_step(trial.checkpoint_step());
   DIAL_PREPARE(stmt,
                "INSERT INTO trials(study_id, number, state, client_id, "
                "objective, error, last_step, checkpoint, attempt, failures, "

@@ -69,7 +69,7 @@ Data MakeSynthetic(const TrainerConfig& c) {
   std::mt19937_64 rng(Mix(static_cast<uint64_t>(c.seed) ^ 0x5157));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> centres(static_cast<size_t>(k * d));
-  for (auto& v : centres) v = 1.2f * normal(rng);
+  for (auto& v : centres) v = 0.3f * normal(rng);
   auto make = [&](int64_t n) {
     std::vector<float> x(static_cast<size_t>(n * d));
     std::vector<int64_t> y(static_cast<size_t>(n));
@@ -333,6 +333,19 @@ class Run {
       loss_steps = 0;
       train_seconds = 0;
       started = std::chrono::steady_clock::now();
+    }
+    if (result.final_metrics.empty()) {
+      // Resumed at the last step (e.g. requeued right after finishing): the
+      // final evaluation is all that is left.
+      Report report;
+      report.step = step;
+      auto [val_loss, val_accuracy] =
+          Evaluate(net_, data_.val, c_.eval_batch_size);
+      report.metrics["val_loss"] = val_loss;
+      report.metrics["val_accuracy"] = val_accuracy;
+      DIAL_ASSIGN_OR_RETURN(report.checkpoint, Checkpoint(step));
+      result.final_metrics = report.metrics;
+      DIAL_RETURN_IF_ERROR(sink_.OnReport(report).status());
     }
     return result;
   }

@@ -1,0 +1,380 @@
+#include "worker/worker.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/trial_protocol.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "spdlog/spdlog.h"
+#include "worker/trial_process.h"
+
+namespace dial::worker {
+namespace {
+
+bool Retryable(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
+         absl::IsResourceExhausted(s) || absl::IsAborted(s);
+}
+
+std::string ParamsJson(const v1::Trial& trial) {
+  google::protobuf::Struct params;
+  for (const auto& [name, value] : trial.params()) {
+    auto& v = (*params.mutable_fields())[name];
+    switch (value.value_case()) {
+      case v1::ParamValue::kDoubleValue:
+        v.set_number_value(value.double_value());
+        break;
+      case v1::ParamValue::kIntValue:
+        v.set_number_value(static_cast<double>(value.int_value()));
+        break;
+      default:
+        v.set_string_value(value.string_value());
+    }
+  }
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(params, &out);
+  return out;
+}
+
+const char* ActionName(v1::Decision::Action action) {
+  switch (action) {
+    case v1::Decision::STOP:
+      return "STOP";
+    case v1::Decision::PAUSE:
+      return "PAUSE";
+    case v1::Decision::EXPLOIT:
+      return "EXPLOIT";
+    default:
+      return "CONTINUE";
+  }
+}
+
+}  // namespace
+
+Worker::Worker(const WorkerOptions& options) : options_(options) {
+  if (options_.cpus <= 0) {
+    options_.cpus = std::max(1u, std::thread::hardware_concurrency());
+  }
+  if (options_.host.empty()) {
+    char name[256] = {0};
+    gethostname(name, sizeof(name) - 1);
+    options_.host = name[0] ? name : "worker";
+  }
+  free_gpus_ = options_.gpus;
+}
+
+Worker::~Worker() { Shutdown(); }
+
+int Worker::ThreadsPerTrial() const {
+  return std::max(1, options_.cpus / std::max(1, options_.slots));
+}
+
+bool Worker::Sleep(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&stopping_), d);
+  return !stopping_;
+}
+
+std::string Worker::EnsureRegistered() {
+  absl::Duration backoff = absl::Milliseconds(200);
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return "";
+      if (!worker_id_.empty()) return worker_id_;
+    }
+    v1::RegisterWorkerRequest request;
+    request.set_host(options_.host);
+    auto* resources = request.mutable_resources();
+    for (const auto& id : options_.gpus) resources->add_gpus()->set_id(id);
+    resources->set_cpus(options_.cpus);
+    resources->set_slots(options_.slots);
+    auto response = options_.client->Register(request);
+    if (response.ok()) {
+      absl::MutexLock lock(&mu_);
+      if (worker_id_.empty()) {
+        worker_id_ = response->worker_id();
+        spdlog::info("registered as {} ({} slots, {} GPUs, {} threads/trial)",
+                     worker_id_, options_.slots, options_.gpus.size(),
+                     ThreadsPerTrial());
+      }
+      return worker_id_;
+    }
+    spdlog::warn("cannot register with the scheduler: {}; retrying in {}",
+                 response.status().ToString(), absl::FormatDuration(backoff));
+    if (!Sleep(backoff)) return "";
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+  }
+}
+
+void Worker::ForgetRegistration(const std::string& stale_id) {
+  absl::MutexLock lock(&mu_);
+  if (worker_id_ == stale_id) worker_id_.clear();
+}
+
+absl::Status Worker::Run() {
+  std::vector<std::thread> threads;
+  threads.emplace_back([this] { HeartbeatLoop(); });
+  for (int slot = 0; slot < options_.slots; ++slot) {
+    threads.emplace_back([this, slot] { SlotLoop(slot); });
+  }
+  for (auto& t : threads) t.join();
+  return absl::OkStatus();
+}
+
+void Worker::Shutdown() {
+  std::vector<TrialProcess*> processes;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    for (auto& [slot, r] : running_) processes.push_back(r.process);
+  }
+  // Ask running trials to checkpoint and exit; the slot threads SIGKILL
+  // what is left after the grace period.
+  for (TrialProcess* p : processes) p->Signal(SIGTERM);
+}
+
+void Worker::HeartbeatLoop() {
+  while (true) {
+    const std::string id = EnsureRegistered();
+    if (id.empty()) return;
+    v1::HeartbeatRequest request;
+    request.set_worker_id(id);
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [slot, r] : running_) {
+        auto* t = request.add_running();
+        t->set_study(r.study);
+        t->set_trial(r.trial);
+        t->set_attempt(r.attempt);
+      }
+    }
+    auto response = options_.client->Heartbeat(request);
+    absl::Duration period = absl::Seconds(2);
+    if (response.ok()) {
+      period = std::max(absl::Milliseconds(100),
+                        absl::Milliseconds(response->lease_ms()) / 4);
+    } else if (absl::IsNotFound(response.status())) {
+      spdlog::warn("the scheduler no longer knows this worker; registering again");
+      ForgetRegistration(id);
+      continue;
+    }
+    if (!Sleep(period)) return;
+  }
+}
+
+void Worker::SlotLoop(int slot) {
+  absl::Duration backoff = absl::Milliseconds(200);
+  while (true) {
+    const std::string id = EnsureRegistered();
+    if (id.empty()) return;
+    v1::AcquireTrialRequest request;
+    request.set_worker_id(id);
+    request.set_free_slots(1);
+    {
+      absl::MutexLock lock(&mu_);
+      request.set_free_gpus(static_cast<int32_t>(free_gpus_.size()));
+    }
+    request.set_wait_ms(absl::ToInt64Milliseconds(options_.acquire_wait));
+    auto response = options_.client->Acquire(request);
+    if (!response.ok()) {
+      if (absl::IsNotFound(response.status())) {
+        ForgetRegistration(id);
+        continue;
+      }
+      spdlog::warn("AcquireTrial failed: {}; retrying in {}",
+                   response.status().ToString(), absl::FormatDuration(backoff));
+      if (!Sleep(backoff)) return;
+      backoff = std::min(backoff * 2, absl::Seconds(5));
+      continue;
+    }
+    backoff = absl::Milliseconds(200);
+    if (!response->has_trial()) {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      continue;
+    }
+    RunTrial(id, *response);
+  }
+}
+
+void Worker::RunTrial(const std::string& worker_id,
+                      const v1::AcquireTrialResponse& a) {
+  const v1::Trial& trial = a.trial();
+  const std::string name =
+      absl::StrCat(trial.study(), "/", trial.number(), " attempt ", a.attempt());
+  v1::FinishTrialRequest finish;
+  finish.set_worker_id(worker_id);
+  finish.set_study(trial.study());
+  finish.set_trial(trial.number());
+  finish.set_attempt(a.attempt());
+  auto send_finish = [&] {
+    absl::Duration backoff = absl::Milliseconds(200);
+    for (int i = 0; i < 60; ++i) {
+      absl::Status s = options_.client->Finish(finish);
+      if (s.ok() || !Retryable(s)) {
+        if (!s.ok()) spdlog::warn("{}: FinishTrial: {}", name, s.ToString());
+        return;
+      }
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(5));
+    }
+  };
+
+  std::vector<std::string> gpus;
+  const int needed = a.run().resources().gpus();
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || int(free_gpus_.size()) < needed) {
+      finish.set_requeue(true);
+      gpus.clear();
+    } else {
+      gpus.assign(free_gpus_.begin(), free_gpus_.begin() + needed);
+      free_gpus_.erase(free_gpus_.begin(), free_gpus_.begin() + needed);
+    }
+  }
+  if (finish.requeue()) return send_finish();
+  auto release_gpus = [&] {
+    absl::MutexLock lock(&mu_);
+    free_gpus_.insert(free_gpus_.end(), gpus.begin(), gpus.end());
+  };
+
+  TrialProcessOptions p;
+  if (a.run().has_trainer()) {
+    p.argv = {options_.trainer_path};
+    std::string knobs;
+    (void)google::protobuf::util::MessageToJsonString(a.run().trainer(), &knobs);
+    p.env[kEnvTrainerKnobs] = knobs;
+  } else {
+    p.argv.assign(a.run().command().argv().begin(),
+                  a.run().command().argv().end());
+    for (const auto& [k, v] : a.run().command().env()) p.env[k] = v;
+  }
+  const int threads = ThreadsPerTrial();
+  p.env[kEnvStudy] = trial.study();
+  p.env[kEnvTrial] = std::to_string(trial.number());
+  p.env[kEnvAttempt] = std::to_string(a.attempt());
+  p.env[kEnvTrialParams] = ParamsJson(trial);
+  p.env[kEnvCheckpointRoot] = options_.checkpoint_root;
+  p.env[kEnvCheckpointDir] = absl::StrCat(options_.checkpoint_root, "/",
+                                          trial.study(), "/", trial.number());
+  p.env[kEnvRestoreCheckpoint] = a.restore_checkpoint();
+  p.env[kEnvStartStep] = std::to_string(a.start_step());
+  p.env[kEnvCpuThreads] = std::to_string(threads);
+  p.env["OMP_NUM_THREADS"] = std::to_string(threads);
+  p.env["MKL_NUM_THREADS"] = std::to_string(threads);
+  p.env["OPENBLAS_NUM_THREADS"] = "1";
+  p.env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(gpus, ",");
+  const std::string log = absl::StrCat(options_.work_dir, "/", trial.study(),
+                                       "-", trial.number(), "-a", a.attempt());
+  p.stdout_path = log + ".out";
+  p.stderr_path = log + ".err";
+
+  spdlog::info("{}: starting {}{}", name, p.argv[0],
+               a.restore_checkpoint().empty()
+                   ? ""
+                   : " from checkpoint " + a.restore_checkpoint());
+  auto process = TrialProcess::Start(p);
+  if (!process.ok()) {
+    release_gpus();
+    finish.set_error(std::string(process.status().message()));
+    return send_finish();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    running_[static_cast<int>(std::hash<std::string>()(name) & 0x7fffffff)] =
+        Running{trial.study(), trial.number(), a.attempt(), process->get()};
+  }
+  std::map<std::string, double> last_metrics;
+  std::string protocol_error;
+  bool lost = false;
+  while (auto line = (*process)->ReadLine()) {
+    auto report = ParseReport(*line);
+    if (!report.ok()) {
+      protocol_error = std::string(report.status().message());
+      break;
+    }
+    v1::ReportProgressRequest request;
+    request.set_worker_id(worker_id);
+    request.set_study(trial.study());
+    request.set_trial(trial.number());
+    request.set_attempt(a.attempt());
+    request.set_step(report->step);
+    for (const auto& [k, v] : report->metrics) {
+      (*request.mutable_metrics())[k] = v;
+    }
+    request.set_checkpoint(report->checkpoint);
+    absl::StatusOr<v1::ReportProgressResponse> response;
+    absl::Duration backoff = absl::Milliseconds(200);
+    for (int i = 0; i < 120; ++i) {
+      response = options_.client->Report(request);
+      if (response.ok() || !Retryable(response.status())) break;
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(5));
+    }
+    if (!response.ok()) {
+      if (absl::IsInvalidArgument(response.status())) {
+        protocol_error = std::string(response.status().message());
+      } else {
+        // Stale attempt or lost lease: the trial is someone else's now.
+        spdlog::warn("{}: {}; killing it", name, response.status().ToString());
+        lost = true;
+      }
+      break;
+    }
+    last_metrics = report->metrics;
+    const auto& decision = response->decision();
+    if (!(*process)->WriteLine(EncodeDecision(ActionName(decision.action()),
+                                              decision.reason()))
+             .ok()) {
+      break;
+    }
+  }
+  bool shutting_down;
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down = stopping_;
+  }
+  if (lost || !protocol_error.empty()) (*process)->Signal(SIGKILL);
+  const int status = (*process)->WaitOrKill(
+      shutting_down ? options_.grace : absl::Seconds(30));
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = running_.begin(); it != running_.end(); ++it) {
+      if (it->second.process == process->get()) {
+        running_.erase(it);
+        break;
+      }
+    }
+    shutting_down = stopping_;
+  }
+  release_gpus();
+  if (lost) return;
+  if (shutting_down) {
+    finish.set_requeue(true);
+  } else if (!protocol_error.empty()) {
+    finish.set_error("trial protocol error: " + protocol_error);
+    finish.set_stderr_tail((*process)->StderrTail(20));
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    for (const auto& [k, v] : last_metrics) {
+      (*finish.mutable_final_metrics())[k] = v;
+    }
+  } else {
+    finish.set_error(DescribeExit(status));
+    finish.set_stderr_tail((*process)->StderrTail(20));
+  }
+  spdlog::info("{}: {}", name,
+               finish.requeue()          ? "requeued (worker shutting down)"
+               : finish.error().empty()  ? "finished"
+                                         : "failed: " + finish.error());
+  send_finish();
+}
+
+}  // namespace dial::worker

@@ -1,0 +1,77 @@
+// Worker: registers this machine's resources with the scheduler, runs one
+// acquire loop per slot (long-polling AcquireTrial), runs each trial as a
+// child process (dial-train for trainer trials, the given argv for command
+// trials), relays reports and decisions, heartbeats, and reconnects with
+// backoff when the scheduler goes away. Thread-safe: Run blocks; Shutdown
+// may be called from any thread (e.g. a signal thread).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "dial/v1/service.pb.h"
+#include "worker/scheduler_client.h"
+
+namespace dial::worker {
+
+class TrialProcess;
+
+struct WorkerOptions {
+  SchedulerClient* client = nullptr;  // required, not owned
+  int slots = 1;
+  std::vector<std::string> gpus;  // device ids; empty on CPU-only machines
+  int cpus = 0;                   // 0: hardware concurrency
+  std::string host;               // default: hostname
+  std::string trainer_path;       // dial-train
+  std::string work_dir;           // trial logs
+  std::string checkpoint_root;    // shared with the scheduler and trials
+  absl::Duration acquire_wait = absl::Seconds(10);
+  absl::Duration grace = absl::Seconds(30);  // SIGTERM -> SIGKILL
+};
+
+class Worker {
+ public:
+  explicit Worker(const WorkerOptions& options);
+  ~Worker();
+
+  // Runs until Shutdown; returns once every trial has ended.
+  absl::Status Run();
+  // Stops taking trials, asks running ones to checkpoint (SIGTERM), and
+  // SIGKILLs what is left after the grace period.
+  void Shutdown();
+
+  // The CPU threads each trial gets so that slots do not oversubscribe.
+  int ThreadsPerTrial() const;
+
+ private:
+  struct Running {
+    std::string study;
+    int64_t trial = 0;
+    int32_t attempt = 0;
+    TrialProcess* process = nullptr;
+  };
+  void SlotLoop(int slot);
+  void HeartbeatLoop();
+  // The registered worker id, registering (with backoff) if needed.
+  std::string EnsureRegistered();
+  void ForgetRegistration(const std::string& stale_id);
+  void RunTrial(const std::string& worker_id,
+                const v1::AcquireTrialResponse& assignment);
+  bool Sleep(absl::Duration d);  // false when shutting down
+
+  WorkerOptions options_;
+  absl::Mutex mu_;
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::string> free_gpus_ ABSL_GUARDED_BY(mu_);
+  std::map<int, Running> running_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dial::worker
