@@ -335,15 +335,23 @@ absl::StatusOr<v1::Study> SchedulerCore::UpdateStudy(
     spec.mutable_budget()->set_max_parallel_trials(spec.budget().max_trials());
   }
   DIAL_RETURN_IF_ERROR(ValidateStudySpec(spec));
+  // The searcher may depend on the budget (a grid enumerates max_trials
+  // points): build it anew, so an invalid change fails here and not at the
+  // next restart, and replay what the old one observed.
+  DIAL_ASSIGN_OR_RETURN(auto searcher, searchers::CreateSearcher(spec));
   v1::Study updated = entry->study;
   *updated.mutable_spec() = spec;
-  if (updated.state() == v1::STUDY_COMPLETED && !entry->exhausted &&
-      int64_t(entry->trials.size()) < spec.budget().max_trials()) {
-    updated.set_state(v1::STUDY_ACTIVE);
-  }
   *updated.mutable_update_time() = Now();
+  const bool reopen = updated.state() == v1::STUDY_COMPLETED &&
+                      int64_t(entry->trials.size()) < spec.budget().max_trials();
+  if (reopen) updated.set_state(v1::STUDY_ACTIVE);
   DIAL_RETURN_IF_ERROR(store_->UpdateStudy(updated));
   entry->study = std::move(updated);
+  for (const auto& [number, trial] : entry->trials) {
+    if (IsFinal(trial.state())) searcher->Observe(trial);
+  }
+  entry->searcher = std::move(searcher);
+  entry->exhausted = false;  // rediscovered on the next suggestion
   DIAL_RETURN_IF_ERROR(FillPending(*entry));
   Dispatch();
   return WithCounts(*entry);

@@ -53,6 +53,9 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
   builder.RegisterService(server->study_service_.get());
   builder.RegisterService(server->worker_service_.get());
   builder.SetMaxReceiveMessageSize(16 << 20);
+  // Never share a port with another scheduler (gRPC sets SO_REUSEPORT by
+  // default, which would split clients between two processes).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || server->port_ == 0) {
     return absl::UnavailableError(

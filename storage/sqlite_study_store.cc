@@ -1,6 +1,12 @@
 #include "storage/sqlite_study_store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cmath>
 #include <limits>
@@ -166,6 +172,19 @@ class SqliteStudyStore::Statement {
 
 absl::StatusOr<std::unique_ptr<SqliteStudyStore>> SqliteStudyStore::Create(
     const SqliteStudyStoreOptions& options) {
+  const std::string lock_path = options.path + "-lock";
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot open ", lock_path, ": ", std::strerror(errno)));
+  }
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock_fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "database ", options.path,
+        " is in use by another process (only one dial-scheduler may open "
+        "it)"));
+  }
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(options.path.c_str(), &db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
@@ -174,11 +193,12 @@ absl::StatusOr<std::unique_ptr<SqliteStudyStore>> SqliteStudyStore::Create(
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
+    ::close(lock_fd);
     return absl::UnavailableError(
         absl::StrCat("cannot open database ", options.path, ": ", msg));
   }
   sqlite3_busy_timeout(db, 5000);
-  std::unique_ptr<SqliteStudyStore> store(new SqliteStudyStore(db));
+  std::unique_ptr<SqliteStudyStore> store(new SqliteStudyStore(db, lock_fd));
   absl::MutexLock lock(&store->mu_);
   DIAL_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
   DIAL_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON"));
@@ -193,6 +213,7 @@ SqliteStudyStore::~SqliteStudyStore() {
   absl::MutexLock lock(&mu_);
   for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
   sqlite3_close(db_);
+  ::close(lock_fd_);
 }
 
 absl::Status SqliteStudyStore::Exec(const char* sql) {

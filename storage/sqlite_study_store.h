@@ -26,7 +26,8 @@ struct SqliteStudyStoreOptions {
 class SqliteStudyStore : public StudyStore {
  public:
   // Opens (creating and migrating as needed). UNAVAILABLE if the file cannot
-  // be opened; FAILED_PRECONDITION if it is from a newer Dial.
+  // be opened; FAILED_PRECONDITION if it is from a newer Dial or another
+  // process has it open.
   static absl::StatusOr<std::unique_ptr<SqliteStudyStore>> Create(
       const SqliteStudyStoreOptions& options);
   ~SqliteStudyStore() override;
@@ -58,7 +59,7 @@ class SqliteStudyStore : public StudyStore {
 
  private:
   class Statement;
-  explicit SqliteStudyStore(sqlite3* db) : db_(db) {}
+  SqliteStudyStore(sqlite3* db, int lock_fd) : db_(db), lock_fd_(lock_fd) {}
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Statement Prepare(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -73,6 +74,8 @@ class SqliteStudyStore : public StudyStore {
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
+  // flock on "<path>-lock": one process per database.
+  int lock_fd_;
   std::map<const char*, sqlite3_stmt*> statements_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -310,6 +310,38 @@ budget: {max_trials: 10})");
   EXPECT_EQ(core_->GetStudy("g")->state(), v1::STUDY_COMPLETED);
 }
 
+TEST_F(CoreTest, UpdateStudyRebuildsTheGridAndRejectsBreakingChanges) {
+  auto spec = ParseStudySpec(R"(
+name: g
+objective: {metric: loss, goal: MINIMIZE}
+search_space: [{name: x, float: {min: 0, max: 1, grid_points: 4}}]
+searcher: {grid: {}}
+budget: {max_trials: 2})");
+  ASSERT_TRUE(spec.ok());
+  ASSERT_TRUE(core_->CreateStudy(*spec).ok());
+  auto s = core_->SuggestTrials("g", 2, "");
+  ASSERT_EQ(s->trials.size(), 2u);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(core_->CompleteTrial("g", i, M(i), "").ok());
+  EXPECT_EQ(core_->GetStudy("g")->state(), v1::STUDY_COMPLETED);
+  // Raising max_trials reaches the rest of the grid at once.
+  ASSERT_TRUE(core_->UpdateStudy("g", 4, 4).ok());
+  auto more = core_->SuggestTrials("g", 4, "");
+  ASSERT_TRUE(more.ok());
+  EXPECT_EQ(more->trials.size(), 2u);
+
+  auto exact = ParseStudySpec(R"(
+name: e
+objective: {metric: loss, goal: MINIMIZE}
+search_space: [{name: c, categorical: {values: [a, b, c]}}]
+searcher: {grid: {exhaustive: true}}
+budget: {max_trials: 3})");
+  ASSERT_TRUE(exact.ok());
+  ASSERT_TRUE(core_->CreateStudy(*exact).ok());
+  auto broken = core_->UpdateStudy("e", 5, 0);
+  EXPECT_EQ(broken.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_->GetStudy("e")->spec().budget().max_trials(), 3);
+}
+
 TEST_F(CoreTest, WatchersSeeEveryChangeAndTheEnd) {
   ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 1}")).ok());
   std::vector<v1::StudyEvent> events;

@@ -262,6 +262,18 @@ TEST(SqliteStudyStoreTest, RefusesADatabaseFromANewerDial) {
   EXPECT_THAT(store.status().message(), ::testing::HasSubstr("newer"));
 }
 
+TEST(SqliteStudyStoreTest, OneProcessPerDatabase) {
+  std::string path = TempPath("locked.db");
+  fs::remove(path);
+  auto first = SqliteStudyStore::Create({path});
+  ASSERT_TRUE(first.ok());
+  auto second = SqliteStudyStore::Create({path});
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), ::testing::HasSubstr("in use"));
+  first->reset();
+  EXPECT_TRUE(SqliteStudyStore::Create({path}).ok());
+}
+
 TEST(SqliteStudyStoreTest, UsesWalAndForeignKeys) {
   std::string path = TempPath("pragmas.db");
   fs::remove(path);
