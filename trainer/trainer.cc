@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <sstream>
 
@@ -200,6 +201,11 @@ class Run {
     int64_t step = 0;
     if (!ctx_.restore_checkpoint.empty()) {
       DIAL_ASSIGN_OR_RETURN(step, Restore(ctx_.restore_checkpoint));
+      std::fprintf(stderr, "dial-train: resuming from checkpoint %s at step %lld\n",
+                   ctx_.restore_checkpoint.c_str(),
+                   static_cast<long long>(step));
+    } else {
+      std::fprintf(stderr, "dial-train: starting at step 0\n");
     }
     return Loop(step);
   }
