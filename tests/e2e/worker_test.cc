@@ -1,0 +1,229 @@
+// End to end with the real binaries: dial-scheduler, dial-worker (which runs
+// dial-train or a Python script as trial processes) and dialctl.
+#include <gmock/gmock.h>
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include "client/client.h"
+#include "common/spec.h"
+#include "tests/e2e/subprocess.h"
+
+namespace dial {
+namespace {
+
+namespace fs = std::filesystem;
+using client::DialClient;
+using ::testing::HasSubstr;
+
+class WorkerE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("dial-e2e-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    ASSERT_TRUE(scheduler_.Start(
+        {DIAL_SCHEDULER_BIN, "--db=" + (dir_ / "dial.db").string(),
+         "--checkpoint-root=" + (dir_ / "ckpt").string(),
+         "--listen=127.0.0.1:0", "--worker-lease-ms=1500"},
+        (dir_ / "scheduler.log").string()));
+    auto address = scheduler_.WaitFor("dial-scheduler listening on ",
+                                      std::chrono::seconds(30));
+    ASSERT_TRUE(address.has_value());
+    address_ = *address;
+    auto client = DialClient::Create({address_, absl::Seconds(20)});
+    ASSERT_TRUE(client.ok());
+    client_ = std::move(*client);
+  }
+  void TearDown() override {
+    for (auto& w : workers_) w->Kill(SIGKILL);
+    scheduler_.Kill(SIGKILL);
+    fs::remove_all(dir_);
+  }
+  testing::Subprocess& StartWorker(const std::string& host) {
+    workers_.push_back(std::make_unique<testing::Subprocess>());
+    EXPECT_TRUE(workers_.back()->Start(
+        {DIAL_WORKER_BIN, "--scheduler=" + address_, "--slots=1",
+         "--cpus=1", "--host=" + host, "--trainer=" DIAL_TRAIN_BIN,
+         "--work-dir=" + (dir_ / host).string(),
+         "--checkpoint-root=" + (dir_ / "ckpt").string(),
+         "--acquire-wait-ms=1000", "--grace-s=5"},
+        (dir_ / (host + ".log")).string()));
+    return *workers_.back();
+  }
+  // Blocks until the study ends (or the timeout), calling `on_event` too.
+  v1::StudyEvent WaitForEnd(const std::string& study,
+                            std::function<void(const v1::StudyEvent&)> on_event =
+                                nullptr) {
+    auto done = std::async(std::launch::async, [&] {
+      v1::StudyEvent last;
+      auto status = client_->WatchStudy(study, [&](const v1::StudyEvent& e) {
+        last = e;
+        if (on_event) on_event(e);
+        return true;
+      });
+      EXPECT_TRUE(status.ok()) << status;
+      return last;
+    });
+    EXPECT_EQ(done.wait_for(std::chrono::seconds(240)),
+              std::future_status::ready)
+        << "study did not finish; see " << dir_;
+    return done.get();
+  }
+  // Runs dialctl and returns its stdout.
+  std::string Dialctl(const std::string& args) {
+    std::string cmd = std::string(DIALCTL_BIN) + " --scheduler=" + address_ +
+                      " " + args;
+    FILE* pipe = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+    EXPECT_EQ(pclose(pipe), 0) << cmd;
+    return out;
+  }
+
+  fs::path dir_;
+  std::string address_;
+  testing::Subprocess scheduler_;
+  std::vector<std::unique_ptr<testing::Subprocess>> workers_;
+  std::unique_ptr<DialClient> client_;
+};
+
+TEST_F(WorkerE2eTest, TwoWorkersRunAFourTrialStudyToCompletion) {
+  StartWorker("wa");
+  StartWorker("wb");
+  auto spec = LoadStudySpecFile(DIAL_SOURCE_DIR "/examples/synthetic-random.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(client_->CreateStudy(*spec).ok());
+  auto last = WaitForEnd("synthetic");
+  EXPECT_EQ(last.kind(), v1::StudyEvent::STUDY_FINISHED);
+
+  v1::ListTrialsResponse listed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  Dialctl("--json trials list synthetic"), &listed)
+                  .ok());
+  ASSERT_EQ(listed.trials_size(), 4);
+  std::set<std::string> hosts;
+  for (const auto& t : listed.trials()) {
+    EXPECT_EQ(t.state(), v1::COMPLETED) << t.error();
+    EXPECT_GT(t.objective_value(), 0.25);
+    hosts.insert(t.worker_id().substr(0, 2));
+    v1::Trial full;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                    Dialctl("--json trials get synthetic " +
+                            std::to_string(t.number())),
+                    &full)
+                    .ok());
+    ASSERT_EQ(full.metric_history_size(), 6);  // 300 steps, every 50
+    EXPECT_EQ(full.metric_history(5).step(), 300);
+    EXPECT_TRUE(full.metric_history(0).metrics().count("val_accuracy"));
+    EXPECT_EQ(full.checkpoint(), "synthetic/" + std::to_string(t.number()) + "/300");
+  }
+  EXPECT_EQ(hosts, (std::set<std::string>{"wa", "wb"}));
+  EXPECT_TRUE(fs::exists(dir_ / "ckpt/synthetic/0/300/MANIFEST"));
+}
+
+TEST_F(WorkerE2eTest, APythonCommandTrialRunsToCompletion) {
+  StartWorker("wa");
+  auto spec = ParseStudySpec(R"(
+name: script
+objective: {metric: loss, goal: MINIMIZE}
+search_space: [{name: lr, float: {min: 0.01, max: 0.4}}]
+searcher: {random: {seed: 3}}
+budget: {max_trials: 3, max_parallel_trials: 1}
+trial: {command: {argv: [/usr/bin/python3, )" DIAL_SOURCE_DIR R"(/examples/trial_script.py]}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(client_->CreateStudy(*spec).ok());
+  WaitForEnd("script");
+  auto trials = client_->ListAllTrials("script", {});
+  ASSERT_TRUE(trials.ok());
+  ASSERT_EQ(trials->size(), 3u);
+  for (const auto& t : *trials) {
+    EXPECT_EQ(t.state(), v1::COMPLETED) << t.error();
+    const double lr = t.params().at("lr").double_value();
+    // The script's loss after 50 steps of gradient descent on w^2.
+    EXPECT_NEAR(t.objective_value(), 25.0 * std::pow(1 - 2 * lr, 100),
+                1e-9 * (1 + t.objective_value()));
+    auto full = client_->GetTrial("script", t.number());
+    ASSERT_TRUE(full.ok());
+    EXPECT_EQ(full->metric_history_size(), 50);
+  }
+}
+
+TEST_F(WorkerE2eTest, AFailingCommandIsRetriedAndKeepsItsErrorTail) {
+  StartWorker("wa");
+  auto spec = ParseStudySpec(R"yaml(
+name: broken
+objective: {metric: loss, goal: MINIMIZE}
+search_space: [{name: lr, float: {min: 0.01, max: 0.4}}]
+budget: {max_trials: 1, max_failures_per_trial: 1}
+trial: {command: {argv: [/usr/bin/python3, -c, "import sys; sys.exit('bad things happened')"]}})yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(client_->CreateStudy(*spec).ok());
+  WaitForEnd("broken");
+  auto t = client_->GetTrial("broken", 0);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->state(), v1::FAILED);
+  EXPECT_EQ(t->attempt(), 2);  // one retry
+  EXPECT_THAT(t->error(), HasSubstr("exit code 1"));
+  EXPECT_THAT(t->error(), HasSubstr("bad things happened"));
+  EXPECT_THAT(Dialctl("trials get broken 0"), HasSubstr("bad things happened"));
+}
+
+TEST_F(WorkerE2eTest, AKilledWorkersTrialResumesElsewhereFromItsCheckpoint) {
+  std::map<std::string, testing::Subprocess*> workers = {
+      {"wa", &StartWorker("wa")}, {"wb", &StartWorker("wb")}};
+  auto spec = ParseStudySpec(R"(
+name: resume
+objective: {metric: val_accuracy, goal: MAXIMIZE}
+search_space: [{name: lr, float: {min: 0.001, max: 0.01}}]
+budget: {max_trials: 1}
+trial: {trainer: {dataset: synthetic, steps: 6000, eval_every: 200, batch_size: 64, units: 128}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(client_->CreateStudy(*spec).ok());
+
+  std::string killed_host;
+  int64_t killed_at = 0;
+  auto last = WaitForEnd("resume", [&](const v1::StudyEvent& e) {
+    if (killed_host.empty() && e.trial().state() == v1::RUNNING &&
+        e.trial().last_step() >= 400 && !e.trial().checkpoint().empty()) {
+      killed_host = e.trial().worker_id().substr(0, 2);
+      killed_at = e.trial().checkpoint_step();
+      workers.at(killed_host)->Kill(SIGKILL);
+    }
+  });
+  EXPECT_EQ(last.kind(), v1::StudyEvent::STUDY_FINISHED);
+  ASSERT_FALSE(killed_host.empty());
+  const std::string survivor = killed_host == "wa" ? "wb" : "wa";
+
+  auto trial = client_->GetTrial("resume", 0);
+  ASSERT_TRUE(trial.ok());
+  EXPECT_EQ(trial->state(), v1::COMPLETED) << trial->error();
+  EXPECT_EQ(trial->attempt(), 2);
+  EXPECT_EQ(trial->worker_id().substr(0, 2), survivor);
+  // Every evaluation step once, in order: nothing lost, nothing doubled.
+  ASSERT_EQ(trial->metric_history_size(), 30);
+  for (int i = 0; i < 30; ++i) {
+    EXPECT_EQ(trial->metric_history(i).step(), 200 * (i + 1));
+  }
+  // The second attempt started from the checkpoint, not from step 0.
+  std::ifstream log(dir_ / survivor / "resume-0-a2.err");
+  std::stringstream text;
+  text << log.rdbuf();
+  EXPECT_THAT(text.str(),
+              HasSubstr("resuming from checkpoint resume/0/" +
+                        std::to_string(killed_at) + " at step " +
+                        std::to_string(killed_at)));
+  EXPECT_GE(killed_at, 400);
+}
+
+}  // namespace
+}  // namespace dial

@@ -1,0 +1,286 @@
+// SchedulerCore's worker side without gRPC: dispatch, long polls, fencing,
+// leases, retries. Time is a fake clock and Tick is called by hand.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/spec.h"
+#include "scheduler/core.h"
+#include "storage/memory_study_store.h"
+
+namespace dial::scheduler {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FakeClock : public Clock {
+ public:
+  absl::Time Now() const override { return now_; }
+  void Advance(absl::Duration d) { now_ += d; }
+
+ private:
+  absl::Time now_ = absl::FromUnixSeconds(1700000000);
+};
+
+v1::StudySpec WorkerSpec(int max_trials, int parallel, int failures = 0) {
+  auto spec = ParseStudySpec(absl::StrCat(
+      "name: w\nobjective: {metric: acc, goal: MAXIMIZE}\n"
+      "search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]\n"
+      "budget: {max_trials: ", max_trials, ", max_parallel_trials: ", parallel,
+      ", max_failures_per_trial: ", failures, "}\n"
+      "trial: {trainer: {dataset: synthetic}}"));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+class WorkerCoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = storage::MemoryStudyStore::Create();
+    SchedulerCoreOptions options;
+    options.store = store_.get();
+    options.clock = &clock_;
+    options.worker_lease = absl::Seconds(10);
+    options.tick = absl::ZeroDuration();
+    auto core = SchedulerCore::Create(options);
+    ASSERT_TRUE(core.ok());
+    core_ = std::move(*core);
+  }
+  std::string Register(const std::string& host) {
+    v1::WorkerResources r;
+    r.set_slots(1);
+    auto w = core_->RegisterWorker(host, r);
+    EXPECT_TRUE(w.ok()) << w.status();
+    return w->worker_id();
+  }
+  // Acquires without waiting.
+  std::optional<Assignment> Acquire(const std::string& worker) {
+    std::optional<Assignment> got;
+    bool called = false;
+    core_->AcquireTrial(
+        worker, 0, absl::ZeroDuration(), [] { return true; },
+        [&](absl::StatusOr<std::optional<Assignment>> r) {
+          called = true;
+          EXPECT_TRUE(r.ok()) << r.status();
+          if (r.ok()) got = *r;
+        });
+    EXPECT_TRUE(called);
+    return got;
+  }
+  v1::ReportProgressRequest Report(const std::string& worker,
+                                   const Assignment& a, int64_t step,
+                                   const std::string& checkpoint = "") {
+    v1::ReportProgressRequest r;
+    r.set_worker_id(worker);
+    r.set_study(a.trial.study());
+    r.set_trial(a.trial.number());
+    r.set_attempt(a.attempt);
+    r.set_step(step);
+    (*r.mutable_metrics())["acc"] = 0.1 * step;
+    r.set_checkpoint(checkpoint);
+    return r;
+  }
+  v1::FinishTrialRequest Finish(const std::string& worker, const Assignment& a,
+                                double acc, const std::string& error = "") {
+    v1::FinishTrialRequest r;
+    r.set_worker_id(worker);
+    r.set_study(a.trial.study());
+    r.set_trial(a.trial.number());
+    r.set_attempt(a.attempt);
+    if (error.empty()) (*r.mutable_final_metrics())["acc"] = acc;
+    r.set_error(error);
+    return r;
+  }
+  FakeClock clock_;
+  std::unique_ptr<storage::StudyStore> store_;
+  std::unique_ptr<SchedulerCore> core_;
+};
+
+TEST_F(WorkerCoreTest, WorkerStudiesQueueTrialsUpToTheParallelLimit) {
+  ASSERT_TRUE(core_->CreateStudy(WorkerSpec(5, 2)).ok());
+  auto study = core_->GetStudy("w");
+  EXPECT_EQ(study->trial_counts().at("PENDING"), 2);
+  const std::string w = Register("a");
+  auto a0 = Acquire(w);
+  auto a1 = Acquire(w);
+  ASSERT_TRUE(a0 && a1);
+  EXPECT_EQ(a0->trial.number(), 0);
+  EXPECT_EQ(a1->trial.number(), 1);
+  EXPECT_EQ(a0->attempt, 1);
+  EXPECT_TRUE(a0->run.has_trainer());
+  EXPECT_FALSE(Acquire(w).has_value());  // parallel limit
+  ASSERT_TRUE(core_->ReportProgress(Report(w, *a0, 10)).ok());
+  ASSERT_TRUE(core_->FinishTrial(Finish(w, *a0, 0.9)).ok());
+  auto t0 = core_->GetTrial("w", 0);
+  EXPECT_EQ(t0->state(), v1::COMPLETED);
+  EXPECT_DOUBLE_EQ(t0->objective_value(), 0.9);
+  auto a2 = Acquire(w);  // a new trial was queued
+  ASSERT_TRUE(a2);
+  EXPECT_EQ(a2->trial.number(), 2);
+}
+
+TEST_F(WorkerCoreTest, ParkedLongPollGetsTheNextTrialOrTimesOut) {
+  const std::string w = Register("a");
+  std::vector<absl::StatusOr<std::optional<Assignment>>> results;
+  auto park = [&] {
+    core_->AcquireTrial(
+        w, 0, absl::Seconds(5), [] { return true; },
+        [&](absl::StatusOr<std::optional<Assignment>> r) {
+          results.push_back(std::move(r));
+        });
+  };
+  park();
+  EXPECT_TRUE(results.empty());  // parked: no trial yet
+  ASSERT_TRUE(core_->CreateStudy(WorkerSpec(1, 1)).ok());
+  ASSERT_EQ(results.size(), 1u);
+  ASSERT_TRUE(results[0].ok());
+  ASSERT_TRUE(results[0]->has_value());
+  EXPECT_EQ((*results[0])->trial.number(), 0);
+
+  park();
+  EXPECT_EQ(results.size(), 1u);
+  clock_.Advance(absl::Seconds(4));
+  core_->Tick();
+  EXPECT_EQ(results.size(), 1u);
+  clock_.Advance(absl::Seconds(2));
+  core_->Tick();
+  ASSERT_EQ(results.size(), 2u);
+  ASSERT_TRUE(results[1].ok());
+  EXPECT_FALSE(results[1]->has_value());
+}
+
+TEST_F(WorkerCoreTest, StaleAttemptsAreFencedAfterALostLease) {
+  ASSERT_TRUE(core_->CreateStudy(WorkerSpec(1, 1)).ok());
+  const std::string a = Register("a");
+  auto first = Acquire(a);
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(core_->ReportProgress(Report(a, *first, 100, "w/0/100")).ok());
+  ASSERT_TRUE(core_->ReportProgress(Report(a, *first, 150)).ok());
+  // Worker a goes silent; b keeps its lease.
+  const std::string b = Register("b");
+  clock_.Advance(absl::Seconds(6));
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(b);
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  clock_.Advance(absl::Seconds(6));
+  core_->Tick();
+  EXPECT_EQ(core_->GetTrial("w", 0)->state(), v1::PENDING);
+
+  auto second = Acquire(b);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->attempt, 2);
+  EXPECT_EQ(second->restore_checkpoint, "w/0/100");
+  EXPECT_EQ(second->start_step, 100);
+
+  // The old attempt is gone: its worker must register again.
+  auto stale = core_->ReportProgress(Report(a, *first, 200));
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kNotFound);
+  // Even re-registered, attempt 1 no longer owns the trial.
+  const std::string a2 = Register("a");
+  auto fenced = core_->ReportProgress(Report(a2, *first, 200));
+  EXPECT_EQ(fenced.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(fenced.status().message(), HasSubstr("stale"));
+
+  // The resumed attempt replays step 150: acknowledged, not written twice.
+  auto replay = core_->ReportProgress(Report(b, *second, 150));
+  ASSERT_TRUE(replay.ok());
+  EXPECT_EQ(replay->action(), v1::Decision::CONTINUE);
+  ASSERT_TRUE(core_->ReportProgress(Report(b, *second, 200)).ok());
+  auto trial = core_->GetTrial("w", 0);
+  ASSERT_EQ(trial->metric_history_size(), 3);
+  EXPECT_EQ(trial->metric_history(2).step(), 200);
+  ASSERT_TRUE(core_->FinishTrial(Finish(b, *second, 0.5)).ok());
+  EXPECT_EQ(core_->GetStudy("w")->state(), v1::STUDY_COMPLETED);
+}
+
+TEST_F(WorkerCoreTest, FailuresAreRetriedThenFinal) {
+  ASSERT_TRUE(core_->CreateStudy(WorkerSpec(1, 1, /*failures=*/1)).ok());
+  const std::string w = Register("a");
+  auto first = Acquire(w);
+  ASSERT_TRUE(first);
+  auto f = Finish(w, *first, 0, "exit code 1");
+  f.set_stderr_tail("RuntimeError: boom");
+  ASSERT_TRUE(core_->FinishTrial(f).ok());
+  auto t = core_->GetTrial("w", 0);
+  EXPECT_EQ(t->state(), v1::PENDING);
+  EXPECT_EQ(t->failures(), 1);
+  auto second = Acquire(w);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->attempt, 2);
+  f = Finish(w, *second, 0, "exit code 1");
+  f.set_stderr_tail("RuntimeError: boom again");
+  ASSERT_TRUE(core_->FinishTrial(f).ok());
+  t = core_->GetTrial("w", 0);
+  EXPECT_EQ(t->state(), v1::FAILED);
+  EXPECT_THAT(t->error(), HasSubstr("exit code 1"));
+  EXPECT_THAT(t->error(), HasSubstr("boom again"));
+  EXPECT_EQ(core_->GetStudy("w")->state(), v1::STUDY_COMPLETED);
+}
+
+TEST_F(WorkerCoreTest, MissingObjectiveFailsTheTrial) {
+  ASSERT_TRUE(core_->CreateStudy(WorkerSpec(1, 1)).ok());
+  const std::string w = Register("a");
+  auto a = Acquire(w);
+  ASSERT_TRUE(a);
+  auto f = Finish(w, *a, 0);
+  f.mutable_final_metrics()->clear();
+  (*f.mutable_final_metrics())["loss"] = 1;
+  ASSERT_TRUE(core_->FinishTrial(f).ok());
+  auto t = core_->GetTrial("w", 0);
+  EXPECT_EQ(t->state(), v1::FAILED);
+  EXPECT_THAT(t->error(), HasSubstr("objective metric 'acc'"));
+}
+
+TEST_F(WorkerCoreTest, ShutdownRequeueIsNotAFailure) {
+  ASSERT_TRUE(core_->CreateStudy(WorkerSpec(1, 1)).ok());
+  const std::string w = Register("a");
+  auto a = Acquire(w);
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(core_->ReportProgress(Report(w, *a, 50, "w/0/50")).ok());
+  auto f = Finish(w, *a, 0);
+  f.set_requeue(true);
+  ASSERT_TRUE(core_->FinishTrial(f).ok());
+  auto t = core_->GetTrial("w", 0);
+  EXPECT_EQ(t->state(), v1::PENDING);
+  EXPECT_EQ(t->failures(), 0);
+  auto again = Acquire(w);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->restore_checkpoint, "w/0/50");
+}
+
+TEST_F(WorkerCoreTest, HeartbeatRequeuesTrialsTheWorkerDoesNotRun) {
+  ASSERT_TRUE(core_->CreateStudy(WorkerSpec(1, 1)).ok());
+  const std::string w = Register("a");
+  auto a = Acquire(w);  // imagine the reply was lost
+  ASSERT_TRUE(a);
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(w);
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  EXPECT_EQ(core_->GetTrial("w", 0)->state(), v1::RUNNING);  // grace
+  clock_.Advance(absl::Seconds(11));
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  EXPECT_EQ(core_->GetTrial("w", 0)->state(), v1::PENDING);
+  // A trial the worker does list stays.
+  auto b = Acquire(w);
+  ASSERT_TRUE(b);
+  auto* r = hb.add_running();
+  r->set_study("w");
+  r->set_trial(0);
+  r->set_attempt(b->attempt);
+  clock_.Advance(absl::Seconds(11));
+  ASSERT_TRUE(core_->Heartbeat(hb).ok());
+  EXPECT_EQ(core_->GetTrial("w", 0)->state(), v1::RUNNING);
+}
+
+TEST_F(WorkerCoreTest, UnknownWorkersMustRegister) {
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("ghost");
+  EXPECT_EQ(core_->Heartbeat(hb).status().code(), absl::StatusCode::kNotFound);
+  v1::WorkerResources r;
+  EXPECT_EQ(core_->RegisterWorker("", r).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(core_->RegisterWorker("h", r).status().code(),
+            absl::StatusCode::kInvalidArgument);  // zero slots
+}
+
+}  // namespace
+}  // namespace dial::scheduler
