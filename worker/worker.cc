@@ -289,12 +289,13 @@ void Worker::RunTrial(const std::string& worker_id,
   }
   {
     absl::MutexLock lock(&mu_);
-    running_[static_cast<int>(std::hash<std::string>()(name) & 0x7fffffff)] =
+    running_[next_run_++] =
         Running{trial.study(), trial.number(), a.attempt(), process->get()};
   }
   std::map<std::string, double> last_metrics;
   std::string protocol_error;
   bool lost = false;
+  bool stop_sent = false;
   while (auto line = (*process)->ReadLine()) {
     auto report = ParseReport(*line);
     if (!report.ok()) {
@@ -336,6 +337,13 @@ void Worker::RunTrial(const std::string& worker_id,
              .ok()) {
       break;
     }
+    if (decision.action() == v1::Decision::STOP ||
+        decision.action() == v1::Decision::PAUSE) {
+      // Told to end: it gets a grace period to exit, then its group is
+      // killed, whether or not it keeps talking.
+      stop_sent = true;
+      break;
+    }
   }
   bool shutting_down;
   {
@@ -344,7 +352,7 @@ void Worker::RunTrial(const std::string& worker_id,
   }
   if (lost || !protocol_error.empty()) (*process)->Signal(SIGKILL);
   const int status = (*process)->WaitOrKill(
-      shutting_down ? options_.grace : absl::Seconds(30));
+      shutting_down || stop_sent ? options_.grace : absl::Seconds(30));
   {
     absl::MutexLock lock(&mu_);
     for (auto it = running_.begin(); it != running_.end(); ++it) {
@@ -362,7 +370,7 @@ void Worker::RunTrial(const std::string& worker_id,
   } else if (!protocol_error.empty()) {
     finish.set_error("trial protocol error: " + protocol_error);
     finish.set_stderr_tail((*process)->StderrTail(20));
-  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+  } else if (stop_sent || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
     for (const auto& [k, v] : last_metrics) {
       (*finish.mutable_final_metrics())[k] = v;
     }

@@ -71,7 +71,8 @@ class Worker {
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::string> free_gpus_ ABSL_GUARDED_BY(mu_);
-  std::map<int, Running> running_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, Running> running_ ABSL_GUARDED_BY(mu_);
+  int64_t next_run_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace dial::worker

@@ -21,7 +21,8 @@ ABSL_FLAG(std::string, scheduler, "",
           "Scheduler address (default: $DIAL_SCHEDULER or 127.0.0.1:7070)");
 ABSL_FLAG(int32_t, slots, 1, "Trials run at once (CPU slots)");
 ABSL_FLAG(std::string, gpus, "",
-          "Comma-separated GPU ids to use (default: $CUDA_VISIBLE_DEVICES)");
+          "Comma-separated GPU ids to use (default: $CUDA_VISIBLE_DEVICES, "
+          "else every GPU the NVIDIA driver lists)");
 ABSL_FLAG(int32_t, cpus, 0, "CPU cores to share among slots (0: all)");
 ABSL_FLAG(std::string, trainer, "",
           "Path of dial-train (default: next to dial-worker, then PATH)");
@@ -73,6 +74,16 @@ int main(int argc, char** argv) {
     gpus = env ? env : "";
   }
   options.gpus = absl::StrSplit(gpus, ',', absl::SkipWhitespace());
+  if (options.gpus.empty() && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
+    // No explicit list: every GPU the NVIDIA driver reports.
+    std::error_code dir_ec;
+    int count = 0;
+    for (auto it = fs::directory_iterator("/proc/driver/nvidia/gpus", dir_ec);
+         !dir_ec && it != fs::directory_iterator(); it.increment(dir_ec)) {
+      ++count;
+    }
+    for (int i = 0; i < count; ++i) options.gpus.push_back(std::to_string(i));
+  }
   options.cpus = absl::GetFlag(FLAGS_cpus);
   options.host = absl::GetFlag(FLAGS_host);
   options.trainer_path = absl::GetFlag(FLAGS_trainer);

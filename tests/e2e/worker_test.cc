@@ -225,5 +225,35 @@ trial: {trainer: {dataset: synthetic, steps: 6000, eval_every: 200, batch_size: 
   EXPECT_GE(killed_at, 400);
 }
 
+TEST_F(WorkerE2eTest, StoppingAStudyEndsItsRunningTrialAndFreesTheSlot) {
+  StartWorker("wa");
+  auto endless = ParseStudySpec(R"(
+name: endless
+objective: {metric: val_accuracy, goal: MAXIMIZE}
+search_space: [{name: lr, float: {min: 0.001, max: 0.01}}]
+budget: {max_trials: 1}
+trial: {trainer: {dataset: synthetic, steps: 100000000, eval_every: 100}})");
+  ASSERT_TRUE(endless.ok()) << endless.status();
+  ASSERT_TRUE(client_->CreateStudy(*endless).ok());
+  // Stop the study as soon as the trial reports; the watch then ends.
+  WaitForEnd("endless", [&](const v1::StudyEvent& e) {
+    if (e.trial().last_step() >= 100) {
+      EXPECT_TRUE(client_->StopStudy("endless").ok());
+    }
+  });
+  // The single slot must come free for a second study to finish.
+  auto quick = LoadStudySpecFile(DIAL_SOURCE_DIR "/examples/synthetic-random.yaml");
+  ASSERT_TRUE(quick.ok());
+  quick->mutable_budget()->set_max_trials(1);
+  quick->mutable_budget()->set_max_parallel_trials(1);
+  ASSERT_TRUE(client_->CreateStudy(*quick).ok());
+  WaitForEnd("synthetic");
+  EXPECT_EQ(client_->GetTrial("synthetic", 0)->state(), v1::COMPLETED);
+  auto stopped = client_->GetTrial("endless", 0);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->state(), v1::STOPPED);
+  EXPECT_LT(stopped->last_step(), 100000000);
+}
+
 }  // namespace
 }  // namespace dial
