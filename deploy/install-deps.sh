@@ -10,7 +10,8 @@ PACKAGES=(
   # libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev
-  libeigen3-dev libtorch-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libeigen3-dev libnlopt-dev libtorch-dev libgtest-dev libgmock-dev
+  libbenchmark-dev
   # LibTorch calls the system libblas.so.3: without OpenBLAS it runs on the
   # reference BLAS, about 20x slower.
   libopenblas0-pthread

@@ -633,7 +633,11 @@ void SchedulerCore::Unwatch(int64_t watch_id) {
 absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
     StudyEntry& entry, v1::TrialState state, const std::string& client_id) {
   const int64_t number = static_cast<int64_t>(entry.trials.size());
-  auto params = entry.searcher->Suggest(number);
+  std::vector<searchers::Params> pending;
+  for (const auto& [n, t] : entry.trials) {
+    if (IsOpen(t.state())) pending.push_back(t.params());
+  }
+  auto params = entry.searcher->Suggest(number, pending);
   if (absl::IsOutOfRange(params.status())) {
     entry.exhausted = true;
     return std::optional<v1::Trial>();

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "searchers/bayesian_searcher.h"
 
 namespace dial::searchers {
 namespace {
@@ -132,7 +133,8 @@ absl::StatusOr<std::unique_ptr<RandomSearcher>> RandomSearcher::Create(
       new RandomSearcher(std::move(space), spec.searcher().random().seed()));
 }
 
-absl::StatusOr<Params> RandomSearcher::Suggest(int64_t number) {
+absl::StatusOr<Params> RandomSearcher::Suggest(
+    int64_t number, const std::vector<Params>& pending) {
   std::mt19937_64 rng(
       SplitMix64(seed_ ^ SplitMix64(static_cast<uint64_t>(number))));
   return space_.Sample(rng);
@@ -186,7 +188,8 @@ absl::StatusOr<std::unique_ptr<GridSearcher>> GridSearcher::Create(
       new GridSearcher(std::move(points), size));
 }
 
-absl::StatusOr<Params> GridSearcher::Suggest(int64_t number) {
+absl::StatusOr<Params> GridSearcher::Suggest(
+    int64_t number, const std::vector<Params>& pending) {
   if (number < 0 || number >= int64_t(points_.size())) {
     return absl::OutOfRangeError(absl::StrCat(
         "grid exhausted: all ", points_.size(), " points were suggested"));
@@ -206,9 +209,10 @@ absl::StatusOr<std::unique_ptr<Searcher>> CreateSearcher(
       DIAL_ASSIGN_OR_RETURN(auto s, GridSearcher::Create(spec));
       return std::unique_ptr<Searcher>(std::move(s));
     }
-    case v1::SearcherSpec::kBayesian:
-      return absl::UnimplementedError(
-          "searcher.bayesian is not implemented yet; use random or grid");
+    case v1::SearcherSpec::kBayesian: {
+      DIAL_ASSIGN_OR_RETURN(auto s, BayesianSearcher::Create(spec));
+      return std::unique_ptr<Searcher>(std::move(s));
+    }
     case v1::SearcherSpec::kTpe:
       return absl::UnimplementedError(
           "searcher.tpe is not implemented yet; use random or grid");

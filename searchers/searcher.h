@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "dial/v1/spec.pb.h"
@@ -18,9 +19,12 @@ class Searcher {
   virtual ~Searcher() = default;
 
   // Params for the trial numbered `number` (0-based; numbers arrive in
-  // increasing order, also after a restart). OUT_OF_RANGE when the search
-  // space is exhausted (grid).
-  virtual absl::StatusOr<Params> Suggest(int64_t number) = 0;
+  // increasing order, also after a restart). `pending` holds the params of
+  // trials suggested but not finished, so parallel suggestions can spread
+  // out. OUT_OF_RANGE when the search space is exhausted (grid).
+  virtual absl::StatusOr<Params> Suggest(int64_t number,
+                                         const std::vector<Params>& pending) = 0;
+  absl::StatusOr<Params> Suggest(int64_t number) { return Suggest(number, {}); }
 
   // A trial reached a final state. Called in trial-finish order, and again
   // for every finished trial when a restarted scheduler rebuilds the
@@ -34,7 +38,9 @@ class RandomSearcher : public Searcher {
  public:
   static absl::StatusOr<std::unique_ptr<RandomSearcher>> Create(
       const v1::StudySpec& spec);
-  absl::StatusOr<Params> Suggest(int64_t number) override;
+  using Searcher::Suggest;
+  absl::StatusOr<Params> Suggest(int64_t number,
+                                 const std::vector<Params>& pending) override;
 
  private:
   RandomSearcher(SearchSpace space, uint64_t seed)
@@ -53,7 +59,9 @@ class GridSearcher : public Searcher {
   // max_trials, or if the grid is too large to enumerate with `shuffle`.
   static absl::StatusOr<std::unique_ptr<GridSearcher>> Create(
       const v1::StudySpec& spec);
-  absl::StatusOr<Params> Suggest(int64_t number) override;
+  using Searcher::Suggest;
+  absl::StatusOr<Params> Suggest(int64_t number,
+                                 const std::vector<Params>& pending) override;
   int64_t grid_size() const { return grid_size_; }
 
  private:

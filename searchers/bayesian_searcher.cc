@@ -1,0 +1,395 @@
+#include "searchers/bayesian_searcher.h"
+
+#include <nlopt.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "common/status.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace dial::searchers {
+namespace {
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+double RadicalInverse(uint64_t i, int base) {
+  double inv = 1.0 / base, f = inv, r = 0;
+  while (i > 0) {
+    r += f * static_cast<double>(i % base);
+    i /= base;
+    f *= inv;
+  }
+  return r;
+}
+
+constexpr int kPrimes[] = {2,  3,  5,  7,  11, 13, 17, 19, 23, 29, 31, 37, 41,
+                           43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97};
+
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * (v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - lo) * (v[hi] - v[lo]);
+}
+
+// Robust standardisation of minimised targets; NaN (failed) -> worst.
+Eigen::VectorXd Transform(const std::vector<double>& raw) {
+  std::vector<double> valid;
+  for (double y : raw) {
+    if (std::isfinite(y)) valid.push_back(y);
+  }
+  Eigen::VectorXd out(raw.size());
+  if (valid.empty()) return Eigen::VectorXd::Zero(raw.size());
+  const double q25 = Quantile(valid, 0.25), q50 = Quantile(valid, 0.5),
+               q75 = Quantile(valid, 0.75);
+  const double lo = *std::min_element(valid.begin(), valid.end());
+  double spread = q75 - q25;
+  if (!(spread > 0)) spread = std::max(1e-12, std::abs(q50) * 1e-3 + 1e-12);
+  const double cap = q75 + 3 * spread;
+  double hi = lo;
+  for (double y : valid) hi = std::max(hi, std::min(y, cap));
+  // Heavy right tail (e.g. Rosenbrock-like losses): work on a log scale.
+  const bool warp = (hi - q50) > 5 * (q50 - lo) && hi > lo;
+  const double shift = 0.01 * (q50 - lo) + 1e-9 * (hi - lo) + 1e-300;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    double y = std::isfinite(raw[i]) ? std::min(raw[i], cap) : hi;
+    out[i] = warp ? std::log(y - lo + shift) : y;
+  }
+  const double mean = out.mean();
+  const double sd = std::sqrt((out.array() - mean).square().mean());
+  return (out.array() - mean) / (sd > 1e-12 ? sd : 1.0);
+}
+
+// The best half and an even spread of the rest, in original order.
+std::vector<int> Subset(const Eigen::VectorXd& y, int limit) {
+  const int n = static_cast<int>(y.size());
+  std::vector<int> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  if (n <= limit) return idx;
+  std::vector<int> by_value = idx;
+  std::stable_sort(by_value.begin(), by_value.end(),
+                   [&](int a, int b) { return y[a] < y[b]; });
+  std::vector<bool> take(n, false);
+  const int best = limit / 2;
+  for (int i = 0; i < best; ++i) take[by_value[i]] = true;
+  std::vector<int> rest;
+  for (int i = 0; i < n; ++i) {
+    if (!take[i]) rest.push_back(i);
+  }
+  const int more = limit - best;
+  for (int j = 0; j < more; ++j) {
+    take[rest[static_cast<size_t>(j) * rest.size() / more]] = true;
+  }
+  std::vector<int> out;
+  for (int i = 0; i < n; ++i) {
+    if (take[i]) out.push_back(i);
+  }
+  return out;
+}
+
+struct AcquisitionProblem {
+  const GaussianProcess* gp;
+  double best;
+};
+
+double NegLogEi(const GaussianProcess& gp, double best,
+                const Eigen::VectorXd& x, Eigen::VectorXd* grad) {
+  double mean, var;
+  Eigen::VectorXd dmean, dvar;
+  gp.Predict(x, &mean, &var, grad ? &dmean : nullptr, grad ? &dvar : nullptr);
+  const double sd = std::sqrt(var);
+  double dm, ds;
+  const double value = LogExpectedImprovement(mean, sd, best, &dm, &ds);
+  if (grad) *grad = -(dm * dmean + ds * dvar / (2 * sd));
+  return -value;
+}
+
+double AcquisitionObjective(unsigned n, const double* x, double* grad,
+                            void* data) {
+  const auto* p = static_cast<const AcquisitionProblem*>(data);
+  Eigen::Map<const Eigen::VectorXd> point(x, n);
+  Eigen::VectorXd g;
+  double value = NegLogEi(*p->gp, p->best, point, grad ? &g : nullptr);
+  if (!std::isfinite(value)) value = 1e300;
+  if (grad) {
+    for (unsigned i = 0; i < n; ++i) grad[i] = std::isfinite(g[i]) ? g[i] : 0;
+  }
+  return value;
+}
+
+}  // namespace
+
+int RefitPoint(int n) {
+  if (n <= 30) return n;
+  int k = 30;
+  while (true) {
+    int next = k + std::max(1, k / 10);
+    if (next > n) return k;
+    k = next;
+  }
+}
+
+FeatureMap::FeatureMap(const SearchSpace& space) : space_(space) {
+  for (int i = 0; i < space.size(); ++i) {
+    offset_.push_back(size_);
+    const auto& p = space.param(i);
+    width_.push_back(p.has_categorical() ? p.categorical().values_size() : 1);
+    size_ += width_.back();
+  }
+}
+
+Eigen::VectorXd FeatureMap::Encode(const Params& params) const {
+  Eigen::VectorXd f = Eigen::VectorXd::Zero(size_);
+  for (int i = 0; i < space_.size(); ++i) {
+    const auto& p = space_.param(i);
+    auto it = params.find(p.name());
+    if (it == params.end()) {
+      // Inactive: numeric features at a fixed mid value, no category hot.
+      if (!p.has_categorical()) f[offset_[i]] = 0.5;
+      continue;
+    }
+    if (p.has_categorical()) {
+      const auto& values = p.categorical().values();
+      const int k = static_cast<int>(
+          std::find(values.begin(), values.end(), it->second.string_value()) -
+          values.begin());
+      if (k < width_[i]) f[offset_[i] + k] = 1.0;
+    } else {
+      f[offset_[i]] = space_.ToUnit(i, it->second);
+    }
+  }
+  return f;
+}
+
+Params FeatureMap::Decode(const Eigen::VectorXd& f) const {
+  Params params;
+  for (int i = 0; i < space_.size(); ++i) {
+    if (!space_.IsActive(i, params)) continue;
+    const auto& p = space_.param(i);
+    if (p.has_categorical()) {
+      int best = 0;
+      for (int k = 1; k < width_[i]; ++k) {
+        if (f[offset_[i] + k] > f[offset_[i] + best]) best = k;
+      }
+      params[p.name()].set_string_value(p.categorical().values(best));
+    } else {
+      params[p.name()] = space_.FromUnit(i, f[offset_[i]]);
+    }
+  }
+  return params;
+}
+
+BayesianSearcher::BayesianSearcher(SearchSpace space, const Options& options,
+                                   bool maximize)
+    : space_(std::move(space)),
+      features_(space_),
+      options_(options),
+      maximize_(maximize) {
+  if (options_.initial_trials <= 0) {
+    options_.initial_trials = std::min(20, std::max(5, 2 * space_.size()));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<BayesianSearcher>> BayesianSearcher::Create(
+    const v1::StudySpec& spec) {
+  Options options;
+  options.seed = spec.searcher().bayesian().seed();
+  options.initial_trials = spec.searcher().bayesian().initial_trials();
+  return Create(spec, options);
+}
+
+absl::StatusOr<std::unique_ptr<BayesianSearcher>> BayesianSearcher::Create(
+    const v1::StudySpec& spec, const Options& options) {
+  DIAL_ASSIGN_OR_RETURN(SearchSpace space, SearchSpace::Create(spec));
+  if (space.size() > static_cast<int>(std::size(kPrimes))) {
+    return absl::InvalidArgumentError(
+        "searcher.bayesian: at most 25 parameters; use tpe for larger spaces");
+  }
+  return std::unique_ptr<BayesianSearcher>(new BayesianSearcher(
+      std::move(space), options, spec.objective().goal() == v1::MAXIMIZE));
+}
+
+void BayesianSearcher::Observe(const v1::Trial& trial) {
+  double y;
+  if (trial.state() == v1::COMPLETED && trial.has_objective_value() &&
+      std::isfinite(trial.objective_value())) {
+    y = maximize_ ? -trial.objective_value() : trial.objective_value();
+  } else if (trial.state() == v1::FAILED) {
+    y = std::numeric_limits<double>::quiet_NaN();
+  } else {
+    return;  // stopped early: a partial result, not an observation
+  }
+  Observation o{google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+                    trial.end_time()),
+                trial.number(), features_.Encode(trial.params()), y};
+  auto pos = std::upper_bound(
+      observations_.begin(), observations_.end(), o,
+      [](const Observation& a, const Observation& b) {
+        return std::tie(a.end_ms, a.number) < std::tie(b.end_ms, b.number);
+      });
+  observations_.insert(pos, std::move(o));
+}
+
+Params BayesianSearcher::InitialDesign(int64_t number) const {
+  std::mt19937_64 rng(Mix(options_.seed ^ 0x4A17));
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<double> u(space_.size());
+  for (int d = 0; d < space_.size(); ++d) {
+    double shift = unit(rng);  // Cranley-Patterson scrambling, fixed per seed
+    u[d] = std::fmod(RadicalInverse(static_cast<uint64_t>(number) + 1,
+                                    kPrimes[d]) + shift, 1.0);
+  }
+  return space_.Decode(u);
+}
+
+const GpHyperparameters& BayesianSearcher::Hyperparameters(int valid) {
+  const int k = RefitPoint(valid);
+  if (k == fitted_at_) return fitted_;
+  // Fit on the first k valid observations in finish order (plus the failed
+  // ones among them), a function of the history alone.
+  std::vector<const Observation*> first;
+  int seen = 0;
+  for (const auto& o : observations_) {
+    if (seen >= k) break;
+    first.push_back(&o);
+    if (std::isfinite(o.y)) ++seen;
+  }
+  std::vector<double> raw;
+  for (const auto* o : first) raw.push_back(o->y);
+  Eigen::VectorXd y = Transform(raw);
+  std::vector<int> keep = Subset(y, options_.max_fit_points);
+  Eigen::MatrixXd x(keep.size(), features_.size());
+  Eigen::VectorXd ys(keep.size());
+  for (size_t i = 0; i < keep.size(); ++i) {
+    x.row(i) = first[keep[i]]->features.transpose();
+    ys[i] = y[keep[i]];
+  }
+  GpFitOptions fit;
+  fit.seed = Mix(options_.seed ^ static_cast<uint64_t>(k));
+  fitted_ = GaussianProcess::Fit(
+      x, ys, GpHyperparameters::Default(features_.size()), fit);
+  fitted_at_ = k;
+  return fitted_;
+}
+
+absl::StatusOr<Params> BayesianSearcher::Suggest(
+    int64_t number, const std::vector<Params>& pending) {
+  int valid = 0;
+  for (const auto& o : observations_) valid += std::isfinite(o.y);
+  if (valid < options_.initial_trials) return InitialDesign(number);
+
+  std::vector<double> raw;
+  for (const auto& o : observations_) raw.push_back(o.y);
+  Eigen::VectorXd y_all = Transform(raw);
+  std::vector<int> keep = Subset(y_all, options_.max_points);
+  const int n = static_cast<int>(keep.size());
+  const int p = static_cast<int>(pending.size());
+  Eigen::MatrixXd x(n + p, features_.size());
+  Eigen::VectorXd y(n + p);
+  for (int i = 0; i < n; ++i) {
+    x.row(i) = observations_[keep[i]].features.transpose();
+    y[i] = y_all[keep[i]];
+  }
+  const GpHyperparameters& h = Hyperparameters(valid);
+  auto gp = GaussianProcess::Condition(x.topRows(n), y.head(n), h);
+  if (!gp.ok()) return InitialDesign(number);
+  const double best = y.head(n).minCoeff();
+  // Kriging believer: pending points join at the posterior mean.
+  for (int j = 0; j < p; ++j) {
+    x.row(n + j) = features_.Encode(pending[j]).transpose();
+    double mean, var;
+    gp->Predict(x.row(n + j).transpose(), &mean, &var);
+    y[n + j] = mean;
+  }
+  if (p > 0) {
+    auto believed = GaussianProcess::Condition(x, y, h);
+    if (believed.ok()) gp = std::move(believed);
+  }
+
+  std::mt19937_64 rng(Mix(options_.seed) ^ Mix(static_cast<uint64_t>(number)));
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  auto taken = [&](const Eigen::VectorXd& f) {
+    for (int i = 0; i < n + p; ++i) {
+      if ((x.row(i).transpose() - f).squaredNorm() < 1e-12) return true;
+    }
+    return false;
+  };
+  struct Candidate {
+    double score;
+    Eigen::VectorXd f;
+  };
+  std::vector<Candidate> candidates;
+  std::vector<double> u(space_.size());
+  const int random_count = n > 300 ? options_.candidates / 2 : options_.candidates;
+  for (int c = 0; c < random_count; ++c) {
+    for (auto& v : u) v = unit(rng);
+    Eigen::VectorXd f = features_.Encode(space_.Decode(u));
+    candidates.push_back({NegLogEi(*gp, best, f, nullptr), f});
+  }
+  // Perturbations of the best observed points, in the unit cube.
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + std::min(n, 5), order.end(),
+                    [&](int a, int b) { return y[a] < y[b]; });
+  for (int b = 0; b < std::min(n, 5); ++b) {
+    const Params base = features_.Decode(x.row(order[b]).transpose());
+    std::vector<double> centre = space_.Encode(base);
+    for (int c = 0; c < 40; ++c) {
+      for (int d = 0; d < space_.size(); ++d) {
+        double v = std::isnan(centre[d]) ? unit(rng) : centre[d];
+        u[d] = std::clamp(v + 0.05 * normal(rng), 0.0, 1.0);
+      }
+      Eigen::VectorXd f = features_.Encode(space_.Decode(u));
+      candidates.push_back({NegLogEi(*gp, best, f, nullptr), f});
+    }
+  }
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
+
+  // Refine the best distinct candidates with bounded L-BFGS on the relaxed
+  // features, then snap back to a valid configuration.
+  AcquisitionProblem problem{&*gp, best};
+  const int dims = features_.size();
+  std::vector<double> lower(dims, 0.0), upper(dims, 1.0);
+  std::vector<Candidate> refined;
+  int starts = 0;
+  for (size_t c = 0; c < candidates.size() && starts < options_.local_starts; ++c) {
+    if (taken(candidates[c].f)) continue;
+    ++starts;
+    std::vector<double> point(candidates[c].f.data(), candidates[c].f.data() + dims);
+    nlopt_opt opt = nlopt_create(NLOPT_LD_LBFGS, dims);
+    nlopt_set_lower_bounds(opt, lower.data());
+    nlopt_set_upper_bounds(opt, upper.data());
+    nlopt_set_min_objective(opt, AcquisitionObjective, &problem);
+    nlopt_set_maxeval(opt, 40);
+    double value;
+    nlopt_optimize(opt, point.data(), &value);
+    nlopt_destroy(opt);
+    Eigen::VectorXd f = features_.Encode(
+        features_.Decode(Eigen::Map<Eigen::VectorXd>(point.data(), dims)));
+    refined.push_back({NegLogEi(*gp, best, f, nullptr), f});
+    refined.push_back(candidates[c]);
+  }
+  std::sort(refined.begin(), refined.end(),
+            [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
+  for (const auto& c : refined) {
+    if (!taken(c.f)) return features_.Decode(c.f);
+  }
+  for (const auto& c : candidates) {
+    if (!taken(c.f)) return features_.Decode(c.f);
+  }
+  return InitialDesign(number);
+}
+
+}  // namespace dial::searchers

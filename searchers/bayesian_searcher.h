@@ -1,0 +1,97 @@
+// BayesianSearcher: Gaussian-process Bayesian optimisation.
+//  - Inputs: floats and ints as their unit coordinate (log scale in log
+//    space, ints relaxed and rounded on decode), categoricals one-hot;
+//    inactive conditional parameters get a fixed value, so the model sees
+//    them explicitly as "absent".
+//  - Outputs: minimised internally; clipped above at Q3 + 3 IQR (diverged
+//    trials), failed trials imputed at that worst value, log-warped when
+//    heavily skewed, standardised.
+//  - Model: Matern-5/2 ARD GP (gp.h). Hyperparameters are refitted at a
+//    schedule of observation counts (every observation early, then every
+//    ~10%), each fit a pure function of the first K observations in finish
+//    order, so a restarted scheduler fits exactly what the running one did.
+//    Past `max_fit_points` the fit uses a subset (the best half plus an even
+//    spread); past `max_points` so does the posterior.
+//  - Acquisition: log expected improvement, maximised over quasi-random and
+//    perturbed-best candidates refined with bounded L-BFGS; pending trials
+//    are fantasised at the posterior mean (kriging believer), so parallel
+//    suggestions spread out and never repeat a pending or observed point.
+//  - The first `initial_trials` come from a seeded scrambled Halton design.
+// Deterministic for a seed. Not thread-safe (see searcher.h).
+#pragma once
+
+#include <Eigen/Dense>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "searchers/gp.h"
+#include "searchers/searcher.h"
+
+namespace dial::searchers {
+
+// Maps configurations to the GP's input features and back.
+class FeatureMap {
+ public:
+  explicit FeatureMap(const SearchSpace& space);
+  int size() const { return size_; }
+  Eigen::VectorXd Encode(const Params& params) const;
+  // Nearest valid configuration (rounds ints, argmax of one-hot groups).
+  Params Decode(const Eigen::VectorXd& features) const;
+
+ private:
+  const SearchSpace& space_;
+  std::vector<int> offset_;  // first feature of each parameter
+  std::vector<int> width_;   // 1, or the number of categories
+  int size_ = 0;
+};
+
+class BayesianSearcher : public Searcher {
+ public:
+  struct Options {
+    uint64_t seed = 0;
+    int initial_trials = 0;  // 0: min(20, max(5, 2 * parameters))
+    int max_fit_points = 200;
+    int max_points = 500;
+    int candidates = 1024;
+    int local_starts = 5;
+  };
+  static absl::StatusOr<std::unique_ptr<BayesianSearcher>> Create(
+      const v1::StudySpec& spec);
+  static absl::StatusOr<std::unique_ptr<BayesianSearcher>> Create(
+      const v1::StudySpec& spec, const Options& options);
+
+  using Searcher::Suggest;
+  absl::StatusOr<Params> Suggest(int64_t number,
+                                 const std::vector<Params>& pending) override;
+  void Observe(const v1::Trial& trial) override;
+
+  int initial_trials() const { return options_.initial_trials; }
+
+ private:
+  struct Observation {
+    int64_t end_ms;
+    int64_t number;
+    Eigen::VectorXd features;
+    double y;  // minimised; NaN for a failed trial
+  };
+  BayesianSearcher(SearchSpace space, const Options& options,
+                   bool maximize);
+  Params InitialDesign(int64_t number) const;
+  // The hyperparameters for the current observations (refit on schedule).
+  const GpHyperparameters& Hyperparameters(int valid);
+
+  SearchSpace space_;
+  FeatureMap features_;
+  Options options_;
+  bool maximize_;
+  std::vector<Observation> observations_;  // sorted by (end_ms, number)
+  int fitted_at_ = -1;
+  GpHyperparameters fitted_;
+};
+
+// Largest refit point <= n (refits happen when the observation count
+// reaches one of these): every count up to 30, then every ~10%.
+int RefitPoint(int n);
+
+}  // namespace dial::searchers
