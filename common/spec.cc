@@ -603,6 +603,15 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
     for (int i = 0; i < spec.search_space_size(); ++i) {
       const auto& p = spec.search_space(i);
       const std::string where = absl::StrCat("search_space[", i, "]");
+      if (p.has_float_()) {
+        for (const Knob& k : TrainerKnobs()) {
+          if (p.name() == k.name && k.type == KnobType::kInt) {
+            return Invalid(where, "'" + p.name() +
+                                      "' is an integer knob: use an int or "
+                                      "discrete domain");
+          }
+        }
+      }
       std::vector<google::protobuf::Value> values;
       auto number = [&](double v) { values.emplace_back().set_number_value(v); };
       switch (p.domain_case()) {

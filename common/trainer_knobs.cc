@@ -61,7 +61,7 @@ const std::vector<Knob>& TrainerKnobs() {
       {"threads", KnobType::kInt, "0",
        "CPU threads (0: the worker's budget, else 1)", {}, 0, 1024},
       {"synthetic_samples", KnobType::kInt, "4096",
-       "Synthetic dataset: training examples (validation: a quarter more)",
+       "Synthetic dataset: training examples (validation: a quarter as many)",
        {}, 16, 1e7},
       {"synthetic_features", KnobType::kInt, "32",
        "Synthetic dataset: features", {}, 1, 100000},

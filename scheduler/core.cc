@@ -910,6 +910,7 @@ absl::Status SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request) {
   if (error.empty()) {
     trial.set_objective_value(objective->second);
     trial.set_state(v1::COMPLETED);
+    trial.clear_error();  // an earlier attempt's failure is history now
     *trial.mutable_end_time() = Now();
     return Finalize(*entry, trial);
   }

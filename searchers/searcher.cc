@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "searchers/bayesian_searcher.h"
+#include "searchers/tpe_searcher.h"
 
 namespace dial::searchers {
 namespace {
@@ -213,9 +214,10 @@ absl::StatusOr<std::unique_ptr<Searcher>> CreateSearcher(
       DIAL_ASSIGN_OR_RETURN(auto s, BayesianSearcher::Create(spec));
       return std::unique_ptr<Searcher>(std::move(s));
     }
-    case v1::SearcherSpec::kTpe:
-      return absl::UnimplementedError(
-          "searcher.tpe is not implemented yet; use random or grid");
+    case v1::SearcherSpec::kTpe: {
+      DIAL_ASSIGN_OR_RETURN(auto s, TpeSearcher::Create(spec));
+      return std::unique_ptr<Searcher>(std::move(s));
+    }
   }
   return absl::InvalidArgumentError("searcher: unknown kind");
 }

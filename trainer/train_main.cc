@@ -192,5 +192,6 @@ int main(int argc, char** argv) {
     return Fail(result.status(),
                 absl::IsInvalidArgument(result.status()) ? 2 : 1);
   }
-  return 0;
+  // Interrupted: checkpointed but not finished, so not a success.
+  return result->interrupted ? 128 + SIGTERM : 0;
 }

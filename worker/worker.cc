@@ -82,12 +82,13 @@ bool Worker::Sleep(absl::Duration d) {
 }
 
 std::string Worker::EnsureRegistered() {
+  absl::MutexLock registering(&register_mu_);
   absl::Duration backoff = absl::Milliseconds(200);
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_) return "";
       if (!worker_id_.empty()) return worker_id_;
+      if (stopping_) return "";
     }
     v1::RegisterWorkerRequest request;
     request.set_host(options_.host);
@@ -166,7 +167,14 @@ void Worker::HeartbeatLoop() {
       ForgetRegistration(id);
       continue;
     }
-    if (!Sleep(period)) return;
+    if (!Sleep(period)) {
+      // Shutting down: keep the lease while trials checkpoint and exit.
+      {
+        absl::MutexLock lock(&mu_);
+        if (running_.empty()) return;
+      }
+      absl::SleepFor(period);
+    }
   }
 }
 

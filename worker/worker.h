@@ -67,6 +67,7 @@ class Worker {
   bool Sleep(absl::Duration d);  // false when shutting down
 
   WorkerOptions options_;
+  absl::Mutex register_mu_;  // one registration at a time
   absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -240,6 +240,13 @@ TEST(SpecTest, TrainerKnobsAreCheckedAtCreation) {
   EXPECT_THAT(ValidateStudySpec(*knob).message(),
               HasSubstr("trial.trainer.activation: activation 'swish' is not one of"));
 
+  auto float_int = ParseStudySpec(base +
+                                  "search_space: [{name: units, float: {min: "
+                                  "32, max: 64}}]\ntrial: {trainer: {}}");
+  ASSERT_TRUE(float_int.ok());
+  EXPECT_THAT(ValidateStudySpec(*float_int).message(),
+              HasSubstr("'units' is an integer knob"));
+
   auto good = ParseStudySpec(base +
                              "search_space: [{name: optimizer, categorical: "
                              "{values: [sgd, adam]}}, {name: units, int: "

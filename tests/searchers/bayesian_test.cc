@@ -10,6 +10,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "searchers/bayesian_searcher.h"
 #include "searchers/gp.h"
+#include "searchers/tpe_searcher.h"
 
 namespace dial::searchers {
 namespace {
@@ -314,6 +315,68 @@ TEST(BayesianSearcherTest, RefitScheduleIsSparseLater) {
   int refits = 0;
   for (int n = 1; n <= 1000; ++n) refits += RefitPoint(n) == n;
   EXPECT_LT(refits, 70);
+}
+
+TEST(TpeSearcherTest, ConditionalSuggestionsStayValid) {
+  auto spec = Spec(kMixedSpace, "{tpe: {seed: 2}}");
+  auto tpe = TpeSearcher::Create(spec);
+  ASSERT_TRUE(tpe.ok());
+  auto space = SearchSpace::Create(spec);
+  for (int n = 0; n < 60; ++n) {
+    auto p = (*tpe)->Suggest(n);
+    ASSERT_TRUE(p.ok());
+    for (int i = 0; i < space->size(); ++i) {
+      auto it = p->find(space->param(i).name());
+      EXPECT_EQ(it != p->end(), space->IsActive(i, *p));
+      if (it != p->end()) {
+        EXPECT_TRUE(space->Contains(i, it->second));
+      }
+    }
+    (*tpe)->Observe(Finished(n, *p, Mixed(*p)));
+  }
+}
+
+TEST(TpeSearcherTest, BeatsRandomSearchOnBranin) {
+  int wins = 0;
+  for (uint64_t seed : {1, 2, 3}) {
+    auto tpe = TpeSearcher::Create(
+        Spec(kBraninSpace, "{tpe: {seed: " + std::to_string(seed) + "}}"));
+    auto random = RandomSearcher::Create(
+        Spec(kBraninSpace, "{random: {seed: " + std::to_string(seed) + "}}"));
+    ASSERT_TRUE(tpe.ok() && random.ok());
+    wins += BestAfter(**tpe, 100) < BestAfter(**random, 100);
+  }
+  EXPECT_GE(wins, 2);
+}
+
+TEST(TpeSearcherTest, RestartAndPendingBehave) {
+  auto spec = Spec(kMixedSpace, "{tpe: {seed: 5}}");
+  auto running = TpeSearcher::Create(spec);
+  auto restarted = TpeSearcher::Create(spec);
+  ASSERT_TRUE(running.ok() && restarted.ok());
+  std::vector<v1::Trial> history;
+  for (int n = 0; n < 30; ++n) {
+    auto p = (*running)->Suggest(n);
+    ASSERT_TRUE(p.ok());
+    history.push_back(Finished(n, *p, Mixed(*p)));
+    (*running)->Observe(history.back());
+  }
+  for (const auto& t : history) (*restarted)->Observe(t);
+  auto a = (*running)->Suggest(30);
+  auto b = (*restarted)->Suggest(30);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_DOUBLE_EQ(a->at("lr").double_value(), b->at("lr").double_value());
+  EXPECT_EQ(a->at("opt").string_value(), b->at("opt").string_value());
+  // A batch with pending trials holds no repeats.
+  std::vector<Params> pending;
+  std::set<double> lrs;
+  for (int n = 30; n < 38; ++n) {
+    auto p = (*running)->Suggest(n, pending);
+    ASSERT_TRUE(p.ok());
+    lrs.insert(p->at("lr").double_value());
+    pending.push_back(*p);
+  }
+  EXPECT_EQ(lrs.size(), 8u);
 }
 
 }  // namespace

@@ -258,14 +258,21 @@ TEST(TrialSchedulerTest, FifoAlwaysContinues) {
   }
 }
 
-TEST(FactoryTest, UnbuiltSearchersSayUnimplemented) {
-  auto spec = Spec("  - {name: x, float: {min: 0, max: 1}}",
-                   "searcher: {bayesian: {}}");
-  EXPECT_EQ(CreateSearcher(spec).status().code(),
+TEST(FactoryTest, EverySearcherIsBuiltAndUnbuiltSchedulersSaySo) {
+  for (const char* searcher : {"{random: {}}", "{grid: {}}", "{bayesian: {}}",
+                               "{tpe: {}}"}) {
+    auto spec = Spec("  - {name: x, float: {min: 0, max: 1}}",
+                     std::string("searcher: ") + searcher);
+    auto created = CreateSearcher(spec);
+    ASSERT_TRUE(created.ok()) << searcher << ": " << created.status();
+    EXPECT_TRUE((*created)->Suggest(0).ok());
+  }
+  auto asha = Spec("  - {name: x, float: {min: 0, max: 1}}",
+                   "scheduler: {asha: {min_steps: 1, max_steps: 9, "
+                   "reduction_factor: 3}}");
+  EXPECT_EQ(CreateTrialScheduler(asha).status().code(),
             absl::StatusCode::kUnimplemented);
-  auto fifo = Spec("  - {name: x, float: {min: 0, max: 1}}");
-  EXPECT_TRUE(CreateTrialScheduler(fifo).ok());
-  EXPECT_TRUE(CreateSearcher(fifo).ok());
+  EXPECT_TRUE(CreateTrialScheduler(Spec("  - {name: x, float: {min: 0, max: 1}}")).ok());
 }
 
 }  // namespace

@@ -1,0 +1,196 @@
+#include "searchers/tpe_searcher.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "common/status.h"
+
+namespace dial::searchers {
+namespace {
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+double Phi(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+
+// A mixture of Gaussians truncated to [0, 1], with a prior component.
+class Parzen {
+ public:
+  Parzen(std::vector<double> points, double prior_weight) {
+    // The prior: a wide component centred on the range.
+    points.push_back(0.5);
+    std::vector<size_t> order(points.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return points[a] < points[b]; });
+    const size_t n = points.size();
+    const double min_sigma = 1.0 / std::min(100.0, 1.0 + n);
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = order[k];
+      const bool prior = i == n - 1;
+      double sigma;
+      if (prior) {
+        sigma = 1.0;
+      } else {
+        const double left = k == 0 ? points[i] : points[i] - points[order[k - 1]];
+        const double right =
+            k + 1 == n ? 1.0 - points[i] : points[order[k + 1]] - points[i];
+        sigma = std::clamp(std::max(left, right), min_sigma, 1.0);
+      }
+      mu_.push_back(points[i]);
+      sigma_.push_back(sigma);
+      weight_.push_back(prior ? prior_weight : 1.0);
+    }
+    double total = 0;
+    for (double w : weight_) total += w;
+    for (size_t k = 0; k < n; ++k) {
+      weight_[k] /= total;
+      mass_.push_back(Phi((1 - mu_[k]) / sigma_[k]) - Phi(-mu_[k] / sigma_[k]));
+    }
+  }
+
+  double LogDensity(double x) const {
+    double p = 0;
+    for (size_t k = 0; k < mu_.size(); ++k) {
+      const double z = (x - mu_[k]) / sigma_[k];
+      p += weight_[k] * std::exp(-0.5 * z * z) /
+           (sigma_[k] * std::sqrt(2 * M_PI) * std::max(mass_[k], 1e-12));
+    }
+    return std::log(std::max(p, 1e-300));
+  }
+
+  double Sample(std::mt19937_64& rng) const {
+    std::discrete_distribution<size_t> pick(weight_.begin(), weight_.end());
+    const size_t k = pick(rng);
+    std::normal_distribution<double> normal(mu_[k], sigma_[k]);
+    for (int tries = 0; tries < 100; ++tries) {
+      const double x = normal(rng);
+      if (x >= 0 && x <= 1) return x;
+    }
+    return std::clamp(mu_[k], 0.0, 1.0);
+  }
+
+ private:
+  std::vector<double> mu_, sigma_, weight_, mass_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TpeSearcher>> TpeSearcher::Create(
+    const v1::StudySpec& spec) {
+  DIAL_ASSIGN_OR_RETURN(SearchSpace space, SearchSpace::Create(spec));
+  Options options;
+  options.seed = spec.searcher().tpe().seed();
+  if (spec.searcher().tpe().initial_trials() > 0) {
+    options.initial_trials = spec.searcher().tpe().initial_trials();
+  }
+  return std::unique_ptr<TpeSearcher>(new TpeSearcher(
+      std::move(space), options, spec.objective().goal() == v1::MAXIMIZE));
+}
+
+void TpeSearcher::Observe(const v1::Trial& trial) {
+  if (trial.state() == v1::COMPLETED && trial.has_objective_value() &&
+      std::isfinite(trial.objective_value())) {
+    observations_.push_back(
+        {trial.params(),
+         maximize_ ? -trial.objective_value() : trial.objective_value()});
+  } else if (trial.state() == v1::FAILED) {
+    observations_.push_back(
+        {trial.params(), std::numeric_limits<double>::infinity()});
+  }
+}
+
+absl::StatusOr<Params> TpeSearcher::Suggest(
+    int64_t number, const std::vector<Params>& pending) {
+  std::mt19937_64 rng(Mix(options_.seed) ^ Mix(static_cast<uint64_t>(number)));
+  if (static_cast<int>(observations_.size()) < options_.initial_trials) {
+    return space_.Sample(rng);
+  }
+  // Good = the best gamma(n); bad = the rest plus pending trials.
+  std::vector<const Observation*> sorted;
+  for (const auto& o : observations_) sorted.push_back(&o);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const Observation* a, const Observation* b) {
+                     return a->y < b->y;
+                   });
+  const size_t n_good = std::min<size_t>(
+      25, static_cast<size_t>(std::ceil(0.1 * sorted.size())));
+  std::vector<const Params*> good, bad;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    (i < n_good ? good : bad).push_back(&sorted[i]->params);
+  }
+  for (const auto& p : pending) bad.push_back(&p);
+
+  Params out;
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int i = 0; i < space_.size(); ++i) {
+    if (!space_.IsActive(i, out)) continue;
+    const auto& spec = space_.param(i);
+    auto values_of = [&](const std::vector<const Params*>& group) {
+      std::vector<v1::ParamValue> values;
+      for (const Params* p : group) {
+        auto it = p->find(spec.name());
+        if (it != p->end() && space_.Contains(i, it->second)) {
+          values.push_back(it->second);
+        }
+      }
+      return values;
+    };
+    const auto good_values = values_of(good);
+    const auto bad_values = values_of(bad);
+    if (spec.has_categorical()) {
+      const int k = spec.categorical().values_size();
+      std::vector<double> l(k, options_.prior_weight / k),
+          g(k, options_.prior_weight / k);
+      auto index = [&](const v1::ParamValue& v) {
+        const auto& vals = spec.categorical().values();
+        return static_cast<int>(
+            std::find(vals.begin(), vals.end(), v.string_value()) - vals.begin());
+      };
+      for (const auto& v : good_values) l[index(v)] += 1;
+      for (const auto& v : bad_values) g[index(v)] += 1;
+      double lt = 0, gt = 0;
+      for (int c = 0; c < k; ++c) {
+        lt += l[c];
+        gt += g[c];
+      }
+      std::discrete_distribution<int> draw(l.begin(), l.end());
+      int best = 0;
+      double best_score = -std::numeric_limits<double>::infinity();
+      for (int c = 0; c < options_.candidates; ++c) {
+        const int x = draw(rng);
+        const double score = std::log(l[x] / lt) - std::log(g[x] / gt);
+        if (score > best_score) {
+          best_score = score;
+          best = x;
+        }
+      }
+      out[spec.name()].set_string_value(spec.categorical().values(best));
+      continue;
+    }
+    std::vector<double> lu, gu;
+    for (const auto& v : good_values) lu.push_back(space_.ToUnit(i, v));
+    for (const auto& v : bad_values) gu.push_back(space_.ToUnit(i, v));
+    Parzen l(lu, options_.prior_weight), g(gu, options_.prior_weight);
+    double best = unit(rng);
+    double best_score = -std::numeric_limits<double>::infinity();
+    for (int c = 0; c < options_.candidates; ++c) {
+      const double x = l.Sample(rng);
+      const double score = l.LogDensity(x) - g.LogDensity(x);
+      if (score > best_score) {
+        best_score = score;
+        best = x;
+      }
+    }
+    out[spec.name()] = space_.FromUnit(i, best);
+  }
+  return out;
+}
+
+}  // namespace dial::searchers
