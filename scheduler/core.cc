@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
+#include "absl/synchronization/notification.h"
 
 namespace dial::scheduler {
 namespace {
@@ -50,12 +51,63 @@ bool IsFinal(v1::TrialState state) {
 
 SchedulerCore::SchedulerCore(const SchedulerCoreOptions& options)
     : store_(options.store),
+      searcher_factory_(options.searcher_factory
+                            ? options.searcher_factory
+                            : [](const v1::StudySpec& spec) {
+                                return searchers::CreateSearcher(spec);
+                              }),
       clock_(options.clock ? options.clock : &real_clock_),
       worker_lease_(options.worker_lease) {}
 
 SchedulerCore::~SchedulerCore() {
   StopWaiting();
   if (ticker_.joinable()) ticker_.join();
+  if (suggester_.joinable()) suggester_.join();
+}
+
+void SchedulerCore::Enqueue(Task task) { tasks_.push_back(std::move(task)); }
+
+void SchedulerCore::RunTasks() {
+  while (true) {
+    Task task;
+    std::deque<Task> cancelled;
+    {
+      absl::MutexLock lock(&mu_);
+      executing_ = false;
+      mu_.Await(absl::Condition(this, &SchedulerCore::HasWork));
+      if (stopping_) {
+        cancelled.swap(tasks_);
+      } else {
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+        executing_ = true;
+      }
+    }
+    if (!task.run) {
+      for (auto& t : cancelled) {
+        if (t.cancel) t.cancel();
+      }
+      return;
+    }
+    task.run();
+  }
+}
+
+void SchedulerCore::WaitIdle() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(this, &SchedulerCore::Idle));
+}
+
+void SchedulerCore::ScheduleFill(const std::string& name) {
+  auto it = studies_.find(name);
+  if (it == studies_.end()) return;
+  std::shared_ptr<StudyEntry> entry = it->second;
+  if (entry->fill_queued ||
+      entry->study.spec().trial().run_case() == v1::TrialTemplate::RUN_NOT_SET) {
+    return;
+  }
+  entry->fill_queued = true;
+  Enqueue({[this, entry] { FillPending(entry); }, nullptr});
 }
 
 void SchedulerCore::StopWaiting() {
@@ -76,6 +128,7 @@ absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
     absl::MutexLock lock(&core->mu_);
     DIAL_RETURN_IF_ERROR(core->Load());
   }
+  core->suggester_ = std::thread([self = core.get()] { self->RunTasks(); });
   if (options.tick > absl::ZeroDuration()) {
     SchedulerCore* self = core.get();
     const absl::Duration tick = options.tick;
@@ -101,10 +154,10 @@ google::protobuf::Timestamp SchedulerCore::Now() const {
 absl::Status SchedulerCore::Load() {
   DIAL_ASSIGN_OR_RETURN(auto studies, store_->ListStudies());
   for (auto& study : studies) {
-    auto entry = std::make_unique<StudyEntry>();
+    auto entry = std::make_shared<StudyEntry>();
     entry->study = std::move(study);
     DIAL_ASSIGN_OR_RETURN(entry->searcher,
-                          searchers::CreateSearcher(entry->study.spec()));
+                          searcher_factory_(entry->study.spec()));
     DIAL_ASSIGN_OR_RETURN(entry->trial_scheduler,
                           searchers::CreateTrialScheduler(entry->study.spec()));
     DIAL_ASSIGN_OR_RETURN(auto trials,
@@ -148,7 +201,7 @@ absl::Status SchedulerCore::Load() {
       }
     }
     for (auto& trial : orphans) DIAL_RETURN_IF_ERROR(Requeue(e, trial));
-    DIAL_RETURN_IF_ERROR(FillPending(e));
+    ScheduleFill(name);
   }
   return absl::OkStatus();
 }
@@ -269,8 +322,8 @@ absl::StatusOr<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec) {
   DIAL_RETURN_IF_ERROR(ValidateStudySpec(spec));
   std::random_device rd;
   FillSpecDefaults((uint64_t{rd()} << 32) | rd(), spec);
-  auto entry = std::make_unique<StudyEntry>();
-  DIAL_ASSIGN_OR_RETURN(entry->searcher, searchers::CreateSearcher(spec));
+  auto entry = std::make_shared<StudyEntry>();
+  DIAL_ASSIGN_OR_RETURN(entry->searcher, searcher_factory_(spec));
   DIAL_ASSIGN_OR_RETURN(entry->trial_scheduler,
                         searchers::CreateTrialScheduler(spec));
   entry->study.set_name(spec.name());
@@ -287,8 +340,7 @@ absl::StatusOr<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec) {
   DIAL_RETURN_IF_ERROR(store_->CreateStudy(entry->study));
   StudyEntry& e = *entry;
   studies_[entry->study.name()] = std::move(entry);
-  DIAL_RETURN_IF_ERROR(FillPending(e));
-  Dispatch();
+  ScheduleFill(e.study.name());
   return WithCounts(e);
 }
 
@@ -338,7 +390,7 @@ absl::StatusOr<v1::Study> SchedulerCore::UpdateStudy(
   // The searcher may depend on the budget (a grid enumerates max_trials
   // points): build it anew, so an invalid change fails here and not at the
   // next restart, and replay what the old one observed.
-  DIAL_ASSIGN_OR_RETURN(auto searcher, searchers::CreateSearcher(spec));
+  DIAL_RETURN_IF_ERROR(searcher_factory_(spec).status());
   v1::Study updated = entry->study;
   *updated.mutable_spec() = spec;
   *updated.mutable_update_time() = Now();
@@ -347,13 +399,32 @@ absl::StatusOr<v1::Study> SchedulerCore::UpdateStudy(
   if (reopen) updated.set_state(v1::STUDY_ACTIVE);
   DIAL_RETURN_IF_ERROR(store_->UpdateStudy(updated));
   entry->study = std::move(updated);
-  for (const auto& [number, trial] : entry->trials) {
-    if (IsFinal(trial.state())) searcher->Observe(trial);
-  }
-  entry->searcher = std::move(searcher);
   entry->exhausted = false;  // rediscovered on the next suggestion
-  DIAL_RETURN_IF_ERROR(FillPending(*entry));
-  Dispatch();
+  std::shared_ptr<StudyEntry> shared = studies_[name];
+  Enqueue({[this, shared, spec] {
+             auto searcher = searcher_factory_(spec);
+             if (!searcher.ok()) return;  // checked above
+             std::vector<v1::Trial> finished;
+             {
+               absl::MutexLock lock(&mu_);
+               for (const auto& [number, trial] : shared->trials) {
+                 if (IsFinal(trial.state())) finished.push_back(trial);
+               }
+               shared->unobserved.clear();
+             }
+             std::stable_sort(finished.begin(), finished.end(),
+                              [](const v1::Trial& a, const v1::Trial& b) {
+                                return google::protobuf::util::TimeUtil::
+                                           TimestampToMilliseconds(a.end_time()) <
+                                       google::protobuf::util::TimeUtil::
+                                           TimestampToMilliseconds(b.end_time());
+                              });
+             for (const auto& t : finished) (*searcher)->Observe(t);
+             shared->searcher = std::move(*searcher);
+           },
+           nullptr});
+  ScheduleFill(name);
+  DIAL_RETURN_IF_ERROR(MaybeFinish(*entry));
   return WithCounts(*entry);
 }
 
@@ -379,6 +450,7 @@ absl::Status SchedulerCore::DeleteStudy(const std::string& name) {
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
   DIAL_RETURN_IF_ERROR(store_->DeleteStudy(name));
   Emit(*entry, v1::StudyEvent::STUDY_FINISHED, nullptr);
+  entry->deleted = true;
   studies_.erase(name);
   return absl::OkStatus();
 }
@@ -458,43 +530,77 @@ absl::StatusOr<std::vector<v1::Trial>> SchedulerCore::GetBestTrials(
 
 absl::StatusOr<Suggestion> SchedulerCore::SuggestTrials(
     const std::string& name, int32_t count, const std::string& client_id) {
+  absl::Notification ready;
+  absl::StatusOr<Suggestion> result;
+  SuggestTrialsAsync(name, count, client_id,
+                     [&](absl::StatusOr<Suggestion> r) {
+                       result = std::move(r);
+                       ready.Notify();
+                     });
+  ready.WaitForNotification();
+  return result;
+}
+
+void SchedulerCore::SuggestTrialsAsync(
+    const std::string& name, int32_t count, const std::string& client_id,
+    std::function<void(absl::StatusOr<Suggestion>)> done) {
   if (count < 0 || count > kMaxSuggest) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("count: must be between 0 (= 1) and ", kMaxSuggest));
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("count: must be between 0 (= 1) and ", kMaxSuggest)));
   }
   if (client_id.size() > kMaxClientId) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("client_id: at most ", kMaxClientId, " characters"));
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("client_id: at most ", kMaxClientId, " characters")));
   }
   if (count == 0) count = 1;
-  absl::MutexLock lock(&mu_);
-  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
-  Suggestion result;
-  if (!client_id.empty()) {
-    auto it = entry->open_by_client.find(client_id);
-    if (it != entry->open_by_client.end() && !it->second.empty()) {
-      for (int64_t number : it->second) {
-        result.trials.push_back(entry->trials.at(number));
-      }
-      result.study_state = entry->study.state();
-      return result;
+  std::shared_ptr<StudyEntry> entry;
+  {
+    absl::MutexLock lock(&mu_);
+    auto found = Find(name);
+    if (!found.ok()) return done(found.status());
+    if (stopping_) {
+      return done(absl::UnavailableError("the scheduler is shutting down"));
     }
+    entry = studies_[name];
+    Enqueue({[this, entry, count, client_id, done] {
+               Suggestion result;
+               {
+                 absl::MutexLock lock(&mu_);
+                 if (entry->deleted) {
+                   return done(absl::NotFoundError("the study was deleted"));
+                 }
+                 // A client with open trials gets those back, not new ones.
+                 auto it = entry->open_by_client.find(client_id);
+                 if (!client_id.empty() && it != entry->open_by_client.end() &&
+                     !it->second.empty()) {
+                   for (int64_t number : it->second) {
+                     result.trials.push_back(entry->trials.at(number));
+                   }
+                   result.study_state = entry->study.state();
+                   return done(std::move(result));
+                 }
+               }
+               while (int32_t(result.trials.size()) < count) {
+                 auto trial = NewTrial(entry, v1::RUNNING, client_id);
+                 if (!trial.ok()) return done(trial.status());
+                 if (!trial->has_value()) break;
+                 result.trials.push_back(std::move(**trial));
+               }
+               absl::Status status;
+               {
+                 absl::MutexLock lock(&mu_);
+                 status = MaybeFinish(*entry);
+                 result.study_state = entry->study.state();
+                 result.done = entry->study.state() != v1::STUDY_ACTIVE ||
+                               (result.trials.empty() && entry->open_trials == 0);
+               }
+               if (!status.ok()) return done(status);
+               done(std::move(result));
+             },
+             [done] {
+               done(absl::UnavailableError("the scheduler is shutting down"));
+             }});
   }
-  const auto& budget = entry->study.spec().budget();
-  while (entry->study.state() == v1::STUDY_ACTIVE &&
-         int32_t(result.trials.size()) < count && !entry->exhausted &&
-         int64_t(entry->trials.size()) < budget.max_trials() &&
-         entry->open_trials < budget.max_parallel_trials()) {
-    DIAL_ASSIGN_OR_RETURN(auto trial,
-                          NewTrial(*entry, v1::RUNNING, client_id));
-    if (!trial) break;
-    result.trials.push_back(std::move(*trial));
-  }
-  DIAL_RETURN_IF_ERROR(MaybeFinish(*entry));
-  result.study_state = entry->study.state();
-  result.done = entry->study.state() != v1::STUDY_ACTIVE ||
-                (result.trials.empty() && entry->open_trials == 0);
-  return result;
 }
 
 absl::StatusOr<v1::Decision> SchedulerCore::ReportIntermediate(
@@ -559,10 +665,11 @@ absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
 absl::Status SchedulerCore::Finalize(StudyEntry& entry, v1::Trial trial) {
   DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
   dispatched_.erase({trial.study(), trial.number()});
-  entry.searcher->Observe(trial);
+  entry.unobserved.push_back(trial);  // for the searcher, off this thread
   entry.trial_scheduler->OnTrialFinished(trial);
   Emit(entry, v1::StudyEvent::TRIAL_FINISHED, &trial);
-  DIAL_RETURN_IF_ERROR(FillPending(entry));
+  DIAL_RETURN_IF_ERROR(MaybeFinish(entry));
+  ScheduleFill(entry.study.name());
   Dispatch();
   return absl::OkStatus();
 }
@@ -630,21 +737,42 @@ void SchedulerCore::Unwatch(int64_t watch_id) {
   watchers_.erase(watch_id);
 }
 
+bool SchedulerCore::CanCreate(const StudyEntry& entry) const {
+  const auto& budget = entry.study.spec().budget();
+  return !entry.deleted && entry.study.state() == v1::STUDY_ACTIVE &&
+         !entry.exhausted &&
+         int64_t(entry.trials.size()) < budget.max_trials() &&
+         entry.open_trials < budget.max_parallel_trials();
+}
+
 absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
-    StudyEntry& entry, v1::TrialState state, const std::string& client_id) {
-  const int64_t number = static_cast<int64_t>(entry.trials.size());
+    const std::shared_ptr<StudyEntry>& entry, v1::TrialState state,
+    const std::string& client_id) {
+  int64_t number;
   std::vector<searchers::Params> pending;
-  for (const auto& [n, t] : entry.trials) {
-    if (IsOpen(t.state())) pending.push_back(t.params());
+  std::vector<v1::Trial> observe;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!CanCreate(*entry)) return std::optional<v1::Trial>();
+    number = static_cast<int64_t>(entry->trials.size());
+    for (const auto& [n, t] : entry->trials) {
+      if (IsOpen(t.state())) pending.push_back(t.params());
+    }
+    observe.swap(entry->unobserved);
   }
-  auto params = entry.searcher->Suggest(number, pending);
+  // Only this thread creates trials, so `number` stays free meanwhile.
+  for (const auto& t : observe) entry->searcher->Observe(t);
+  auto params = entry->searcher->Suggest(number, pending);
+  absl::MutexLock lock(&mu_);
   if (absl::IsOutOfRange(params.status())) {
-    entry.exhausted = true;
+    entry->exhausted = true;
     return std::optional<v1::Trial>();
   }
   if (!params.ok()) return params.status();
+  // The study may have been stopped, deleted or shrunk while we searched.
+  if (!CanCreate(*entry)) return std::optional<v1::Trial>();
   v1::Trial trial;
-  trial.set_study(entry.study.name());
+  trial.set_study(entry->study.name());
   trial.set_number(number);
   trial.set_state(state);
   *trial.mutable_params() = std::move(*params);
@@ -655,23 +783,31 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
     trial.set_attempt(1);
     *trial.mutable_start_time() = trial.create_time();
   }
-  DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
-  Emit(entry, v1::StudyEvent::TRIAL_CREATED, &trial);
+  DIAL_RETURN_IF_ERROR(SaveTrial(*entry, trial));
+  Emit(*entry, v1::StudyEvent::TRIAL_CREATED, &trial);
   return std::optional<v1::Trial>(std::move(trial));
 }
 
-absl::Status SchedulerCore::FillPending(StudyEntry& entry) {
-  if (entry.study.spec().trial().run_case() !=
-      v1::TrialTemplate::RUN_NOT_SET) {
-    const auto& budget = entry.study.spec().budget();
-    while (entry.study.state() == v1::STUDY_ACTIVE && !entry.exhausted &&
-           int64_t(entry.trials.size()) < budget.max_trials() &&
-           entry.open_trials < budget.max_parallel_trials()) {
-      DIAL_ASSIGN_OR_RETURN(auto trial, NewTrial(entry, v1::PENDING, ""));
-      if (!trial) break;
+void SchedulerCore::FillPending(const std::shared_ptr<StudyEntry>& entry) {
+  {
+    absl::MutexLock lock(&mu_);
+    entry->fill_queued = false;
+  }
+  while (true) {
+    auto trial = NewTrial(entry, v1::PENDING, "");
+    absl::MutexLock lock(&mu_);
+    if (!trial.ok()) {
+      spdlog::error("study {}: cannot queue a trial: {}", entry->study.name(),
+                    trial.status().ToString());
+      return;
+    }
+    Dispatch();
+    if (!trial->has_value()) {
+      absl::Status status = MaybeFinish(*entry);
+      if (!status.ok()) spdlog::error("{}", status.ToString());
+      return;
     }
   }
-  return MaybeFinish(entry);
 }
 
 absl::Status SchedulerCore::Requeue(StudyEntry& entry, v1::Trial trial) {

@@ -9,9 +9,12 @@
 // StudyStore calls on purpose: the store is the source of truth and must see
 // changes in the same order as memory. The store never calls back into the
 // core, and watch callbacks must only enqueue (they run under the lock).
+// Searchers run on one suggestion thread of the core's own, without that
+// lock, so a slow model fit never blocks reports, RPC threads or leases.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <list>
 #include <map>
@@ -40,6 +43,10 @@ struct SchedulerCoreOptions {
   // Period of the background check of leases and long polls; zero starts
   // no thread (tests call Tick themselves).
   absl::Duration tick = absl::Milliseconds(200);
+  // Makes a study's searcher; default searchers::CreateSearcher.
+  std::function<absl::StatusOr<std::unique_ptr<searchers::Searcher>>(
+      const v1::StudySpec&)>
+      searcher_factory = nullptr;
 };
 
 // A trial handed to a worker.
@@ -103,10 +110,19 @@ class SchedulerCore {
 
   // Ask: new RUNNING trials owned by `client_id`, or that client's open
   // trials if it has any. Returns fewer (or none) at max_parallel_trials;
-  // done=true once the study will never suggest again.
+  // done=true once the study will never suggest again. `done` is called
+  // once, on the suggestion thread (or at once for bad arguments), without
+  // the core's lock; UNAVAILABLE if the core shuts down first.
+  void SuggestTrialsAsync(
+      const std::string& name, int32_t count, const std::string& client_id,
+      std::function<void(absl::StatusOr<Suggestion>)> done);
+  // The same, waiting for the answer (not from the suggestion thread).
   absl::StatusOr<Suggestion> SuggestTrials(const std::string& name,
                                            int32_t count,
                                            const std::string& client_id);
+  // Blocks until the suggestion thread has nothing queued or running
+  // (e.g. the PENDING trials of a new worker-run study exist).
+  void WaitIdle();
   // Tell, during the run: durable before the decision is returned.
   // FAILED_PRECONDITION unless the trial is RUNNING; INVALID_ARGUMENT for a
   // step not after the last one or empty metrics.
@@ -157,7 +173,12 @@ class SchedulerCore {
  private:
   struct StudyEntry {
     v1::Study study;
+    // Used on the suggestion thread only (and before it starts).
     std::unique_ptr<searchers::Searcher> searcher;
+    // Finished trials the searcher has not seen yet, in finish order.
+    std::vector<v1::Trial> unobserved;
+    bool fill_queued = false;
+    bool deleted = false;
     std::unique_ptr<searchers::TrialScheduler> trial_scheduler;
     std::map<int64_t, v1::Trial> trials;
     std::map<std::string, std::set<int64_t>> open_by_client;
@@ -172,6 +193,10 @@ class SchedulerCore {
     v1::Worker worker;
     absl::Time last_seen;
   };
+  struct Task {
+    std::function<void()> run;
+    std::function<void()> cancel;  // instead of run, at shutdown
+  };
   struct Waiter {
     std::string worker_id;
     int32_t free_gpus;
@@ -184,6 +209,18 @@ class SchedulerCore {
   absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<StudyEntry*> Find(const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The suggestion thread's loop, and its queue.
+  void RunTasks();
+  void Enqueue(Task task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Idle() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return tasks_.empty() && !executing_;
+  }
+  bool HasWork() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !tasks_.empty() || stopping_;
+  }
+  // Asks the suggestion thread to top up a worker-run study's PENDING
+  // trials (see FillPending).
+  void ScheduleFill(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::Trial*> FindTrial(StudyEntry& entry, int64_t number)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Persists `trial` and mirrors it in memory (open counts, client index).
@@ -197,14 +234,19 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Finalize(StudyEntry& entry, v1::Trial trial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A new trial from the searcher, saved; nullopt when the space is
-  // exhausted.
+  // Whether the budget lets one more trial start now.
+  bool CanCreate(const StudyEntry& entry) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Suggestion thread only: a new trial from the searcher (run without the
+  // lock), saved; nullopt when the space is exhausted or the budget closed
+  // meanwhile.
   absl::StatusOr<std::optional<v1::Trial>> NewTrial(
-      StudyEntry& entry, v1::TrialState state, const std::string& client_id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Worker-run studies keep max_parallel_trials PENDING or running trials.
-  absl::Status FillPending(StudyEntry& entry)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      const std::shared_ptr<StudyEntry>& entry, v1::TrialState state,
+      const std::string& client_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Suggestion thread only: worker-run studies keep max_parallel_trials
+  // PENDING or running trials.
+  void FillPending(const std::shared_ptr<StudyEntry>& entry)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Requeue(StudyEntry& entry, v1::Trial trial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::optional<Assignment>> Assign(
@@ -235,14 +277,20 @@ class SchedulerCore {
   google::protobuf::Timestamp Now() const;
 
   storage::StudyStore* store_;
+  std::function<absl::StatusOr<std::unique_ptr<searchers::Searcher>>(
+      const v1::StudySpec&)>
+      searcher_factory_;
   const Clock* clock_;
   RealClock real_clock_;
   const absl::Duration worker_lease_;
   std::thread ticker_;
 
   absl::Mutex mu_;
-  std::map<std::string, std::unique_ptr<StudyEntry>> studies_
+  std::map<std::string, std::shared_ptr<StudyEntry>> studies_
       ABSL_GUARDED_BY(mu_);
+  std::deque<Task> tasks_ ABSL_GUARDED_BY(mu_);
+  bool executing_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread suggester_;
   std::map<int64_t, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
   int64_t next_watch_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);

@@ -214,16 +214,20 @@ grpc::ServerWriteReactor<v1::WatchStudyResponse>* StudyServiceImpl::WatchStudy(
 grpc::ServerUnaryReactor* StudyServiceImpl::SuggestTrials(
     grpc::CallbackServerContext* ctx, const v1::SuggestTrialsRequest* request,
     v1::SuggestTrialsResponse* response) {
-  return Unary(ctx, [&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(Suggestion s,
-                          core_->SuggestTrials(request->study(),
-                                               request->count(),
-                                               request->client_id()));
-    for (auto& t : s.trials) *response->add_trials() = std::move(t);
-    response->set_done(s.done);
-    response->set_study_state(s.study_state);
-    return absl::OkStatus();
-  });
+  // Model fits can take a while: the core answers from its suggestion
+  // thread and this reactor finishes then.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  core_->SuggestTrialsAsync(
+      request->study(), request->count(), request->client_id(),
+      [reactor, response](absl::StatusOr<Suggestion> s) {
+        if (s.ok()) {
+          for (auto& t : s->trials) *response->add_trials() = std::move(t);
+          response->set_done(s->done);
+          response->set_study_state(s->study_state);
+        }
+        reactor->Finish(ToGrpcStatus(s.status()));
+      });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* StudyServiceImpl::ReportIntermediate(

@@ -22,9 +22,11 @@ double Phi(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
 // A mixture of Gaussians truncated to [0, 1], with a prior component.
 class Parzen {
  public:
-  Parzen(std::vector<double> points, double prior_weight) {
+  Parzen(std::vector<double> points, std::vector<double> weights,
+         double prior_weight) {
     // The prior: a wide component centred on the range.
     points.push_back(0.5);
+    weights.push_back(prior_weight);
     std::vector<size_t> order(points.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::sort(order.begin(), order.end(),
@@ -45,7 +47,7 @@ class Parzen {
       }
       mu_.push_back(points[i]);
       sigma_.push_back(sigma);
-      weight_.push_back(prior ? prior_weight : 1.0);
+      weight_.push_back(weights[i]);
     }
     double total = 0;
     for (double w : weight_) total += w;
@@ -80,6 +82,19 @@ class Parzen {
   std::vector<double> mu_, sigma_, weight_, mass_;
 };
 
+// Optuna-style recency weights over a group in observation order: the
+// latest 25 count fully, older ones ramp down towards 1/n, so an early
+// region that has been left behind stops pulling the estimate.
+std::vector<double> RecencyWeights(size_t n) {
+  std::vector<double> w(n, 1.0);
+  if (n <= 25) return w;
+  const size_t ramp = n - 25;
+  for (size_t i = 0; i < ramp; ++i) {
+    w[i] = 1.0 / n + (1.0 - 1.0 / n) * static_cast<double>(i) / ramp;
+  }
+  return w;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TpeSearcher>> TpeSearcher::Create(
@@ -112,18 +127,20 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
   if (static_cast<int>(observations_.size()) < options_.initial_trials) {
     return space_.Sample(rng);
   }
-  // Good = the best gamma(n); bad = the rest plus pending trials.
-  std::vector<const Observation*> sorted;
-  for (const auto& o : observations_) sorted.push_back(&o);
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const Observation* a, const Observation* b) {
-                     return a->y < b->y;
-                   });
+  // Good = the best gamma(n); bad = the rest plus pending trials (as a
+  // constant liar). Both keep observation order, for the recency weights.
+  std::vector<size_t> by_value(observations_.size());
+  for (size_t i = 0; i < by_value.size(); ++i) by_value[i] = i;
+  std::stable_sort(by_value.begin(), by_value.end(), [&](size_t a, size_t b) {
+    return observations_[a].y < observations_[b].y;
+  });
   const size_t n_good = std::min<size_t>(
-      25, static_cast<size_t>(std::ceil(0.1 * sorted.size())));
+      25, static_cast<size_t>(std::ceil(0.1 * observations_.size())));
+  std::vector<bool> is_good(observations_.size(), false);
+  for (size_t i = 0; i < n_good; ++i) is_good[by_value[i]] = true;
   std::vector<const Params*> good, bad;
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    (i < n_good ? good : bad).push_back(&sorted[i]->params);
+  for (size_t i = 0; i < observations_.size(); ++i) {
+    (is_good[i] ? good : bad).push_back(&observations_[i].params);
   }
   for (const auto& p : pending) bad.push_back(&p);
 
@@ -132,7 +149,9 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
   for (int i = 0; i < space_.size(); ++i) {
     if (!space_.IsActive(i, out)) continue;
     const auto& spec = space_.param(i);
-    auto values_of = [&](const std::vector<const Params*>& group) {
+    // The group's values of this parameter (where active), with weights.
+    auto values_of = [&](const std::vector<const Params*>& group,
+                         std::vector<double>* weights) {
       std::vector<v1::ParamValue> values;
       for (const Params* p : group) {
         auto it = p->find(spec.name());
@@ -140,21 +159,45 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
           values.push_back(it->second);
         }
       }
+      *weights = RecencyWeights(values.size());
       return values;
     };
-    const auto good_values = values_of(good);
-    const auto bad_values = values_of(bad);
-    if (spec.has_categorical()) {
-      const int k = spec.categorical().values_size();
+    std::vector<double> good_w, bad_w;
+    const auto good_values = values_of(good, &good_w);
+    const auto bad_values = values_of(bad, &bad_w);
+    if (spec.has_categorical() || spec.has_discrete()) {
+      // Listed values are modelled as categories: smoothed counts.
+      const int k = spec.has_categorical() ? spec.categorical().values_size()
+                                           : spec.discrete().values_size();
       std::vector<double> l(k, options_.prior_weight / k),
           g(k, options_.prior_weight / k);
       auto index = [&](const v1::ParamValue& v) {
+        if (spec.has_discrete()) {
+          const auto& vals = spec.discrete().values();
+          return static_cast<int>(
+              std::find(vals.begin(), vals.end(), v.double_value()) -
+              vals.begin());
+        }
         const auto& vals = spec.categorical().values();
         return static_cast<int>(
             std::find(vals.begin(), vals.end(), v.string_value()) - vals.begin());
       };
-      for (const auto& v : good_values) l[index(v)] += 1;
-      for (const auto& v : bad_values) g[index(v)] += 1;
+      // Each observation's kernel keeps a share of its mass for every
+      // category (as Optuna's does), so an untried category stays
+      // reachable as evidence piles up elsewhere.
+      double good_total = 0, bad_total = 0;
+      for (double w : good_w) good_total += w;
+      for (double w : bad_w) bad_total += w;
+      for (int c = 0; c < k; ++c) {
+        l[c] += options_.prior_weight * good_total / (good_values.size() + 1) / k;
+        g[c] += options_.prior_weight * bad_total / (bad_values.size() + 1) / k;
+      }
+      for (size_t j = 0; j < good_values.size(); ++j) {
+        l[index(good_values[j])] += good_w[j];
+      }
+      for (size_t j = 0; j < bad_values.size(); ++j) {
+        g[index(bad_values[j])] += bad_w[j];
+      }
       double lt = 0, gt = 0;
       for (int c = 0; c < k; ++c) {
         lt += l[c];
@@ -171,13 +214,18 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
           best = x;
         }
       }
-      out[spec.name()].set_string_value(spec.categorical().values(best));
+      if (spec.has_discrete()) {
+        out[spec.name()].set_double_value(spec.discrete().values(best));
+      } else {
+        out[spec.name()].set_string_value(spec.categorical().values(best));
+      }
       continue;
     }
     std::vector<double> lu, gu;
     for (const auto& v : good_values) lu.push_back(space_.ToUnit(i, v));
     for (const auto& v : bad_values) gu.push_back(space_.ToUnit(i, v));
-    Parzen l(lu, options_.prior_weight), g(gu, options_.prior_weight);
+    Parzen l(lu, good_w, options_.prior_weight),
+        g(gu, bad_w, options_.prior_weight);
     double best = unit(rng);
     double best_score = -std::numeric_limits<double>::infinity();
     for (int c = 0; c < options_.candidates; ++c) {

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <future>
+
+#include "absl/synchronization/notification.h"
 
 #include "common/spec.h"
 #include "searchers/searcher.h"
@@ -372,6 +375,61 @@ std::string Key(const searchers::Params& p) {
   std::string key;
   for (const auto& [k, v] : sorted) key += k + "=" + v + ";";
   return key;
+}
+
+// A searcher whose suggestions wait until the test lets them go.
+class BlockingSearcher : public searchers::Searcher {
+ public:
+  explicit BlockingSearcher(absl::Notification* release) : release_(release) {}
+  using Searcher::Suggest;
+  absl::StatusOr<searchers::Params> Suggest(
+      int64_t number, const std::vector<searchers::Params>&) override {
+    if (number > 0) release_->WaitForNotification();
+    searchers::Params p;
+    p["x"].set_double_value(0.1 * number);
+    p["opt"].set_string_value("sgd");
+    return p;
+  }
+
+ private:
+  absl::Notification* release_;
+};
+
+TEST(CoreSuggestionThreadTest, ASlowSearcherNeverBlocksReports) {
+  absl::Notification release;
+  auto store = storage::MemoryStudyStore::Create();
+  SchedulerCoreOptions options;
+  options.store = store.get();
+  options.searcher_factory = [&](const v1::StudySpec&) {
+    return absl::StatusOr<std::unique_ptr<searchers::Searcher>>(
+        std::make_unique<BlockingSearcher>(&release));
+  };
+  auto core = SchedulerCore::Create(options);
+  ASSERT_TRUE(core.ok());
+  ASSERT_TRUE((*core)->CreateStudy(Spec("budget: {max_trials: 5}")).ok());
+  ASSERT_EQ((*core)->SuggestTrials("s", 1, "a")->trials.size(), 1u);
+  // Trial 1's suggestion now hangs in the searcher...
+  std::promise<absl::StatusOr<Suggestion>> slow;
+  (*core)->SuggestTrialsAsync("s", 1, "b", [&](absl::StatusOr<Suggestion> r) {
+    slow.set_value(std::move(r));
+  });
+  // ...while reports, completions and reads go on.
+  auto others = std::async(std::launch::async, [&] {
+    EXPECT_TRUE((*core)->ReportIntermediate("s", 0, 1, M(2), "").ok());
+    EXPECT_TRUE((*core)->CompleteTrial("s", 0, M(1), "").ok());
+    return (*core)->GetStudy("s");
+  });
+  ASSERT_EQ(others.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(others.get()->trial_counts().at("COMPLETED"), 1);
+  auto future = slow.get_future();
+  EXPECT_EQ(future.wait_for(std::chrono::milliseconds(0)),
+            std::future_status::timeout);
+  release.Notify();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto result = future.get();
+  ASSERT_TRUE(result.ok());
+  ASSERT_EQ(result->trials.size(), 1u);
+  EXPECT_EQ(result->trials[0].number(), 1);
 }
 
 TEST(CoreRestartTest, ARestartedCoreResumesEveryStudy) {

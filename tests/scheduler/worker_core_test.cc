@@ -45,6 +45,11 @@ class WorkerCoreTest : public ::testing::Test {
     ASSERT_TRUE(core.ok());
     core_ = std::move(*core);
   }
+  // Worker-run studies get their PENDING trials from the suggestion thread.
+  void Create(const v1::StudySpec& spec) {
+    ASSERT_TRUE(core_->CreateStudy(spec).ok());
+    core_->WaitIdle();
+  }
   std::string Register(const std::string& host) {
     v1::WorkerResources r;
     r.set_slots(1);
@@ -96,7 +101,7 @@ class WorkerCoreTest : public ::testing::Test {
 };
 
 TEST_F(WorkerCoreTest, WorkerStudiesQueueTrialsUpToTheParallelLimit) {
-  ASSERT_TRUE(core_->CreateStudy(WorkerSpec(5, 2)).ok());
+  Create(WorkerSpec(5, 2));
   auto study = core_->GetStudy("w");
   EXPECT_EQ(study->trial_counts().at("PENDING"), 2);
   const std::string w = Register("a");
@@ -110,6 +115,7 @@ TEST_F(WorkerCoreTest, WorkerStudiesQueueTrialsUpToTheParallelLimit) {
   EXPECT_FALSE(Acquire(w).has_value());  // parallel limit
   ASSERT_TRUE(core_->ReportProgress(Report(w, *a0, 10)).ok());
   ASSERT_TRUE(core_->FinishTrial(Finish(w, *a0, 0.9)).ok());
+  core_->WaitIdle();
   auto t0 = core_->GetTrial("w", 0);
   EXPECT_EQ(t0->state(), v1::COMPLETED);
   EXPECT_DOUBLE_EQ(t0->objective_value(), 0.9);
@@ -130,7 +136,7 @@ TEST_F(WorkerCoreTest, ParkedLongPollGetsTheNextTrialOrTimesOut) {
   };
   park();
   EXPECT_TRUE(results.empty());  // parked: no trial yet
-  ASSERT_TRUE(core_->CreateStudy(WorkerSpec(1, 1)).ok());
+  Create(WorkerSpec(1, 1));
   ASSERT_EQ(results.size(), 1u);
   ASSERT_TRUE(results[0].ok());
   ASSERT_TRUE(results[0]->has_value());
@@ -149,7 +155,7 @@ TEST_F(WorkerCoreTest, ParkedLongPollGetsTheNextTrialOrTimesOut) {
 }
 
 TEST_F(WorkerCoreTest, StaleAttemptsAreFencedAfterALostLease) {
-  ASSERT_TRUE(core_->CreateStudy(WorkerSpec(1, 1)).ok());
+  Create(WorkerSpec(1, 1));
   const std::string a = Register("a");
   auto first = Acquire(a);
   ASSERT_TRUE(first);
@@ -193,7 +199,7 @@ TEST_F(WorkerCoreTest, StaleAttemptsAreFencedAfterALostLease) {
 }
 
 TEST_F(WorkerCoreTest, FailuresAreRetriedThenFinal) {
-  ASSERT_TRUE(core_->CreateStudy(WorkerSpec(1, 1, /*failures=*/1)).ok());
+  Create(WorkerSpec(1, 1, /*failures=*/1));
   const std::string w = Register("a");
   auto first = Acquire(w);
   ASSERT_TRUE(first);
@@ -217,7 +223,7 @@ TEST_F(WorkerCoreTest, FailuresAreRetriedThenFinal) {
 }
 
 TEST_F(WorkerCoreTest, MissingObjectiveFailsTheTrial) {
-  ASSERT_TRUE(core_->CreateStudy(WorkerSpec(1, 1)).ok());
+  Create(WorkerSpec(1, 1));
   const std::string w = Register("a");
   auto a = Acquire(w);
   ASSERT_TRUE(a);
@@ -231,7 +237,7 @@ TEST_F(WorkerCoreTest, MissingObjectiveFailsTheTrial) {
 }
 
 TEST_F(WorkerCoreTest, ShutdownRequeueIsNotAFailure) {
-  ASSERT_TRUE(core_->CreateStudy(WorkerSpec(1, 1)).ok());
+  Create(WorkerSpec(1, 1));
   const std::string w = Register("a");
   auto a = Acquire(w);
   ASSERT_TRUE(a);
@@ -248,7 +254,7 @@ TEST_F(WorkerCoreTest, ShutdownRequeueIsNotAFailure) {
 }
 
 TEST_F(WorkerCoreTest, HeartbeatRequeuesTrialsTheWorkerDoesNotRun) {
-  ASSERT_TRUE(core_->CreateStudy(WorkerSpec(1, 1)).ok());
+  Create(WorkerSpec(1, 1));
   const std::string w = Register("a");
   auto a = Acquire(w);  // imagine the reply was lost
   ASSERT_TRUE(a);
