@@ -307,6 +307,48 @@ TEST(BayesianSearcherTest, ParallelBatchesAreDiverse) {
   EXPECT_GT(closest, 0.01);  // in the unit square
 }
 
+TEST(BayesianSearcherTest, FeaturesRoundTripEveryParameterType) {
+  auto spec = Spec(kMixedSpace, "{bayesian: {seed: 1}}");
+  auto space = SearchSpace::Create(spec);
+  ASSERT_TRUE(space.ok());
+  FeatureMap features(*space);
+  EXPECT_EQ(features.size(), 1 + 1 + 3 + 1 + 1);  // one-hot optimiser
+  std::mt19937_64 rng(3);
+  for (int n = 0; n < 300; ++n) {
+    Params p = space->Sample(rng);
+    Eigen::VectorXd f = features.Encode(p);
+    EXPECT_GE(f.minCoeff(), 0.0);
+    EXPECT_LE(f.maxCoeff(), 1.0);
+    Params back = features.Decode(f);
+    ASSERT_EQ(back.size(), p.size());
+    for (const auto& [name, value] : p) {
+      if (value.has_double_value() && space->param(0).name() == name) {
+        EXPECT_NEAR(back.at(name).double_value(), value.double_value(),
+                    1e-9 * value.double_value());
+      } else {
+        EXPECT_EQ(ParamValueToString(back.at(name)), ParamValueToString(value))
+            << name;
+      }
+    }
+  }
+}
+
+TEST(BayesianSearcherTest, SameSeedSameSequence) {
+  auto spec = Spec(kBraninSpace, "{bayesian: {seed: 21}}");
+  auto a = BayesianSearcher::Create(spec);
+  auto b = BayesianSearcher::Create(spec);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int n = 0; n < 20; ++n) {
+    auto pa = (*a)->Suggest(n);
+    auto pb = (*b)->Suggest(n);
+    ASSERT_TRUE(pa.ok() && pb.ok());
+    EXPECT_DOUBLE_EQ(pa->at("x1").double_value(), pb->at("x1").double_value());
+    EXPECT_DOUBLE_EQ(pa->at("x2").double_value(), pb->at("x2").double_value());
+    (*a)->Observe(Finished(n, *pa, Branin(*pa)));
+    (*b)->Observe(Finished(n, *pb, Branin(*pb)));
+  }
+}
+
 TEST(BayesianSearcherTest, RefitScheduleIsSparseLater) {
   EXPECT_EQ(RefitPoint(12), 12);
   EXPECT_EQ(RefitPoint(30), 30);
