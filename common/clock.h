@@ -18,4 +18,14 @@ class RealClock : public Clock {
   absl::Time Now() const override { return absl::Now(); }
 };
 
+// A clock that moves only when told to; for tests. Not thread-safe.
+class FakeClock : public Clock {
+ public:
+  absl::Time Now() const override { return now_; }
+  void Advance(absl::Duration d) { now_ += d; }
+
+ private:
+  absl::Time now_ = absl::FromUnixSeconds(1700000000);
+};
+
 }  // namespace dial

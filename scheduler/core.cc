@@ -38,6 +38,33 @@ absl::Status CheckMetrics(const searchers::Metrics& metrics,
   return absl::OkStatus();
 }
 
+// The checks every report shares, ask/tell or from a worker.
+absl::Status CheckReport(int64_t step, const searchers::Metrics& metrics,
+                         const std::string& checkpoint) {
+  if (step < 0) return absl::InvalidArgumentError("step: must be >= 0");
+  if (metrics.empty()) {
+    return absl::InvalidArgumentError("metrics: must hold at least one value");
+  }
+  DIAL_RETURN_IF_ERROR(CheckMetrics(metrics, "metrics"));
+  if (checkpoint.size() > kMaxCheckpointId) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint: at most ", kMaxCheckpointId, " characters"));
+  }
+  return absl::OkStatus();
+}
+
+// Finished trials in the order they finished.
+std::vector<v1::Trial> ByEndTime(std::vector<v1::Trial> trials) {
+  std::stable_sort(trials.begin(), trials.end(),
+                   [](const v1::Trial& a, const v1::Trial& b) {
+                     return google::protobuf::util::TimeUtil::
+                                TimestampToMilliseconds(a.end_time()) <
+                            google::protobuf::util::TimeUtil::
+                                TimestampToMilliseconds(b.end_time());
+                   });
+  return trials;
+}
+
 }  // namespace
 
 bool IsOpen(v1::TrialState state) {
@@ -162,19 +189,13 @@ absl::Status SchedulerCore::Load() {
                           searchers::CreateTrialScheduler(entry->study.spec()));
     DIAL_ASSIGN_OR_RETURN(auto trials,
                           store_->ListTrials(entry->study.name(), {}));
-    std::vector<const v1::Trial*> finished;
+    std::vector<v1::Trial> finished;
     for (auto& trial : trials) Mirror(*entry, trial);
     for (const auto& [number, trial] : entry->trials) {
-      if (IsFinal(trial.state())) finished.push_back(&trial);
+      if (IsFinal(trial.state())) finished.push_back(trial);
     }
     // Searchers and trial schedulers see history in the order it happened.
-    std::stable_sort(finished.begin(), finished.end(),
-                     [](const v1::Trial* a, const v1::Trial* b) {
-                       return google::protobuf::util::TimeUtil::
-                                  TimestampToMilliseconds(a->end_time()) <
-                              google::protobuf::util::TimeUtil::
-                                  TimestampToMilliseconds(b->end_time());
-                     });
+    finished = ByEndTime(std::move(finished));
     if (entry->trial_scheduler->NeedsHistory()) {
       for (const auto& [number, trial] : entry->trials) {
         DIAL_ASSIGN_OR_RETURN(auto history, store_->GetMetricHistory(
@@ -185,9 +206,9 @@ absl::Status SchedulerCore::Load() {
         }
       }
     }
-    for (const v1::Trial* trial : finished) {
-      entry->searcher->Observe(*trial);
-      entry->trial_scheduler->OnTrialFinished(*trial);
+    for (const v1::Trial& trial : finished) {
+      entry->searcher->Observe(trial);
+      entry->trial_scheduler->OnTrialFinished(trial);
     }
     const std::string name = entry->study.name();
     StudyEntry& e = *entry;
@@ -412,14 +433,9 @@ absl::StatusOr<v1::Study> SchedulerCore::UpdateStudy(
                }
                shared->unobserved.clear();
              }
-             std::stable_sort(finished.begin(), finished.end(),
-                              [](const v1::Trial& a, const v1::Trial& b) {
-                                return google::protobuf::util::TimeUtil::
-                                           TimestampToMilliseconds(a.end_time()) <
-                                       google::protobuf::util::TimeUtil::
-                                           TimestampToMilliseconds(b.end_time());
-                              });
-             for (const auto& t : finished) (*searcher)->Observe(t);
+             for (const auto& t : ByEndTime(std::move(finished))) {
+               (*searcher)->Observe(t);
+             }
              shared->searcher = std::move(*searcher);
            },
            nullptr});
@@ -606,15 +622,7 @@ void SchedulerCore::SuggestTrialsAsync(
 absl::StatusOr<v1::Decision> SchedulerCore::ReportIntermediate(
     const std::string& name, int64_t number, int64_t step,
     const searchers::Metrics& metrics, const std::string& checkpoint) {
-  if (step < 0) return absl::InvalidArgumentError("step: must be >= 0");
-  if (metrics.empty()) {
-    return absl::InvalidArgumentError("metrics: must hold at least one value");
-  }
-  DIAL_RETURN_IF_ERROR(CheckMetrics(metrics, "metrics"));
-  if (checkpoint.size() > kMaxCheckpointId) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint: at most ", kMaxCheckpointId, " characters"));
-  }
+  DIAL_RETURN_IF_ERROR(CheckReport(step, metrics, checkpoint));
   absl::MutexLock lock(&mu_);
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
   DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
@@ -978,15 +986,8 @@ absl::StatusOr<v1::Trial*> SchedulerCore::Fence(StudyEntry& entry,
 
 absl::StatusOr<v1::Decision> SchedulerCore::ReportProgress(
     const v1::ReportProgressRequest& request) {
-  if (request.step() < 0) return absl::InvalidArgumentError("step: must be >= 0");
-  if (request.metrics().empty()) {
-    return absl::InvalidArgumentError("metrics: must hold at least one value");
-  }
-  DIAL_RETURN_IF_ERROR(CheckMetrics(request.metrics(), "metrics"));
-  if (request.checkpoint().size() > kMaxCheckpointId) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint: at most ", kMaxCheckpointId, " characters"));
-  }
+  DIAL_RETURN_IF_ERROR(
+      CheckReport(request.step(), request.metrics(), request.checkpoint()));
   absl::MutexLock lock(&mu_);
   DIAL_RETURN_IF_ERROR(Touch(request.worker_id()));
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(request.study()));

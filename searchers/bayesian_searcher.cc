@@ -1,3 +1,4 @@
+#include "common/random.h"
 #include "searchers/bayesian_searcher.h"
 
 #include <nlopt.h>
@@ -13,13 +14,6 @@
 
 namespace dial::searchers {
 namespace {
-
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 double RadicalInverse(uint64_t i, int base) {
   double inv = 1.0 / base, f = inv, r = 0;
@@ -241,7 +235,7 @@ void BayesianSearcher::Observe(const v1::Trial& trial) {
 }
 
 Params BayesianSearcher::InitialDesign(int64_t number) const {
-  std::mt19937_64 rng(Mix(options_.seed ^ 0x4A17));
+  std::mt19937_64 rng(SplitMix64(options_.seed ^ 0x4A17));
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   std::vector<double> u(space_.size());
   for (int d = 0; d < space_.size(); ++d) {
@@ -275,7 +269,7 @@ const GpHyperparameters& BayesianSearcher::Hyperparameters(int valid) {
     ys[i] = y[keep[i]];
   }
   GpFitOptions fit;
-  fit.seed = Mix(options_.seed ^ static_cast<uint64_t>(k));
+  fit.seed = SplitMix64(options_.seed ^ static_cast<uint64_t>(k));
   fitted_ = GaussianProcess::Fit(
       x, ys, GpHyperparameters::Default(features_.size()), fit);
   fitted_at_ = k;
@@ -316,7 +310,7 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
     if (believed.ok()) gp = std::move(believed);
   }
 
-  std::mt19937_64 rng(Mix(options_.seed) ^ Mix(static_cast<uint64_t>(number)));
+  std::mt19937_64 rng(SplitMix64(options_.seed) ^ SplitMix64(static_cast<uint64_t>(number)));
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   std::normal_distribution<double> normal(0.0, 1.0);
   auto taken = [&](const Eigen::VectorXd& f) {

@@ -1,3 +1,4 @@
+#include "common/random.h"
 #include "searchers/searcher.h"
 
 #include <algorithm>
@@ -11,13 +12,6 @@
 
 namespace dial::searchers {
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 constexpr int64_t kMaxEnumerated = 1000000;
 

@@ -1,3 +1,4 @@
+#include "common/random.h"
 #include "searchers/tpe_searcher.h"
 
 #include <algorithm>
@@ -9,13 +10,6 @@
 
 namespace dial::searchers {
 namespace {
-
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 double Phi(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
 
@@ -123,7 +117,7 @@ void TpeSearcher::Observe(const v1::Trial& trial) {
 
 absl::StatusOr<Params> TpeSearcher::Suggest(
     int64_t number, const std::vector<Params>& pending) {
-  std::mt19937_64 rng(Mix(options_.seed) ^ Mix(static_cast<uint64_t>(number)));
+  std::mt19937_64 rng(SplitMix64(options_.seed) ^ SplitMix64(static_cast<uint64_t>(number)));
   if (static_cast<int>(observations_.size()) < options_.initial_trials) {
     return space_.Sample(rng);
   }

@@ -1,3 +1,4 @@
+#include "common/random.h"
 #include "trainer/trainer.h"
 
 #include <torch/torch.h>
@@ -25,13 +26,6 @@ struct Data {
   Split val;
   int64_t classes = 0;
 };
-
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 absl::StatusOr<Split> LoadFashionSplit(const std::string& dir,
                                        const std::string& prefix) {
@@ -67,7 +61,7 @@ absl::StatusOr<Split> LoadFashionSplit(const std::string& dir,
 // the same centres and fresh noise.
 Data MakeSynthetic(const TrainerConfig& c) {
   const int64_t d = c.synthetic_features, k = c.synthetic_classes;
-  std::mt19937_64 rng(Mix(static_cast<uint64_t>(c.seed) ^ 0x5157));
+  std::mt19937_64 rng(SplitMix64(static_cast<uint64_t>(c.seed) ^ 0x5157));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> centres(static_cast<size_t>(k * d));
   for (auto& v : centres) v = 0.3f * normal(rng);
@@ -140,8 +134,8 @@ std::unique_ptr<torch::optim::Optimizer> BuildOptimizer(
 // Epoch e's order of the training examples: a function of (seed, e) only,
 // so a resumed run visits the data exactly as an uninterrupted one.
 torch::Tensor EpochOrder(int64_t seed, int64_t epoch, int64_t n) {
-  std::mt19937_64 rng(Mix(static_cast<uint64_t>(seed)) ^
-                      Mix(static_cast<uint64_t>(epoch) + 1));
+  std::mt19937_64 rng(SplitMix64(static_cast<uint64_t>(seed)) ^
+                      SplitMix64(static_cast<uint64_t>(epoch) + 1));
   std::vector<int64_t> order(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[i] = i;
   for (int64_t i = n - 1; i > 0; --i) {

@@ -21,14 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class FakeClock : public Clock {
- public:
-  absl::Time Now() const override { return now_; }
-  void Advance(absl::Duration d) { now_ += d; }
-
- private:
-  absl::Time now_ = absl::FromUnixSeconds(1700000000);
-};
 
 v1::StudySpec Spec(const std::string& extra = "",
                    const std::string& name = "s") {

@@ -12,14 +12,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class FakeClock : public Clock {
- public:
-  absl::Time Now() const override { return now_; }
-  void Advance(absl::Duration d) { now_ += d; }
-
- private:
-  absl::Time now_ = absl::FromUnixSeconds(1700000000);
-};
 
 v1::StudySpec WorkerSpec(int max_trials, int parallel, int failures = 0) {
   auto spec = ParseStudySpec(absl::StrCat(
