@@ -197,13 +197,31 @@ absl::Status SchedulerCore::Load() {
     // Searchers and trial schedulers see history in the order it happened.
     finished = ByEndTime(std::move(finished));
     if (entry->trial_scheduler->NeedsHistory()) {
+      // Replay every stored report in the order it arrived, across trials,
+      // so order-dependent schedulers (ASHA rungs) end up where they were.
+      struct Replay {
+        int64_t ms;
+        const v1::Trial* trial;
+        v1::MetricPoint point;
+      };
+      std::vector<Replay> replay;
       for (const auto& [number, trial] : entry->trials) {
         DIAL_ASSIGN_OR_RETURN(auto history, store_->GetMetricHistory(
                                                 entry->study.name(), number));
-        for (const auto& point : history) {
-          entry->trial_scheduler->OnReport(trial, point.step(),
-                                           point.metrics());
+        for (auto& point : history) {
+          const int64_t ms =
+              google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+                  point.time());
+          replay.push_back({ms, &trial, std::move(point)});
         }
+      }
+      std::stable_sort(replay.begin(), replay.end(),
+                       [](const Replay& a, const Replay& b) {
+                         return a.ms < b.ms;  // ties: trial, then step
+                       });
+      for (const auto& r : replay) {
+        entry->trial_scheduler->OnReport(*r.trial, r.point.step(),
+                                         r.point.metrics());
       }
     }
     for (const v1::Trial& trial : finished) {

@@ -1,5 +1,7 @@
 #include "searchers/trial_scheduler.h"
 
+#include "searchers/early_stopping.h"
+
 namespace dial::searchers {
 
 v1::Decision FifoScheduler::OnReport(const v1::Trial& trial, int64_t step,
@@ -11,22 +13,33 @@ v1::Decision FifoScheduler::OnReport(const v1::Trial& trial, int64_t step,
 
 absl::StatusOr<std::unique_ptr<TrialScheduler>> CreateTrialScheduler(
     const v1::StudySpec& spec) {
-  switch (spec.scheduler().kind_case()) {
+  const auto& s = spec.scheduler();
+  switch (s.kind_case()) {
     case v1::SchedulerSpec::kFifo:
     case v1::SchedulerSpec::KIND_NOT_SET:
       return std::make_unique<FifoScheduler>();
     case v1::SchedulerSpec::kMedian:
-      return absl::UnimplementedError(
-          "scheduler.median is not implemented yet; use fifo");
+      return std::make_unique<MedianStoppingScheduler>(spec);
     case v1::SchedulerSpec::kAsha:
-      return absl::UnimplementedError(
-          "scheduler.asha is not implemented yet; use fifo");
+      if (s.asha().promotion()) {
+        return absl::UnimplementedError(
+            "scheduler.asha.promotion is not implemented yet; use the "
+            "stopping variant (promotion: false)");
+      }
+      return std::make_unique<AshaScheduler>(spec, s.asha().min_steps(),
+                                             s.asha().max_steps(),
+                                             s.asha().reduction_factor());
     case v1::SchedulerSpec::kHyperband:
-      return absl::UnimplementedError(
-          "scheduler.hyperband is not implemented yet; use fifo");
+      if (s.hyperband().synchronous()) {
+        return absl::UnimplementedError(
+            "scheduler.hyperband.synchronous is not implemented yet; use the "
+            "asynchronous form (synchronous: false)");
+      }
+      return std::make_unique<AsyncHyperbandScheduler>(spec);
     case v1::SchedulerSpec::kPbt:
       return absl::UnimplementedError(
-          "scheduler.pbt is not implemented yet; use fifo");
+          "scheduler.pbt is not implemented yet; use fifo, median, asha or "
+          "hyperband");
   }
   return absl::InvalidArgumentError("scheduler: unknown kind");
 }

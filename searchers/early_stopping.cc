@@ -1,0 +1,130 @@
+#include "searchers/early_stopping.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace dial::searchers {
+namespace {
+
+v1::Decision Continue() {
+  v1::Decision d;
+  d.set_action(v1::Decision::CONTINUE);
+  return d;
+}
+
+v1::Decision Stop(std::string reason) {
+  v1::Decision d;
+  d.set_action(v1::Decision::STOP);
+  d.set_reason(std::move(reason));
+  return d;
+}
+
+// Linear-interpolation quantile, as numpy's default.
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * (v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - lo) * (v[hi] - v[lo]);
+}
+
+}  // namespace
+
+std::optional<double> ObjectiveReader::Score(const Metrics& metrics) const {
+  auto it = metrics.find(metric_);
+  if (it == metrics.end() || !std::isfinite(it->second)) return std::nullopt;
+  return maximize_ ? it->second : -it->second;
+}
+
+MedianStoppingScheduler::MedianStoppingScheduler(const v1::StudySpec& spec)
+    : objective_(spec),
+      grace_steps_(spec.scheduler().median().grace_steps()),
+      min_samples_(spec.scheduler().median().min_samples() > 0
+                       ? spec.scheduler().median().min_samples()
+                       : 3) {}
+
+v1::Decision MedianStoppingScheduler::OnReport(const v1::Trial& trial,
+                                               int64_t step,
+                                               const Metrics& metrics) {
+  auto score = objective_.Score(metrics);
+  if (!score) return Continue();
+  History& mine = trials_[trial.number()];
+  mine.scores.push_back({step, *score});
+  mine.best = std::max(mine.best, *score);
+  if (step < grace_steps_) return Continue();
+  std::vector<double> averages;
+  for (const auto& [number, other] : trials_) {
+    if (number == trial.number() || other.scores.empty() ||
+        other.scores.back().first < step) {
+      continue;  // has not reached this step
+    }
+    double sum = 0;
+    int n = 0;
+    for (const auto& [s, v] : other.scores) {
+      if (s > step) break;
+      sum += v;
+      ++n;
+    }
+    if (n > 0) averages.push_back(sum / n);
+  }
+  if (static_cast<int>(averages.size()) < min_samples_) return Continue();
+  const double median = Quantile(averages, 0.5);
+  if (mine.best >= median) return Continue();
+  return Stop(absl::StrCat("best ", objective_.metric(), " ",
+                           objective_.Value(mine.best), " is worse than the "
+                           "median ", objective_.Value(median), " of ",
+                           averages.size(), " other trials' running averages "
+                           "at step ", step));
+}
+
+AshaScheduler::AshaScheduler(const v1::StudySpec& spec, int64_t min_steps,
+                             int64_t max_steps, double eta)
+    : objective_(spec), eta_(eta) {
+  for (double r = static_cast<double>(min_steps); r < max_steps; r *= eta) {
+    rungs_.push_back(static_cast<int64_t>(std::llround(r)));
+  }
+  recorded_.resize(rungs_.size());
+}
+
+v1::Decision AshaScheduler::OnReport(const v1::Trial& trial, int64_t step,
+                                     const Metrics& metrics) {
+  auto score = objective_.Score(metrics);
+  if (!score) return Continue();
+  // Every rung this report reaches that the trial has not passed yet.
+  for (size_t k = 0; k < rungs_.size() && rungs_[k] <= step; ++k) {
+    auto& rung = recorded_[k];
+    if (rung.count(trial.number())) continue;
+    rung[trial.number()] = *score;
+    std::vector<double> values;
+    for (const auto& [n, v] : rung) values.push_back(v);
+    const double cutoff = Quantile(values, 1.0 - 1.0 / eta_);
+    if (*score < cutoff) {
+      return Stop(absl::StrCat(
+          objective_.metric(), " ", objective_.Value(*score), " at rung ",
+          rungs_[k], " is outside the top 1/", eta_, " of ", values.size(),
+          " trials (cut-off ", objective_.Value(cutoff), ")"));
+    }
+  }
+  return Continue();
+}
+
+AsyncHyperbandScheduler::AsyncHyperbandScheduler(const v1::StudySpec& spec) {
+  const auto& hb = spec.scheduler().hyperband();
+  const double eta = hb.reduction_factor();
+  for (double first = static_cast<double>(hb.min_steps()); first < hb.max_steps();
+       first *= eta) {
+    brackets_.push_back(std::make_unique<AshaScheduler>(
+        spec, static_cast<int64_t>(std::llround(first)), hb.max_steps(), eta));
+  }
+}
+
+v1::Decision AsyncHyperbandScheduler::OnReport(const v1::Trial& trial,
+                                               int64_t step,
+                                               const Metrics& metrics) {
+  return brackets_[static_cast<size_t>(trial.number()) % brackets_.size()]
+      ->OnReport(trial, step, metrics);
+}
+
+}  // namespace dial::searchers

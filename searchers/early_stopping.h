@@ -1,0 +1,89 @@
+// Early-stopping trial schedulers: the median stopping rule, asynchronous
+// successive halving (ASHA, stopping variant) and asynchronous Hyperband
+// (ASHA brackets). Each decides on every report from the reports it has
+// seen, deterministically, so a restarted scheduler that replays the stored
+// reports in time order reaches the same state. Not thread-safe (see
+// trial_scheduler.h).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "searchers/trial_scheduler.h"
+
+namespace dial::searchers {
+
+// Reads the objective from a report, oriented so that higher is better.
+class ObjectiveReader {
+ public:
+  explicit ObjectiveReader(const v1::StudySpec& spec)
+      : metric_(spec.objective().metric()),
+        maximize_(spec.objective().goal() == v1::MAXIMIZE) {}
+  std::optional<double> Score(const Metrics& metrics) const;
+  // The value as the user sees it (for reasons in decisions).
+  double Value(double score) const { return maximize_ ? score : -score; }
+  const std::string& metric() const { return metric_; }
+
+ private:
+  std::string metric_;
+  bool maximize_;
+};
+
+// Stops a trial whose best value so far is worse than the median of the
+// other trials' running averages at the same step, once the trial is past
+// `grace_steps` and at least `min_samples` other trials reached that step.
+class MedianStoppingScheduler : public TrialScheduler {
+ public:
+  explicit MedianStoppingScheduler(const v1::StudySpec& spec);
+  v1::Decision OnReport(const v1::Trial& trial, int64_t step,
+                        const Metrics& metrics) override;
+
+ private:
+  struct History {
+    std::vector<std::pair<int64_t, double>> scores;  // by step
+    double best = -1e300;
+  };
+  ObjectiveReader objective_;
+  int64_t grace_steps_;
+  int min_samples_;
+  std::map<int64_t, History> trials_;
+};
+
+// Successive-halving rungs at min_steps * eta^k below max_steps. The first
+// report at or past a rung records the trial's value there; a trial whose
+// value falls below the (1 - 1/eta) quantile of all values recorded at
+// that rung so far is stopped.
+class AshaScheduler : public TrialScheduler {
+ public:
+  AshaScheduler(const v1::StudySpec& spec, int64_t min_steps,
+                int64_t max_steps, double eta);
+  v1::Decision OnReport(const v1::Trial& trial, int64_t step,
+                        const Metrics& metrics) override;
+  const std::vector<int64_t>& rungs() const { return rungs_; }
+
+ private:
+  ObjectiveReader objective_;
+  double eta_;
+  std::vector<int64_t> rungs_;
+  // rung index -> trial -> value recorded there
+  std::vector<std::map<int64_t, double>> recorded_;
+};
+
+// Asynchronous Hyperband: brackets of ASHA whose first rung is
+// min_steps * eta^b, so later brackets give every trial a longer run before
+// the first cut. Trial n goes to bracket n mod the number of brackets.
+class AsyncHyperbandScheduler : public TrialScheduler {
+ public:
+  explicit AsyncHyperbandScheduler(const v1::StudySpec& spec);
+  v1::Decision OnReport(const v1::Trial& trial, int64_t step,
+                        const Metrics& metrics) override;
+  int brackets() const { return static_cast<int>(brackets_.size()); }
+
+ private:
+  std::vector<std::unique_ptr<AshaScheduler>> brackets_;
+};
+
+}  // namespace dial::searchers
