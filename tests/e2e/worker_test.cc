@@ -255,5 +255,44 @@ trial: {trainer: {dataset: synthetic, steps: 100000000, eval_every: 100}})");
   EXPECT_LT(stopped->last_step(), 100000000);
 }
 
+TEST_F(WorkerE2eTest, AshaStopsWeakTrialsEarlyAndLetsGoodOnesFinish) {
+  StartWorker("wa");
+  StartWorker("wb");
+  // Learning rates from hopeless to good: the cut-offs must bite.
+  auto spec = ParseStudySpec(R"(
+name: asha
+objective: {metric: val_accuracy, goal: MAXIMIZE}
+search_space: [{name: lr, float: {min: 1.0e-7, max: 0.05, scale: LOG}}]
+searcher: {random: {seed: 8}}
+scheduler: {asha: {min_steps: 50, max_steps: 450, reduction_factor: 3}}
+budget: {max_trials: 9, max_parallel_trials: 2}
+trial: {trainer: {dataset: synthetic, steps: 450, eval_every: 50, batch_size: 32}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(client_->CreateStudy(*spec).ok());
+  WaitForEnd("asha");
+  auto trials = client_->ListAllTrials("asha", {});
+  ASSERT_TRUE(trials.ok());
+  ASSERT_EQ(trials->size(), 9u);
+  int stopped = 0, finished = 0;
+  for (const auto& t : *trials) {
+    if (t.state() == v1::STOPPED) {
+      ++stopped;
+      EXPECT_LT(t.last_step(), 450);
+      // Stopped at a rung: 50 or 150.
+      EXPECT_TRUE(t.last_step() == 50 || t.last_step() == 150) << t.last_step();
+    } else {
+      EXPECT_EQ(t.state(), v1::COMPLETED) << t.error();
+      EXPECT_EQ(t.last_step(), 450);
+      ++finished;
+    }
+  }
+  EXPECT_GE(stopped, 1);
+  EXPECT_GE(finished, 1);
+  // The best trial is one that ran the whole way.
+  auto best = client_->GetBestTrials("asha", 1);
+  ASSERT_TRUE(best.ok());
+  EXPECT_EQ(best->at(0).last_step(), 450);
+}
+
 }  // namespace
 }  // namespace dial
