@@ -639,6 +639,16 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
       }
     }
   }
+  if (trial.has_trainer() && sched.has_pbt()) {
+    for (int i = 0; i < spec.search_space_size(); ++i) {
+      const std::string& name = spec.search_space(i).name();
+      if (name != "lr" && name != "momentum" && name != "weight_decay") {
+        return Invalid(absl::StrCat("search_space[", i, "]"),
+                       "'" + name + "' cannot change in a running trial; with "
+                       "scheduler.pbt tune lr, momentum and weight_decay");
+      }
+    }
+  }
   if (trial.has_command() && trial.command().argv().empty()) {
     return Invalid("trial.command.argv", "must name the program to run");
   }

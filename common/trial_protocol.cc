@@ -95,25 +95,46 @@ absl::StatusOr<TrialReport> ParseReport(const std::string& line) {
   return report;
 }
 
-std::string EncodeDecision(const std::string& action,
-                           const std::string& reason) {
+std::string EncodeDecision(const TrialDecision& decision) {
   google::protobuf::Struct object;
-  (*object.mutable_fields())["action"].set_string_value(action);
-  if (!reason.empty()) {
-    (*object.mutable_fields())["reason"].set_string_value(reason);
+  auto& fields = *object.mutable_fields();
+  fields["action"].set_string_value(decision.action);
+  if (!decision.reason.empty()) fields["reason"].set_string_value(decision.reason);
+  if (!decision.checkpoint.empty()) {
+    fields["checkpoint"].set_string_value(decision.checkpoint);
+  }
+  if (!decision.params_json.empty() && decision.params_json != "{}") {
+    google::protobuf::Struct params;
+    if (google::protobuf::util::JsonStringToMessage(decision.params_json, &params)
+            .ok()) {
+      *fields["params"].mutable_struct_value() = params;
+    }
   }
   return ToJson(object);
 }
 
-absl::StatusOr<std::string> ParseDecisionAction(const std::string& line) {
+absl::StatusOr<TrialDecision> ParseDecision(const std::string& line) {
   auto object = ParseObject(line);
   if (!object.ok()) return object.status();
-  auto it = object->fields().find("action");
-  if (it == object->fields().end() ||
+  const auto& fields = object->fields();
+  TrialDecision d;
+  auto it = fields.find("action");
+  if (it == fields.end() ||
       it->second.kind_case() != google::protobuf::Value::kStringValue) {
     return absl::InvalidArgumentError("decision: \"action\" is missing");
   }
-  return it->second.string_value();
+  d.action = it->second.string_value();
+  if ((it = fields.find("reason")) != fields.end()) {
+    d.reason = it->second.string_value();
+  }
+  if ((it = fields.find("checkpoint")) != fields.end()) {
+    d.checkpoint = it->second.string_value();
+  }
+  d.params_json = "{}";
+  if ((it = fields.find("params")) != fields.end()) {
+    d.params_json = ToJson(it->second.struct_value());
+  }
+  return d;
 }
 
 }  // namespace dial

@@ -10,6 +10,8 @@
 #include <map>
 #include <string>
 
+#include "google/protobuf/struct.pb.h"
+
 #include "absl/status/statusor.h"
 
 namespace dial {
@@ -38,8 +40,18 @@ std::string EncodeReport(const TrialReport& report);
 // INVALID_ARGUMENT with the reason for a malformed line.
 absl::StatusOr<TrialReport> ParseReport(const std::string& line);
 
-// Actions as the proto names them: CONTINUE, STOP, PAUSE, EXPLOIT.
-std::string EncodeDecision(const std::string& action, const std::string& reason);
-absl::StatusOr<std::string> ParseDecisionAction(const std::string& line);
+// A decision as the trial process sees it. Actions as the proto names
+// them: CONTINUE, STOP, PAUSE, EXPLOIT. EXPLOIT also names the checkpoint
+// to load (a copy in the trial's own directory) and the new params as a
+// JSON object.
+struct TrialDecision {
+  std::string action;
+  std::string reason;
+  std::string checkpoint;
+  std::string params_json;  // "{}" when absent
+};
+
+std::string EncodeDecision(const TrialDecision& decision);
+absl::StatusOr<TrialDecision> ParseDecision(const std::string& line);
 
 }  // namespace dial

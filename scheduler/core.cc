@@ -682,6 +682,18 @@ absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
     trial.set_state(v1::STOPPED);
     *trial.mutable_end_time() = Now();
     DIAL_RETURN_IF_ERROR(Finalize(*entry, trial));
+  } else if (decision.action() == v1::Decision::EXPLOIT) {
+    // The trial goes on from the source's weights with new params: record
+    // the change so the schedule can be replayed.
+    v1::LineageEntry* lineage = trial.add_lineage();
+    lineage->set_step(step);
+    lineage->set_source_trial(decision.source_trial());
+    lineage->set_source_step(decision.source_step());
+    *lineage->mutable_old_params() = trial.params();
+    *lineage->mutable_new_params() = decision.new_params();
+    *trial.mutable_params() = decision.new_params();
+    DIAL_RETURN_IF_ERROR(SaveTrial(*entry, trial));
+    Emit(*entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
   } else {
     Emit(*entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
   }

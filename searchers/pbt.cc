@@ -104,6 +104,7 @@ v1::Decision PbtScheduler::OnReport(const v1::Trial& trial, int64_t step,
   decision.set_action(v1::Decision::EXPLOIT);
   decision.set_source_trial(source);
   decision.set_source_checkpoint(donor.checkpoint);
+  decision.set_source_step(donor.checkpoint_step);
   *decision.mutable_new_params() = Perturb(donor.params, rng);
   decision.set_reason(absl::StrCat(
       objective_.metric(), " ", objective_.Value(*score), " is in the bottom ",

@@ -7,10 +7,9 @@
 // discrete values moved to a neighbour, categoricals kept, and any parameter
 // resampled with `resample_probability`. Deterministic for (seed, trial,
 // step). Not thread-safe (see trial_scheduler.h).
-//
-// The decision logic is complete and tested; the scheduler core does not
-// yet act on EXPLOIT (loading the source checkpoint on the worker), so
-// CreateTrialScheduler still answers UNIMPLEMENTED for `pbt`.
+// The core records each EXPLOIT in the trial's lineage and params; the
+// worker copies the source checkpoint into the trial's own directory and
+// the trial process loads it.
 #pragma once
 
 #include <map>

@@ -1,6 +1,7 @@
 #include "searchers/trial_scheduler.h"
 
 #include "searchers/early_stopping.h"
+#include "searchers/pbt.h"
 
 namespace dial::searchers {
 
@@ -36,10 +37,11 @@ absl::StatusOr<std::unique_ptr<TrialScheduler>> CreateTrialScheduler(
             "asynchronous form (synchronous: false)");
       }
       return std::make_unique<AsyncHyperbandScheduler>(spec);
-    case v1::SchedulerSpec::kPbt:
-      return absl::UnimplementedError(
-          "scheduler.pbt is not implemented yet; use fifo, median, asha or "
-          "hyperband");
+    case v1::SchedulerSpec::kPbt: {
+      auto pbt = PbtScheduler::Create(spec);
+      if (!pbt.ok()) return pbt.status();
+      return std::unique_ptr<TrialScheduler>(std::move(*pbt));
+    }
   }
   return absl::InvalidArgumentError("scheduler: unknown kind");
 }

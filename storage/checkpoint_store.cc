@@ -145,17 +145,26 @@ absl::StatusOr<std::string> FileCheckpointStore::TrialDir(
 absl::StatusOr<std::string> FileCheckpointStore::PathOf(
     absl::string_view id) const {
   std::vector<std::string> parts = absl::StrSplit(id, '/');
-  int64_t trial = -1, step = -1;
-  if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &trial) ||
-      !absl::SimpleAtoi(parts[2], &step) || trial < 0 || step < 0 ||
-      parts[1] != std::to_string(trial) || parts[2] != std::to_string(step)) {
+  auto canonical = [](const std::string& text, int64_t* out) {
+    return absl::SimpleAtoi(text, out) && *out >= 0 &&
+           text == std::to_string(*out);
+  };
+  int64_t trial = -1, step = -1, source = -1;
+  bool ok = parts.size() == 3 && canonical(parts[1], &trial);
+  if (ok && !canonical(parts[2], &step)) {
+    // A copy: from-<trial>-<step>.
+    std::vector<std::string> from = absl::StrSplit(parts[2], '-');
+    ok = from.size() == 3 && from[0] == "from" && canonical(from[1], &source) &&
+         canonical(from[2], &step);
+  }
+  if (!ok) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint id '", id,
                      "': must be <study>/<trial>/<step> with non-negative "
                      "numbers"));
   }
   DIAL_ASSIGN_OR_RETURN(std::string dir, TrialDir(parts[0], trial));
-  return absl::StrCat(dir, "/", step);
+  return absl::StrCat(dir, "/", parts[2]);
 }
 
 absl::StatusOr<std::string> FileCheckpointStore::BeginWrite(
@@ -183,13 +192,19 @@ absl::StatusOr<CheckpointInfo> FileCheckpointStore::Commit(
     const std::string& staging, absl::string_view study, int64_t trial,
     int64_t step) {
   DIAL_ASSIGN_OR_RETURN(std::string dir, TrialDir(study, trial));
+  return Seal(staging, dir, std::to_string(step), MakeId(study, trial, step));
+}
+
+absl::StatusOr<CheckpointInfo> FileCheckpointStore::Seal(
+    const std::string& staging, const std::string& dir,
+    const std::string& name, const std::string& id) {
   const fs::path staging_path(staging);
   if (staging_path.parent_path().string() != dir ||
       staging_path.filename().string().rfind(kStagingPrefix, 0) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint staging directory ", staging, " is not one of ", dir));
   }
-  const std::string final_path = absl::StrCat(dir, "/", step);
+  const std::string final_path = absl::StrCat(dir, "/", name);
   auto fail = [&](absl::Status status) {
     std::error_code ec;
     fs::remove_all(staging, ec);
@@ -197,8 +212,8 @@ absl::StatusOr<CheckpointInfo> FileCheckpointStore::Commit(
   };
   std::error_code ec;
   if (fs::exists(final_path, ec)) {
-    return fail(absl::AlreadyExistsError(absl::StrCat(
-        "checkpoint ", MakeId(study, trial, step), " already exists")));
+    return fail(absl::AlreadyExistsError(
+        absl::StrCat("checkpoint ", id, " already exists")));
   }
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(staging, ec)) {
@@ -214,14 +229,14 @@ absl::StatusOr<CheckpointInfo> FileCheckpointStore::Commit(
   std::sort(names.begin(), names.end());
   std::string manifest;
   int64_t total = 0;
-  for (const auto& name : names) {
-    const std::string path = staging + "/" + name;
+  for (const auto& file : names) {
+    const std::string path = staging + "/" + file;
     auto data = ReadFile(path);
     if (!data.ok()) return fail(absl::UnavailableError(data.status().message()));
     auto synced = FsyncPath(path, false);
     if (!synced.ok()) return fail(synced);
     total += static_cast<int64_t>(data->size());
-    absl::StrAppend(&manifest, data->size(), " ", Hex32(Crc(*data)), " ", name,
+    absl::StrAppend(&manifest, data->size(), " ", Hex32(Crc(*data)), " ", file,
                     "\n");
   }
   auto written = WriteFileSynced(staging + "/" + kManifest, manifest);
@@ -230,14 +245,42 @@ absl::StatusOr<CheckpointInfo> FileCheckpointStore::Commit(
   if (!synced.ok()) return fail(synced);
   if (::rename(staging.c_str(), final_path.c_str()) != 0) {
     return fail(errno == ENOTEMPTY || errno == EEXIST
-                    ? absl::AlreadyExistsError(absl::StrCat(
-                          "checkpoint ", MakeId(study, trial, step),
-                          " already exists"))
+                    ? absl::AlreadyExistsError(
+                          absl::StrCat("checkpoint ", id, " already exists"))
                     : IoError("cannot rename to", final_path));
   }
   DIAL_RETURN_IF_ERROR(FsyncPath(dir, true));
-  return CheckpointInfo{MakeId(study, trial, step), total,
-                        Hex32(Crc(manifest))};
+  return CheckpointInfo{id, total, Hex32(Crc(manifest))};
+}
+
+absl::StatusOr<CheckpointInfo> FileCheckpointStore::CopyInto(
+    absl::string_view source_id, absl::string_view study, int64_t trial) {
+  std::vector<std::string> parts = absl::StrSplit(source_id, '/');
+  DIAL_RETURN_IF_ERROR(PathOf(source_id).status());
+  if (parts[0] != study) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", source_id, " belongs to another study than ", study));
+  }
+  if (parts[2].rfind("from-", 0) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", source_id, " is itself a copy"));
+  }
+  const std::string name = absl::StrCat("from-", parts[1], "-", parts[2]);
+  const std::string id = absl::StrCat(study, "/", trial, "/", name);
+  auto existing = Verify(id);
+  if (existing.ok()) return existing;  // copied before
+  DIAL_ASSIGN_OR_RETURN(auto files, Read(source_id));
+  DIAL_ASSIGN_OR_RETURN(std::string dir, TrialDir(study, trial));
+  DIAL_ASSIGN_OR_RETURN(std::string staging, BeginWrite(study, trial, 0));
+  for (const auto& [file, data] : files) {
+    auto status = WriteFileSynced(staging + "/" + file, data);
+    if (!status.ok()) {
+      std::error_code ec;
+      fs::remove_all(staging, ec);
+      return status;
+    }
+  }
+  return Seal(staging, dir, name, id);
 }
 
 absl::StatusOr<CheckpointInfo> FileCheckpointStore::Write(

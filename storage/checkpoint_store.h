@@ -33,8 +33,9 @@ class CheckpointStore {
                             int64_t step);
 
   // Directory of a checkpoint id. INVALID_ARGUMENT if the id is malformed
-  // (it must be <study>/<trial>/<step> with a valid study name and
-  // non-negative numbers), which also rules out escaping the root.
+  // (it must be <study>/<trial>/<step>, or <study>/<trial>/from-<t>-<s> for
+  // a copy of trial t's step s, with a valid study name and non-negative
+  // numbers), which also rules out escaping the root.
   virtual absl::StatusOr<std::string> PathOf(absl::string_view id) const = 0;
 
   // A new empty staging directory for a writer (e.g. the trainer) to fill
@@ -55,6 +56,13 @@ class CheckpointStore {
   virtual absl::StatusOr<CheckpointInfo> Write(
       absl::string_view study, int64_t trial, int64_t step,
       const std::map<std::string, std::string>& files) = 0;
+
+  // Copies a verified checkpoint into `trial`'s own directory as
+  // <study>/<trial>/from-<t>-<s> (PBT exploit), so deleting the source later
+  // cannot hurt the copy. Copying the same source again is a no-op.
+  virtual absl::StatusOr<CheckpointInfo> CopyInto(absl::string_view source_id,
+                                                  absl::string_view study,
+                                                  int64_t trial) = 0;
 
   // Checks every file against the manifest: NOT_FOUND if absent, DATA_LOSS
   // on any mismatch.
@@ -86,6 +94,9 @@ class FileCheckpointStore : public CheckpointStore {
   absl::StatusOr<CheckpointInfo> Write(
       absl::string_view study, int64_t trial, int64_t step,
       const std::map<std::string, std::string>& files) override;
+  absl::StatusOr<CheckpointInfo> CopyInto(absl::string_view source_id,
+                                          absl::string_view study,
+                                          int64_t trial) override;
   absl::StatusOr<CheckpointInfo> Verify(absl::string_view id) const override;
   absl::StatusOr<std::map<std::string, std::string>> Read(
       absl::string_view id) const override;
@@ -99,6 +110,11 @@ class FileCheckpointStore : public CheckpointStore {
   explicit FileCheckpointStore(std::string root) : root_(std::move(root)) {}
   absl::StatusOr<std::string> TrialDir(absl::string_view study,
                                        int64_t trial) const;
+  // Seals `staging` as <trial dir>/<name> with id `id`.
+  absl::StatusOr<CheckpointInfo> Seal(const std::string& staging,
+                                      const std::string& dir,
+                                      const std::string& name,
+                                      const std::string& id);
   std::string root_;
 };
 

@@ -51,7 +51,7 @@ std::string FlagOrEnv(const std::string& flag, const char* env) {
 
 class ConsoleSink : public dial::trainer::ReportSink {
  public:
-  absl::StatusOr<dial::trainer::Action> OnReport(
+  absl::StatusOr<dial::trainer::Decision> OnReport(
       const dial::trainer::Report& r) override {
     auto get = [&](const char* k) {
       auto it = r.metrics.find(k);
@@ -73,7 +73,7 @@ class ProtocolSink : public dial::trainer::ReportSink {
  public:
   ProtocolSink(int report_fd, int decision_fd)
       : out_(report_fd), in_(decision_fd) {}
-  absl::StatusOr<dial::trainer::Action> OnReport(
+  absl::StatusOr<dial::trainer::Decision> OnReport(
       const dial::trainer::Report& r) override {
     dial::TrialReport report{r.step, r.metrics, r.checkpoint};
     std::string line = dial::EncodeReport(report) + "\n";
@@ -92,10 +92,20 @@ class ProtocolSink : public dial::trainer::ReportSink {
       if (c == '\n') break;
       reply.push_back(c);
     }
-    auto action = dial::ParseDecisionAction(reply);
-    if (!action.ok()) return action.status();
-    if (*action == "STOP") return dial::trainer::Action::kStop;
-    if (*action == "PAUSE") return dial::trainer::Action::kPause;
+    auto parsed = dial::ParseDecision(reply);
+    if (!parsed.ok()) return parsed.status();
+    if (parsed->action == "STOP") return dial::trainer::Action::kStop;
+    if (parsed->action == "PAUSE") return dial::trainer::Action::kPause;
+    if (parsed->action == "EXPLOIT") {
+      dial::trainer::Decision d(dial::trainer::Action::kExploit);
+      d.checkpoint = parsed->checkpoint;
+      auto status =
+          google::protobuf::util::JsonStringToMessage(parsed->params_json, &d.params);
+      if (!status.ok()) {
+        return absl::InvalidArgumentError("EXPLOIT params are not a JSON object");
+      }
+      return d;
+    }
     return dial::trainer::Action::kContinue;
   }
 

@@ -233,6 +233,44 @@ class Run {
     return last_checkpoint_step_;
   }
 
+  // Takes a better trial's weights and optimiser state, then the new
+  // optimiser hyperparameters, and goes on from the current step.
+  absl::Status Exploit(const Decision& decision) {
+    if (!store_) {
+      return absl::FailedPreconditionError("EXPLOIT needs a checkpoint root");
+    }
+    DIAL_ASSIGN_OR_RETURN(auto files, store_->Read(decision.checkpoint));
+    if (!files.count("model.pt") || !files.count("optimizer.pt")) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", decision.checkpoint, " has no model or optimizer"));
+    }
+    std::istringstream model(files["model.pt"]);
+    torch::load(net_, model);
+    std::istringstream optim(files["optimizer.pt"]);
+    torch::load(*optimizer_, optim);
+    for (const auto& [name, value] : decision.params.fields()) {
+      DIAL_RETURN_IF_ERROR(CheckKnob("params." + name, name, value));
+      if (name == "lr") c_.lr = value.number_value();
+      if (name == "momentum") c_.momentum = value.number_value();
+      if (name == "weight_decay") c_.weight_decay = value.number_value();
+    }
+    for (auto& group : optimizer_->param_groups()) {
+      if (c_.optimizer == "sgd") {
+        auto& o = static_cast<torch::optim::SGDOptions&>(group.options());
+        o.lr(c_.lr);
+        o.momentum(c_.momentum);
+        o.weight_decay(c_.weight_decay);
+      } else {
+        auto& o = static_cast<torch::optim::AdamOptions&>(group.options());
+        o.lr(c_.lr);
+        o.weight_decay(c_.weight_decay);
+      }
+    }
+    std::fprintf(stderr, "dial-train: exploited checkpoint %s (lr %g)\n",
+                 decision.checkpoint.c_str(), c_.lr);
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::string> Checkpoint(int64_t step) {
     if (!store_) return std::string();
     if (step == last_checkpoint_step_) {
@@ -324,8 +362,11 @@ class Run {
       }
       result.last_step = step;
       result.final_metrics = report.metrics;
-      DIAL_ASSIGN_OR_RETURN(Action action, sink_.OnReport(report));
-      if (action != Action::kContinue) {
+      DIAL_ASSIGN_OR_RETURN(Decision decision, sink_.OnReport(report));
+      if (decision.action == Action::kExploit) {
+        DIAL_RETURN_IF_ERROR(Exploit(decision));
+        ++result.exploits;
+      } else if (decision.action != Action::kContinue) {
         result.stopped = true;
         return result;
       }
@@ -350,7 +391,7 @@ class Run {
     return result;
   }
 
-  const TrainerConfig& c_;
+  TrainerConfig c_;  // a copy: EXPLOIT changes optimiser knobs in place
   const RunContext& ctx_;
   ReportSink& sink_;
   Data data_;

@@ -13,10 +13,21 @@
 
 #include "absl/status/statusor.h"
 #include "common/trainer_knobs.h"
+#include "google/protobuf/struct.pb.h"
 
 namespace dial::trainer {
 
-enum class Action { kContinue, kStop, kPause };
+enum class Action { kContinue, kStop, kPause, kExploit };
+
+// What the scheduler said. kExploit: load `checkpoint` (weights and
+// optimiser state of a better trial) and go on with `params` (lr, momentum,
+// weight_decay changed in place).
+struct Decision {
+  Decision(Action a = Action::kContinue) : action(a) {}  // NOLINT: implicit
+  Action action;
+  std::string checkpoint;
+  google::protobuf::Struct params;
+};
 
 struct Report {
   int64_t step = 0;
@@ -28,7 +39,7 @@ class ReportSink {
  public:
   virtual ~ReportSink() = default;
   // The decision for `report`; an error ends training with that error.
-  virtual absl::StatusOr<Action> OnReport(const Report& report) = 0;
+  virtual absl::StatusOr<Decision> OnReport(const Report& report) = 0;
 };
 
 struct RunContext {
@@ -43,6 +54,7 @@ struct RunContext {
 
 struct RunResult {
   int64_t last_step = 0;
+  int exploits = 0;  // EXPLOIT decisions applied
   std::map<std::string, double> final_metrics;  // the last report's metrics
   bool stopped = false;      // a STOP or PAUSE decision ended the run
   bool interrupted = false;  // `interrupt` ended the run

@@ -13,6 +13,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/trial_process.h"
+#include "absl/strings/str_cat.h"
 
 namespace dial::worker {
 namespace {
@@ -67,6 +68,14 @@ Worker::Worker(const WorkerOptions& options) : options_(options) {
     options_.host = name[0] ? name : "worker";
   }
   free_gpus_ = options_.gpus;
+  if (!options_.checkpoint_root.empty()) {
+    auto store = storage::FileCheckpointStore::Create({options_.checkpoint_root});
+    if (store.ok()) {
+      checkpoints_ = std::move(*store);
+    } else {
+      spdlog::warn("checkpoint root: {}", store.status().ToString());
+    }
+  }
 }
 
 Worker::~Worker() { Shutdown(); }
@@ -340,11 +349,28 @@ void Worker::RunTrial(const std::string& worker_id,
     }
     last_metrics = report->metrics;
     const auto& decision = response->decision();
-    if (!(*process)->WriteLine(EncodeDecision(ActionName(decision.action()),
-                                              decision.reason()))
-             .ok()) {
-      break;
+    TrialDecision out{ActionName(decision.action()), decision.reason(), "",
+                      ""};
+    if (decision.action() == v1::Decision::EXPLOIT) {
+      // A private copy of the source checkpoint: the source may be deleted
+      // later, the copy may not.
+      auto copy = checkpoints_
+                      ? checkpoints_->CopyInto(decision.source_checkpoint(),
+                                               trial.study(), trial.number())
+                      : absl::StatusOr<storage::CheckpointInfo>(
+                            absl::FailedPreconditionError("no checkpoint root"));
+      if (!copy.ok()) {
+        protocol_error = absl::StrCat("cannot copy checkpoint ",
+                                      decision.source_checkpoint(), ": ",
+                                      copy.status().message());
+        break;
+      }
+      out.checkpoint = copy->id;
+      v1::Trial changed;
+      *changed.mutable_params() = decision.new_params();
+      out.params_json = ParamsJson(changed);
     }
+    if (!(*process)->WriteLine(EncodeDecision(out)).ok()) break;
     if (decision.action() == v1::Decision::STOP ||
         decision.action() == v1::Decision::PAUSE) {
       // Told to end: it gets a grace period to exit, then its group is

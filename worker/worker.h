@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dial/v1/service.pb.h"
+#include "storage/checkpoint_store.h"
 #include "worker/scheduler_client.h"
 
 namespace dial::worker {
@@ -67,6 +68,8 @@ class Worker {
   bool Sleep(absl::Duration d);  // false when shutting down
 
   WorkerOptions options_;
+  // The shared checkpoint root (for PBT copies); null if it cannot be made.
+  std::unique_ptr<storage::FileCheckpointStore> checkpoints_;
   absl::Mutex register_mu_;  // one registration at a time
   absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);

@@ -150,8 +150,8 @@ TEST(FactoryTest, VariantsNotBuiltYetSaySo) {
                 .status()
                 .code(),
             absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(CreateTrialScheduler(Spec("{pbt: {perturbation_interval: 5, "
-                                      "quantile: 0.25}}"))
+  EXPECT_EQ(CreateTrialScheduler(Spec("{hyperband: {min_steps: 1, max_steps: 9, "
+                                      "reduction_factor: 3, synchronous: true}}"))
                 .status()
                 .code(),
             absl::StatusCode::kUnimplemented);

@@ -20,7 +20,7 @@ using ::testing::HasSubstr;
 class Recorder : public ReportSink {
  public:
   explicit Recorder(int64_t stop_at = -1) : stop_at_(stop_at) {}
-  absl::StatusOr<Action> OnReport(const Report& report) override {
+  absl::StatusOr<Decision> OnReport(const Report& report) override {
     reports.push_back(report);
     return report.step == stop_at_ ? Action::kStop : Action::kContinue;
   }
