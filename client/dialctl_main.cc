@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ ABSL_FLAG(int32_t, max_trials, 0, "New max_trials, for study update");
 ABSL_FLAG(int32_t, max_parallel_trials, 0,
           "New max_parallel_trials, for study update");
 ABSL_FLAG(int32_t, timeout_s, 30, "Deadline of each call, in seconds");
+ABSL_FLAG(std::string, o, "", "Output file, for study replay");
 
 namespace {
 
@@ -55,6 +57,8 @@ usage: dialctl [--scheduler=ADDR] [--json] COMMAND ARGS
   trials list STUDY [--state=S] list trials (S: PENDING,RUNNING,...)
   trials best STUDY [--count=N] the best completed trials
   trials get STUDY N            one trial with its metric history
+  trials lineage STUDY N        the hyperparameter schedule behind a PBT trial
+  study replay STUDY N -o FILE  a spec that retrains that schedule in one trial
 )";
 
 int Fail(const absl::Status& status) {
@@ -307,6 +311,109 @@ std::string ProgressLine(const v1::StudyEvent& event) {
   return line;
 }
 
+// One stretch of a PBT schedule: `trial`'s run with `params`, covering
+// steps [from, to) of the weights' training.
+struct Segment {
+  int64_t from = 0, to = 0, trial = 0;
+  google::protobuf::Map<std::string, v1::ParamValue> params;
+};
+
+// The segments that produced `number`'s weights at its step `until`:
+// follows the last exploit back to its source, recursively.
+absl::Status Schedule(DialClient& client, const std::string& study,
+                      int64_t number, int64_t until, int depth,
+                      std::vector<Segment>* out) {
+  if (depth > 1000) return absl::InternalError("lineage has a cycle");
+  auto t = client.GetTrial(study, number);
+  if (!t.ok()) return t.status();
+  const v1::LineageEntry* last = nullptr;
+  for (const auto& e : t->lineage()) {
+    if (e.step() <= until) last = &e;
+  }
+  if (last == nullptr) {
+    Segment s{0, until, number,
+              t->lineage().empty() ? t->params() : t->lineage(0).old_params()};
+    out->push_back(s);
+    return absl::OkStatus();
+  }
+  auto status = Schedule(client, study, last->source_trial(),
+                         last->source_step(), depth + 1, out);
+  if (!status.ok()) return status;
+  out->push_back({last->source_step(),
+                  last->source_step() + (until - last->step()), number,
+                  last->new_params()});
+  return absl::OkStatus();
+}
+
+std::string ParamsOf(const google::protobuf::Map<std::string, v1::ParamValue>& p) {
+  v1::Trial t;
+  *t.mutable_params() = p;
+  return Params(t);
+}
+
+int Lineage(DialClient& client, const std::string& study, int64_t number,
+            const std::string& out_file) {
+  auto t = client.GetTrial(study, number);
+  if (!t.ok()) return Fail(t.status());
+  std::vector<Segment> segments;
+  auto status = Schedule(client, study, number, t->last_step(), 0, &segments);
+  if (!status.ok()) return Fail(status);
+  if (out_file.empty()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& s : segments) {
+      rows.push_back({absl::StrCat(s.from, "-", s.to), std::to_string(s.trial),
+                      ParamsOf(s.params)});
+    }
+    PrintTable({"STEPS", "TRIAL", "PARAMS"}, rows);
+    return 0;
+  }
+  // Replay: the study's spec, one trial, the schedule as a trainer knob.
+  auto studied = client.GetStudy(study);
+  if (!studied.ok()) return Fail(studied.status());
+  v1::StudySpec spec = studied->spec();
+  if (!spec.trial().has_trainer()) {
+    return Fail(absl::FailedPreconditionError(
+        "study replay needs a study whose trials run the built-in trainer"));
+  }
+  std::string schedule;
+  for (const auto& s : segments) {
+    google::protobuf::Struct knobs;
+    for (const auto& [k, v] : s.params) {
+      if (v.has_string_value()) {
+        (*knobs.mutable_fields())[k].set_string_value(v.string_value());
+      } else {
+        (*knobs.mutable_fields())[k].set_number_value(
+            v.has_double_value() ? v.double_value() : double(v.int_value()));
+      }
+    }
+    std::string json;
+    (void)google::protobuf::util::MessageToJsonString(knobs, &json);
+    absl::StrAppend(&schedule, schedule.empty() ? "" : ";", s.from, ":", json);
+  }
+  spec.set_name(absl::StrCat(study, "-replay-", number).substr(0, 64));
+  spec.clear_search_space();
+  auto* p = spec.add_search_space();
+  p->set_name("schedule");
+  p->mutable_categorical()->add_values(schedule);
+  spec.mutable_scheduler()->Clear();
+  spec.mutable_scheduler()->mutable_fifo();
+  spec.mutable_searcher()->Clear();
+  spec.mutable_searcher()->mutable_grid();
+  spec.mutable_budget()->set_max_trials(1);
+  spec.mutable_budget()->set_max_parallel_trials(1);
+  (*spec.mutable_trial()->mutable_trainer()->mutable_fields())["steps"]
+      .set_number_value(static_cast<double>(segments.back().to));
+  std::ofstream out(out_file);
+  out << "# Replays trial " << number << " of " << study
+      << ": its PBT schedule in one trial.\n"
+      << ToJson(spec) << "\n";
+  if (!out) return Fail(absl::UnavailableError("cannot write " + out_file));
+  std::cout << "wrote " << out_file << " (" << segments.size()
+            << " segments); run it with: dialctl study create -f " << out_file
+            << "\n";
+  return 0;
+}
+
 int Watch(DialClient& client, const std::string& study, bool json) {
   const bool tty = isatty(STDOUT_FILENO);
   v1::StudyEvent last;
@@ -422,6 +529,14 @@ int Run(const std::vector<std::string>& args) {
       return 0;
     }
     if (verb == "watch") return Watch(client, name, json);
+    if (verb == "replay") {
+      int64_t number;
+      if (!need(4) || !absl::SimpleAtoi(args[3], &number) ||
+          absl::GetFlag(FLAGS_o).empty()) {
+        return Usage("study replay needs STUDY, a trial number and -o FILE");
+      }
+      return Lineage(client, name, number, absl::GetFlag(FLAGS_o));
+    }
     return Usage("unknown command: study " + verb);
   }
 
@@ -470,6 +585,13 @@ int Run(const std::vector<std::string>& args) {
       PrintTrial(*trial,
                  study.ok() ? study->spec().objective().metric() : "objective");
       return 0;
+    }
+    if (verb == "lineage") {
+      int64_t number;
+      if (!need(4) || !absl::SimpleAtoi(args[3], &number)) {
+        return Usage("trials lineage needs STUDY and a trial number");
+      }
+      return Lineage(client, name, number, "");
     }
     return Usage("unknown command: trials " + verb);
   }

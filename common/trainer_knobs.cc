@@ -56,6 +56,11 @@ const std::vector<Knob>& TrainerKnobs() {
       {"checkpoint_every", KnobType::kInt, "0",
        "Checkpoint every this many steps (0: at every evaluation)", {}, 0,
        1e9},
+      {"schedule", KnobType::kString, "",
+       "Optimiser knobs changed during the run, as STEP:{json};...: after "
+       "STEP steps, apply lr, momentum or weight_decay from the JSON (what "
+       "`dialctl study replay` writes for a PBT schedule)",
+       {""}},
       {"seed", KnobType::kInt, "0",
        "Seed of initialisation, dropout and data order", {}, 0, 1e15},
       {"threads", KnobType::kInt, "0",
@@ -154,6 +159,7 @@ absl::StatusOr<TrainerConfig> ResolveTrainerConfig(
   c.steps = i("steps");
   c.checkpoint_every = i("checkpoint_every");
   c.seed = i("seed");
+  c.schedule = s("schedule");
   c.threads = i("threads");
   c.synthetic_samples = i("synthetic_samples");
   c.synthetic_features = i("synthetic_features");

@@ -46,6 +46,7 @@ struct TrainerConfig {
   int64_t eval_batch_size = 0;
   int64_t steps = 0;
   int64_t checkpoint_every = 0;
+  std::string schedule;
   int64_t seed = 0;
   int64_t threads = 0;
   int64_t synthetic_samples = 0;

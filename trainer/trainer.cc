@@ -12,6 +12,9 @@
 #include "common/status.h"
 #include "storage/checkpoint_store.h"
 #include "trainer/idx.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace dial::trainer {
 namespace {
@@ -192,6 +195,7 @@ class Run {
       DIAL_ASSIGN_OR_RETURN(store_, storage::FileCheckpointStore::Create(
                                         {ctx_.checkpoint_root}));
     }
+    DIAL_RETURN_IF_ERROR(ParseSchedule());
     int64_t step = 0;
     if (!ctx_.restore_checkpoint.empty()) {
       DIAL_ASSIGN_OR_RETURN(step, Restore(ctx_.restore_checkpoint));
@@ -200,6 +204,10 @@ class Run {
                    static_cast<long long>(step));
     } else {
       std::fprintf(stderr, "dial-train: starting at step 0\n");
+    }
+    // A resumed run takes the scheduled knobs in force at its step.
+    if (auto it = schedule_.upper_bound(step); it != schedule_.begin() && step > 0) {
+      DIAL_RETURN_IF_ERROR(ApplyOptimizerKnobs(std::prev(it)->second));
     }
     return Loop(step);
   }
@@ -248,7 +256,15 @@ class Run {
     torch::load(net_, model);
     std::istringstream optim(files["optimizer.pt"]);
     torch::load(*optimizer_, optim);
-    for (const auto& [name, value] : decision.params.fields()) {
+    DIAL_RETURN_IF_ERROR(ApplyOptimizerKnobs(decision.params));
+    std::fprintf(stderr, "dial-train: exploited checkpoint %s (lr %g)\n",
+                 decision.checkpoint.c_str(), c_.lr);
+    return absl::OkStatus();
+  }
+
+  // Changes lr, momentum and weight_decay of the live optimiser.
+  absl::Status ApplyOptimizerKnobs(const google::protobuf::Struct& params) {
+    for (const auto& [name, value] : params.fields()) {
       DIAL_RETURN_IF_ERROR(CheckKnob("params." + name, name, value));
       if (name == "lr") c_.lr = value.number_value();
       if (name == "momentum") c_.momentum = value.number_value();
@@ -266,8 +282,26 @@ class Run {
         o.weight_decay(c_.weight_decay);
       }
     }
-    std::fprintf(stderr, "dial-train: exploited checkpoint %s (lr %g)\n",
-                 decision.checkpoint.c_str(), c_.lr);
+    return absl::OkStatus();
+  }
+
+  // "STEP:{json};STEP:{json}" -> step -> knobs.
+  absl::Status ParseSchedule() {
+    if (c_.schedule.empty()) return absl::OkStatus();
+    for (absl::string_view part : absl::StrSplit(c_.schedule, ';', absl::SkipEmpty())) {
+      const size_t colon = part.find(':');
+      int64_t step;
+      google::protobuf::Struct knobs;
+      if (colon == absl::string_view::npos ||
+          !absl::SimpleAtoi(part.substr(0, colon), &step) || step < 0 ||
+          !google::protobuf::util::JsonStringToMessage(
+               std::string(part.substr(colon + 1)), &knobs)
+               .ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "schedule: '", std::string(part), "' is not STEP:{json}"));
+      }
+      schedule_[step] = knobs;
+    }
     return absl::OkStatus();
   }
 
@@ -313,6 +347,9 @@ class Run {
     auto started = std::chrono::steady_clock::now();
     net_->train();
     while (step < c_.steps) {
+      if (auto it = schedule_.find(step); it != schedule_.end()) {
+        DIAL_RETURN_IF_ERROR(ApplyOptimizerKnobs(it->second));
+      }
       if (ctx_.interrupt && ctx_.interrupt->load()) {
         // Asked to stop (e.g. the worker shuts down): save and report.
         DIAL_ASSIGN_OR_RETURN(std::string id, Checkpoint(step));
@@ -399,6 +436,7 @@ class Run {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<storage::FileCheckpointStore> store_;
   int64_t last_checkpoint_step_ = -1;
+  std::map<int64_t, google::protobuf::Struct> schedule_;
 };
 
 }  // namespace

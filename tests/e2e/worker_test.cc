@@ -294,5 +294,68 @@ trial: {trainer: {dataset: synthetic, steps: 450, eval_every: 50, batch_size: 32
   EXPECT_EQ(best->at(0).last_step(), 450);
 }
 
+TEST_F(WorkerE2eTest, PbtExploitsCopyBetterWeightsAndRecordLineage) {
+  for (const char* host : {"wa", "wb"}) {
+    workers_.push_back(std::make_unique<testing::Subprocess>());
+    ASSERT_TRUE(workers_.back()->Start(
+        {DIAL_WORKER_BIN, "--scheduler=" + address_, "--slots=2", "--cpus=2",
+         std::string("--host=") + host, "--trainer=" DIAL_TRAIN_BIN,
+         "--work-dir=" + (dir_ / host).string(),
+         "--checkpoint-root=" + (dir_ / "ckpt").string(),
+         "--acquire-wait-ms=1000"},
+        (dir_ / (std::string(host) + ".log")).string()));
+  }
+  // Some members start with hopeless learning rates.
+  auto spec = ParseStudySpec(R"(
+name: pbt
+objective: {metric: val_loss, goal: MINIMIZE}
+search_space: [{name: lr, discrete: {values: [1.0e-7, 1.0e-6, 0.003, 0.01]}}]
+searcher: {grid: {}}
+scheduler: {pbt: {perturbation_interval: 100, quantile: 0.25, seed: 2}}
+budget: {max_trials: 4, max_parallel_trials: 4}
+trial: {trainer: {dataset: synthetic, steps: 800, eval_every: 50, batch_size: 32}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(client_->CreateStudy(*spec).ok());
+  WaitForEnd("pbt");
+  auto trials = client_->ListAllTrials("pbt", {});
+  ASSERT_TRUE(trials.ok());
+  int exploits = 0, checked = 0;
+  for (const auto& t : *trials) {
+    EXPECT_EQ(t.state(), v1::COMPLETED) << t.error();
+    auto full = client_->GetTrial("pbt", t.number());
+    ASSERT_TRUE(full.ok());
+    for (const auto& e : full->lineage()) {
+      ++exploits;
+      EXPECT_DOUBLE_EQ(full->params().count("lr") ? 1 : 0, 1);
+      // Its next report continues from the source's weights: its loss
+      // lands near the source's level at the copied step, not near its own.
+      auto source = client_->GetTrial("pbt", e.source_trial());
+      ASSERT_TRUE(source.ok());
+      double own = NAN, next = NAN, donor = NAN;
+      for (const auto& p : full->metric_history()) {
+        if (p.step() == e.step()) own = p.metrics().at("val_loss");
+        if (p.step() > e.step() && std::isnan(next)) next = p.metrics().at("val_loss");
+      }
+      for (const auto& p : source->metric_history()) {
+        if (p.step() == e.source_step()) donor = p.metrics().at("val_loss");
+      }
+      if (std::isnan(next)) continue;  // exploited at its last report
+      ASSERT_FALSE(std::isnan(own) || std::isnan(donor));
+      // A hopeless member (its loss still near ln 4 = 1.39) that copies a
+      // learning one must land near the donor, far from where it was.
+      if (std::abs(own - donor) < 0.3) continue;
+      ++checked;
+      EXPECT_LT(std::abs(next - donor), 0.5 * std::abs(own - donor))
+          << "trial " << t.number() << " step " << e.step();
+      EXPECT_TRUE(fs::exists(dir_ / "ckpt/pbt" / std::to_string(t.number()) /
+                             ("from-" + std::to_string(e.source_trial()) + "-" +
+                              std::to_string(e.source_step())) / "MANIFEST"));
+    }
+  }
+  EXPECT_GE(exploits, 1);
+  EXPECT_GE(checked, 1);
+  EXPECT_THAT(Dialctl("trials lineage pbt 0"), HasSubstr("STEPS"));
+}
+
 }  // namespace
 }  // namespace dial
