@@ -312,7 +312,7 @@ std::string ProgressLine(const v1::StudyEvent& event) {
 }
 
 // One stretch of a PBT schedule: `trial`'s run with `params`, covering
-// steps [from, to) of the weights' training.
+// steps [from, to) of the weights' own training (copies carry their age).
 struct Segment {
   int64_t from = 0, to = 0, trial = 0;
   google::protobuf::Map<std::string, v1::ParamValue> params;
@@ -339,8 +339,10 @@ absl::Status Schedule(DialClient& client, const std::string& study,
   auto status = Schedule(client, study, last->source_trial(),
                          last->source_step(), depth + 1, out);
   if (!status.ok()) return status;
-  out->push_back({last->source_step(),
-                  last->source_step() + (until - last->step()), number,
+  // The copied weights had trained `start` steps (in their own lineage);
+  // this trial then trained them until - step more with its new params.
+  const int64_t start = out->back().to;
+  out->push_back({start, start + (until - last->step()), number,
                   last->new_params()});
   return absl::OkStatus();
 }
