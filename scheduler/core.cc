@@ -267,6 +267,12 @@ absl::StatusOr<v1::Trial*> SchedulerCore::FindTrial(StudyEntry& entry,
 
 void SchedulerCore::Mirror(StudyEntry& entry, const v1::Trial& trial) {
   auto it = entry.trials.find(trial.number());
+  auto active = [](v1::TrialState s) {
+    return s == v1::PENDING || s == v1::RUNNING;
+  };
+  if (it != entry.trials.end() && active(it->second.state())) {
+    --entry.active_trials;
+  }
   if (it != entry.trials.end() && IsOpen(it->second.state())) {
     --entry.open_trials;
     if (!it->second.client_id().empty()) {
@@ -276,6 +282,7 @@ void SchedulerCore::Mirror(StudyEntry& entry, const v1::Trial& trial) {
   v1::Trial& stored = entry.trials[trial.number()];
   stored = trial;
   stored.clear_metric_history();
+  if (active(trial.state())) ++entry.active_trials;
   if (IsOpen(trial.state())) {
     ++entry.open_trials;
     if (!trial.client_id().empty()) {
@@ -345,12 +352,36 @@ void SchedulerCore::Emit(const StudyEntry& entry, v1::StudyEvent::Kind kind,
 }
 
 absl::Status SchedulerCore::MaybeFinish(StudyEntry& entry) {
-  if (entry.study.state() != v1::STUDY_ACTIVE || entry.open_trials > 0) {
+  if (entry.study.state() != v1::STUDY_ACTIVE || entry.active_trials > 0) {
     return absl::OkStatus();
   }
   const int64_t max_trials = entry.study.spec().budget().max_trials();
   if (int64_t(entry.trials.size()) < max_trials && !entry.exhausted) {
     return absl::OkStatus();
+  }
+  if (entry.open_trials > 0) {
+    // Only PAUSED trials are left. Worker-run ones may still be promoted:
+    // that is the suggestion thread's call; once nothing is promotable they
+    // are over. Ask/tell clients finish their own.
+    if (entry.study.spec().trial().run_case() == v1::TrialTemplate::RUN_NOT_SET) {
+      return absl::OkStatus();
+    }
+    if (entry.trial_scheduler->HasPromotion()) {
+      ScheduleFill(entry.study.name());
+      return absl::OkStatus();
+    }
+    std::vector<v1::Trial> paused;
+    for (const auto& [n, t] : entry.trials) {
+      if (t.state() == v1::PAUSED) paused.push_back(t);
+    }
+    for (auto& t : paused) {
+      t.set_state(v1::STOPPED);
+      t.set_error("");
+      *t.mutable_end_time() = Now();
+      DIAL_RETURN_IF_ERROR(SaveTrial(entry, t));
+      entry.unobserved.push_back(t);
+      Emit(entry, v1::StudyEvent::TRIAL_FINISHED, &t);
+    }
   }
   DIAL_RETURN_IF_ERROR(SaveStudyState(entry, v1::STUDY_COMPLETED));
   Emit(entry, v1::StudyEvent::STUDY_FINISHED, nullptr);
@@ -682,6 +713,15 @@ absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
     trial.set_state(v1::STOPPED);
     *trial.mutable_end_time() = Now();
     DIAL_RETURN_IF_ERROR(Finalize(*entry, trial));
+  } else if (decision.action() == v1::Decision::PAUSE) {
+    // Frees the worker slot; the trial resumes from this step's checkpoint
+    // if the trial scheduler promotes it.
+    trial.set_state(v1::PAUSED);
+    DIAL_RETURN_IF_ERROR(SaveTrial(*entry, trial));
+    dispatched_.erase({trial.study(), trial.number()});
+    Emit(*entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
+    ScheduleFill(entry->study.name());
+    DIAL_RETURN_IF_ERROR(MaybeFinish(*entry));
   } else if (decision.action() == v1::Decision::EXPLOIT) {
     // The trial goes on from the source's weights with new params: record
     // the change so the schedule can be replayed.
@@ -780,7 +820,7 @@ bool SchedulerCore::CanCreate(const StudyEntry& entry) const {
   return !entry.deleted && entry.study.state() == v1::STUDY_ACTIVE &&
          !entry.exhausted &&
          int64_t(entry.trials.size()) < budget.max_trials() &&
-         entry.open_trials < budget.max_parallel_trials();
+         entry.active_trials < budget.max_parallel_trials();
 }
 
 absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
@@ -832,6 +872,23 @@ void SchedulerCore::FillPending(const std::shared_ptr<StudyEntry>& entry) {
     entry->fill_queued = false;
   }
   while (true) {
+    {
+      // Paused trials the trial scheduler promotes go first (ASHA).
+      absl::MutexLock lock(&mu_);
+      if (!entry->deleted && entry->study.state() == v1::STUDY_ACTIVE &&
+          entry->active_trials <
+              entry->study.spec().budget().max_parallel_trials()) {
+        if (auto number = entry->trial_scheduler->NextPromotion()) {
+          auto it = entry->trials.find(*number);
+          if (it != entry->trials.end() && it->second.state() == v1::PAUSED) {
+            absl::Status status = Requeue(*entry, it->second);
+            if (!status.ok()) spdlog::error("{}", status.ToString());
+            Dispatch();
+            continue;
+          }
+        }
+      }
+    }
     auto trial = NewTrial(entry, v1::PENDING, "");
     absl::MutexLock lock(&mu_);
     if (!trial.ok()) {
@@ -1049,8 +1106,8 @@ absl::Status SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request) {
   DIAL_ASSIGN_OR_RETURN(
       v1::Trial * stored,
       Fence(*entry, request.worker_id(), request.trial(), request.attempt()));
-  if (stored->state() == v1::STOPPED) {
-    // Stopped by a decision; the process has now exited.
+  if (stored->state() == v1::STOPPED || stored->state() == v1::PAUSED) {
+    // Stopped or paused by a decision; the process has now exited.
     v1::Trial trial = *stored;
     *trial.mutable_final_metrics() = request.final_metrics();
     dispatched_.erase({trial.study(), trial.number()});

@@ -182,7 +182,8 @@ class SchedulerCore {
     std::unique_ptr<searchers::TrialScheduler> trial_scheduler;
     std::map<int64_t, v1::Trial> trials;
     std::map<std::string, std::set<int64_t>> open_by_client;
-    int open_trials = 0;
+    int open_trials = 0;    // PENDING, RUNNING or PAUSED
+    int active_trials = 0;  // PENDING or RUNNING: what max_parallel counts
     bool exhausted = false;  // the searcher has no more points
   };
   struct Watcher {

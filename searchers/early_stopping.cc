@@ -80,23 +80,55 @@ v1::Decision MedianStoppingScheduler::OnReport(const v1::Trial& trial,
 }
 
 AshaScheduler::AshaScheduler(const v1::StudySpec& spec, int64_t min_steps,
-                             int64_t max_steps, double eta)
-    : objective_(spec), eta_(eta) {
+                             int64_t max_steps, double eta, bool promotion)
+    : objective_(spec), eta_(eta), promotion_(promotion) {
   for (double r = static_cast<double>(min_steps); r < max_steps; r *= eta) {
     rungs_.push_back(static_cast<int64_t>(std::llround(r)));
   }
   recorded_.resize(rungs_.size());
+  promoted_.resize(rungs_.size());
 }
+
+std::optional<std::pair<size_t, int64_t>> AshaScheduler::FindPromotion() const {
+  for (size_t k = rungs_.size(); k-- > 0;) {
+    std::vector<std::pair<double, int64_t>> ranked;
+    for (const auto& [n, v] : recorded_[k]) ranked.push_back({v, n});
+    std::sort(ranked.rbegin(), ranked.rend());  // best first
+    const size_t top = static_cast<size_t>(std::floor(ranked.size() / eta_));
+    for (size_t i = 0; i < top; ++i) {
+      if (!promoted_[k].count(ranked[i].second)) {
+        return std::make_pair(k, ranked[i].second);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> AshaScheduler::NextPromotion() {
+  auto found = FindPromotion();
+  if (!found) return std::nullopt;
+  promoted_[found->first].insert(found->second);
+  return found->second;
+}
+
+bool AshaScheduler::HasPromotion() const { return FindPromotion().has_value(); }
 
 v1::Decision AshaScheduler::OnReport(const v1::Trial& trial, int64_t step,
                                      const Metrics& metrics) {
   auto score = objective_.Score(metrics);
   if (!score) return Continue();
   // Every rung this report reaches that the trial has not passed yet.
+  bool reached_new_rung = false;
+  int64_t rung_step = 0;
   for (size_t k = 0; k < rungs_.size() && rungs_[k] <= step; ++k) {
     auto& rung = recorded_[k];
+    // Reporting past a rung means the trial was let past it.
+    if (rungs_[k] < step) promoted_[k].insert(trial.number());
     if (rung.count(trial.number())) continue;
     rung[trial.number()] = *score;
+    reached_new_rung = true;
+    rung_step = rungs_[k];
+    if (promotion_) continue;
     std::vector<double> values;
     for (const auto& [n, v] : rung) values.push_back(v);
     const double cutoff = Quantile(values, 1.0 - 1.0 / eta_);
@@ -106,6 +138,15 @@ v1::Decision AshaScheduler::OnReport(const v1::Trial& trial, int64_t step,
           rungs_[k], " is outside the top 1/", eta_, " of ", values.size(),
           " trials (cut-off ", objective_.Value(cutoff), ")"));
     }
+  }
+  if (promotion_ && reached_new_rung && !promoted_[std::min<size_t>(
+      rungs_.size() - 1,
+      std::upper_bound(rungs_.begin(), rungs_.end(), step) - rungs_.begin() - 1)]
+                                               .count(trial.number())) {
+    v1::Decision d;
+    d.set_action(v1::Decision::PAUSE);
+    d.set_reason(absl::StrCat("waiting at rung ", rung_step, " for promotion"));
+    return d;
   }
   return Continue();
 }

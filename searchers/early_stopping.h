@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,23 +54,34 @@ class MedianStoppingScheduler : public TrialScheduler {
 };
 
 // Successive-halving rungs at min_steps * eta^k below max_steps. The first
-// report at or past a rung records the trial's value there; a trial whose
-// value falls below the (1 - 1/eta) quantile of all values recorded at
-// that rung so far is stopped.
+// report at or past a rung records the trial's value there.
+//  - Stopping variant: a trial whose value falls below the (1 - 1/eta)
+//    quantile of all values recorded at that rung so far is stopped.
+//  - Promotion variant (the ASHA paper's): every trial PAUSEs at each rung;
+//    NextPromotion resumes the best not-yet-promoted trial that is in the
+//    top 1/eta of its rung, highest rung first; otherwise a new trial starts.
 class AshaScheduler : public TrialScheduler {
  public:
   AshaScheduler(const v1::StudySpec& spec, int64_t min_steps,
-                int64_t max_steps, double eta);
+                int64_t max_steps, double eta, bool promotion = false);
   v1::Decision OnReport(const v1::Trial& trial, int64_t step,
                         const Metrics& metrics) override;
+  std::optional<int64_t> NextPromotion() override;
+  bool HasPromotion() const override;
   const std::vector<int64_t>& rungs() const { return rungs_; }
 
  private:
+  // The best promotable trial, highest rung first: (rung, trial).
+  std::optional<std::pair<size_t, int64_t>> FindPromotion() const;
+
   ObjectiveReader objective_;
   double eta_;
+  bool promotion_;
   std::vector<int64_t> rungs_;
   // rung index -> trial -> value recorded there
   std::vector<std::map<int64_t, double>> recorded_;
+  // rung index -> trials that went on past it
+  std::vector<std::set<int64_t>> promoted_;
 };
 
 // Asynchronous Hyperband: brackets of ASHA whose first rung is

@@ -22,14 +22,9 @@ absl::StatusOr<std::unique_ptr<TrialScheduler>> CreateTrialScheduler(
     case v1::SchedulerSpec::kMedian:
       return std::make_unique<MedianStoppingScheduler>(spec);
     case v1::SchedulerSpec::kAsha:
-      if (s.asha().promotion()) {
-        return absl::UnimplementedError(
-            "scheduler.asha.promotion is not implemented yet; use the "
-            "stopping variant (promotion: false)");
-      }
-      return std::make_unique<AshaScheduler>(spec, s.asha().min_steps(),
-                                             s.asha().max_steps(),
-                                             s.asha().reduction_factor());
+      return std::make_unique<AshaScheduler>(
+          spec, s.asha().min_steps(), s.asha().max_steps(),
+          s.asha().reduction_factor(), s.asha().promotion());
     case v1::SchedulerSpec::kHyperband:
       if (s.hyperband().synchronous()) {
         return absl::UnimplementedError(

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "dial/v1/spec.pb.h"
@@ -31,6 +32,12 @@ class TrialScheduler {
   // Whether a restarted scheduler must replay stored reports through
   // OnReport to rebuild this scheduler's state.
   virtual bool NeedsHistory() const { return true; }
+
+  // Schedulers that PAUSE trials: the paused trial to resume next (it is
+  // then counted as promoted), or nullopt. HasPromotion asks without
+  // taking one.
+  virtual std::optional<int64_t> NextPromotion() { return std::nullopt; }
+  virtual bool HasPromotion() const { return false; }
 };
 
 // Every trial runs to its own end.

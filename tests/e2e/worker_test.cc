@@ -357,5 +357,57 @@ trial: {trainer: {dataset: synthetic, steps: 800, eval_every: 50, batch_size: 32
   EXPECT_THAT(Dialctl("trials lineage pbt 0"), HasSubstr("STEPS"));
 }
 
+TEST_F(WorkerE2eTest, AshaPromotionPausesTrialsAndResumesTheBestFromCheckpoints) {
+  StartWorker("wa");
+  StartWorker("wb");
+  auto spec = ParseStudySpec(R"(
+name: promo
+objective: {metric: val_accuracy, goal: MAXIMIZE}
+search_space: [{name: lr, float: {min: 1.0e-6, max: 0.01, scale: LOG}}]
+searcher: {random: {seed: 4}}
+scheduler: {asha: {min_steps: 50, max_steps: 450, reduction_factor: 3, promotion: true}}
+budget: {max_trials: 9, max_parallel_trials: 2}
+trial: {trainer: {dataset: synthetic, steps: 450, eval_every: 50, batch_size: 32}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(client_->CreateStudy(*spec).ok());
+  WaitForEnd("promo");
+  auto trials = client_->ListAllTrials("promo", {});
+  ASSERT_TRUE(trials.ok());
+  ASSERT_EQ(trials->size(), 9u);
+  int resumed = 0, completed = 0;
+  for (const auto& t : *trials) {
+    // Everything ends: promoted to the end, or stopped at a rung.
+    EXPECT_TRUE(t.state() == v1::COMPLETED || t.state() == v1::STOPPED)
+        << v1::TrialState_Name(t.state());
+    if (t.state() == v1::COMPLETED) {
+      ++completed;
+      EXPECT_EQ(t.last_step(), 450);
+    } else {
+      EXPECT_TRUE(t.last_step() == 50 || t.last_step() == 150) << t.last_step();
+    }
+    if (t.attempt() < 2) continue;
+    ++resumed;
+    // The second attempt started from the checkpoint at the first rung.
+    auto full = client_->GetTrial("promo", t.number());
+    ASSERT_TRUE(full.ok());
+    for (int i = 0; i < full->metric_history_size(); ++i) {
+      EXPECT_EQ(full->metric_history(i).step(), 50 * (i + 1));
+    }
+    bool found = false;
+    for (const char* host : {"wa", "wb"}) {
+      std::ifstream log(dir_ / host /
+                        ("promo-" + std::to_string(t.number()) + "-a2.err"));
+      std::stringstream text;
+      text << log.rdbuf();
+      found |= text.str().find("resuming from checkpoint promo/" +
+                               std::to_string(t.number()) +
+                               "/50 at step 50") != std::string::npos;
+    }
+    EXPECT_TRUE(found) << "trial " << t.number();
+  }
+  EXPECT_GE(resumed, 1);
+  EXPECT_GE(completed, 1);
+}
+
 }  // namespace
 }  // namespace dial

@@ -126,6 +126,42 @@ TEST(AshaTest, SameReportsSameDecisions) {
   }
 }
 
+TEST(AshaPromotionTest, PausesAtRungsAndPromotesTheTopThird) {
+  auto spec = Spec("{asha: {min_steps: 1, max_steps: 27, reduction_factor: 3, "
+                   "promotion: true}}");
+  AshaScheduler s(spec, 1, 27, 3, /*promotion=*/true);
+  EXPECT_FALSE(s.HasPromotion());
+  EXPECT_EQ(Act(s, 0, 1, 0.5), v1::Decision::PAUSE);
+  EXPECT_EQ(Act(s, 1, 1, 0.9), v1::Decision::PAUSE);
+  EXPECT_EQ(Act(s, 2, 1, 0.1), v1::Decision::PAUSE);
+  // Three at rung 1: the top third (one) is trial 1.
+  ASSERT_TRUE(s.HasPromotion());
+  EXPECT_EQ(s.NextPromotion(), std::optional<int64_t>(1));
+  EXPECT_FALSE(s.NextPromotion().has_value());
+  // Trial 1 resumes, goes on between rungs, pauses at rung 3.
+  EXPECT_EQ(Act(s, 1, 2, 0.9), v1::Decision::CONTINUE);
+  EXPECT_EQ(Act(s, 1, 3, 0.92), v1::Decision::PAUSE);
+  EXPECT_FALSE(s.NextPromotion().has_value());  // 1 at rung 3: top third is 0
+  // Three more at rung 1: the top two are 3 (new) and 1 (already promoted).
+  Act(s, 3, 1, 0.95);
+  Act(s, 4, 1, 0.3);
+  Act(s, 5, 1, 0.2);
+  EXPECT_EQ(s.NextPromotion(), std::optional<int64_t>(3));
+  EXPECT_FALSE(s.NextPromotion().has_value());
+}
+
+TEST(AshaPromotionTest, ReplayedReportsRestorePromotions) {
+  auto spec = Spec("{asha: {min_steps: 1, max_steps: 27, reduction_factor: 3, "
+                   "promotion: true}}");
+  AshaScheduler s(spec, 1, 27, 3, true);
+  // As a restarted scheduler replays: trial 1 was already past rung 1.
+  Act(s, 0, 1, 0.5);
+  Act(s, 1, 1, 0.9);
+  Act(s, 2, 1, 0.1);
+  Act(s, 1, 2, 0.9);
+  EXPECT_FALSE(s.NextPromotion().has_value());
+}
+
 TEST(AsyncHyperbandTest, BracketsDelayTheFirstCut) {
   auto spec = Spec("{hyperband: {min_steps: 1, max_steps: 27, reduction_factor: 3}}");
   AsyncHyperbandScheduler s(spec);
@@ -145,11 +181,9 @@ TEST(FactoryTest, VariantsNotBuiltYetSaySo) {
   EXPECT_TRUE(CreateTrialScheduler(
                   Spec("{asha: {min_steps: 1, max_steps: 9, reduction_factor: 3}}"))
                   .ok());
-  EXPECT_EQ(CreateTrialScheduler(Spec("{asha: {min_steps: 1, max_steps: 9, "
-                                      "reduction_factor: 3, promotion: true}}"))
-                .status()
-                .code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(CreateTrialScheduler(Spec("{asha: {min_steps: 1, max_steps: 9, "
+                                        "reduction_factor: 3, promotion: true}}"))
+                  .ok());
   EXPECT_EQ(CreateTrialScheduler(Spec("{hyperband: {min_steps: 1, max_steps: 9, "
                                       "reduction_factor: 3, synchronous: true}}"))
                 .status()

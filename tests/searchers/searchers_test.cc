@@ -268,8 +268,8 @@ TEST(FactoryTest, EverySearcherIsBuiltAndUnbuiltSchedulersSaySo) {
     EXPECT_TRUE((*created)->Suggest(0).ok());
   }
   auto asha = Spec("  - {name: x, float: {min: 0, max: 1}}",
-                   "scheduler: {asha: {min_steps: 1, max_steps: 9, "
-                   "reduction_factor: 3, promotion: true}}");
+                   "scheduler: {hyperband: {min_steps: 1, max_steps: 9, "
+                   "reduction_factor: 3, synchronous: true}}");
   EXPECT_EQ(CreateTrialScheduler(asha).status().code(),
             absl::StatusCode::kUnimplemented);
   EXPECT_TRUE(CreateTrialScheduler(Spec("  - {name: x, float: {min: 0, max: 1}}")).ok());
