@@ -639,6 +639,10 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
       }
     }
   }
+  if (spec.checkpoints().keep_best() < -1) {
+    return Invalid("checkpoints.keep_best",
+                   "must be -1 (keep all), 0 (default 2) or more");
+  }
   if (trial.has_trainer() && sched.has_pbt()) {
     for (int i = 0; i < spec.search_space_size(); ++i) {
       const std::string& name = spec.search_space(i).name();

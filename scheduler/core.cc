@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
 #include "common/spec.h"
 #include "common/status.h"
@@ -78,6 +79,7 @@ bool IsFinal(v1::TrialState state) {
 
 SchedulerCore::SchedulerCore(const SchedulerCoreOptions& options)
     : store_(options.store),
+      checkpoints_(options.checkpoints),
       searcher_factory_(options.searcher_factory
                             ? options.searcher_factory
                             : [](const v1::StudySpec& spec) {
@@ -686,6 +688,45 @@ absl::StatusOr<v1::Decision> SchedulerCore::ReportIntermediate(
   return RecordReport(*entry, *stored, step, metrics, checkpoint);
 }
 
+void SchedulerCore::Retain(StudyEntry& entry, int64_t trial) {
+  const int keep_best = entry.study.spec().checkpoints().keep_best() == 0
+                            ? 2
+                            : entry.study.spec().checkpoints().keep_best();
+  auto it = entry.checkpoint_scores.find(trial);
+  if (checkpoints_ == nullptr || keep_best < 0 ||
+      it == entry.checkpoint_scores.end() || it->second.empty()) {
+    return;
+  }
+  auto& scores = it->second;
+  std::set<int64_t> keep = {scores.rbegin()->first};  // the latest
+  std::vector<std::pair<double, int64_t>> ranked;
+  for (const auto& [step, score] : scores) ranked.push_back({score, -step});
+  std::sort(ranked.rbegin(), ranked.rend());  // best first, earlier on ties
+  for (int i = 0; i < keep_best && i < static_cast<int>(ranked.size()); ++i) {
+    keep.insert(-ranked[i].second);
+  }
+  std::vector<std::string> doomed;
+  for (auto s = scores.begin(); s != scores.end();) {
+    const std::string id = storage::CheckpointStore::MakeId(
+        entry.study.name(), trial, s->first);
+    if (keep.count(s->first) || entry.pins.count(id)) {
+      ++s;
+      continue;
+    }
+    doomed.push_back(id);
+    s = scores.erase(s);
+  }
+  for (const auto& id : doomed) {
+    Enqueue({[this, id] {
+               absl::Status status = checkpoints_->Delete(id);
+               if (!status.ok() && !absl::IsNotFound(status)) {
+                 spdlog::warn("retention: {}", status.ToString());
+               }
+             },
+             nullptr});
+  }
+}
+
 absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
     StudyEntry& study, v1::Trial trial, int64_t step,
     const searchers::Metrics& metrics, const std::string& checkpoint) {
@@ -701,6 +742,32 @@ absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
   *point.mutable_time() = Now();
   DIAL_RETURN_IF_ERROR(store_->RecordReport(trial, point));
   Mirror(*entry, trial);
+  // Pins taken for this trial's exploit are released: reporting again means
+  // its worker finished copying.
+  for (auto pin = entry->pins.begin(); pin != entry->pins.end();) {
+    if (pin->second != trial.number()) {
+      ++pin;
+      continue;
+    }
+    std::vector<std::string> parts = absl::StrSplit(pin->first, '/');
+    pin = entry->pins.erase(pin);
+    int64_t source;
+    if (parts.size() == 3 && absl::SimpleAtoi(parts[1], &source)) {
+      Retain(*entry, source);
+    }
+  }
+  if (!checkpoint.empty() && entry->study.spec().trial().has_trainer() &&
+      checkpoint == storage::CheckpointStore::MakeId(entry->study.name(),
+                                                     trial.number(), step)) {
+    const auto& objective = entry->study.spec().objective();
+    auto value = metrics.find(objective.metric());
+    double score = -std::numeric_limits<double>::infinity();
+    if (value != metrics.end() && std::isfinite(value->second)) {
+      score = objective.goal() == v1::MAXIMIZE ? value->second : -value->second;
+    }
+    entry->checkpoint_scores[trial.number()][step] = score;
+    Retain(*entry, trial.number());
+  }
 
   v1::Decision decision;
   if (entry->study.state() == v1::STUDY_STOPPED) {
@@ -723,6 +790,8 @@ absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
     ScheduleFill(entry->study.name());
     DIAL_RETURN_IF_ERROR(MaybeFinish(*entry));
   } else if (decision.action() == v1::Decision::EXPLOIT) {
+    // Keep the source checkpoint until this trial's worker has copied it.
+    entry->pins[decision.source_checkpoint()] = trial.number();
     // The trial goes on from the source's weights with new params: record
     // the change so the schedule can be replayed.
     v1::LineageEntry* lineage = trial.add_lineage();

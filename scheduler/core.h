@@ -31,6 +31,7 @@
 #include "dial/v1/service.pb.h"
 #include "searchers/searcher.h"
 #include "searchers/trial_scheduler.h"
+#include "storage/checkpoint_store.h"
 #include "storage/study_store.h"
 
 namespace dial::scheduler {
@@ -43,6 +44,8 @@ struct SchedulerCoreOptions {
   // Period of the background check of leases and long polls; zero starts
   // no thread (tests call Tick themselves).
   absl::Duration tick = absl::Milliseconds(200);
+  // Where worker trials' checkpoints live, for retention; null: keep all.
+  storage::CheckpointStore* checkpoints = nullptr;
   // Makes a study's searcher; default searchers::CreateSearcher.
   std::function<absl::StatusOr<std::unique_ptr<searchers::Searcher>>(
       const v1::StudySpec&)>
@@ -182,6 +185,10 @@ class SchedulerCore {
     std::unique_ptr<searchers::TrialScheduler> trial_scheduler;
     std::map<int64_t, v1::Trial> trials;
     std::map<std::string, std::set<int64_t>> open_by_client;
+    // Retention: trial -> checkpoint step -> objective (higher is better),
+    // and checkpoint ids pinned by the trial whose exploit copies them.
+    std::map<int64_t, std::map<int64_t, double>> checkpoint_scores;
+    std::map<std::string, int64_t> pins;
     int open_trials = 0;    // PENDING, RUNNING or PAUSED
     int active_trials = 0;  // PENDING or RUNNING: what max_parallel counts
     bool exhausted = false;  // the searcher has no more points
@@ -229,6 +236,9 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Mirror(StudyEntry& entry, const v1::Trial& trial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes (on the suggestion thread) the trial's checkpoints that the
+  // study's policy no longer keeps.
+  void Retain(StudyEntry& entry, int64_t trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SaveStudyState(StudyEntry& entry, v1::StudyState state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status MaybeFinish(StudyEntry& entry)
@@ -278,6 +288,7 @@ class SchedulerCore {
   google::protobuf::Timestamp Now() const;
 
   storage::StudyStore* store_;
+  storage::CheckpointStore* checkpoints_;
   std::function<absl::StatusOr<std::unique_ptr<searchers::Searcher>>(
       const v1::StudySpec&)>
       searcher_factory_;

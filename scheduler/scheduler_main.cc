@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   }
   dial::scheduler::SchedulerServerOptions options;
   options.store = store->get();
+  options.checkpoints = checkpoints->get();
   options.listen = absl::GetFlag(FLAGS_listen);
   options.allow_remote = absl::GetFlag(FLAGS_allow_remote);
   options.worker_lease = absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));

@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
   SchedulerCoreOptions core_options;
   core_options.store = options.store;
   core_options.clock = options.clock;
+  core_options.checkpoints = options.checkpoints;
   core_options.worker_lease = options.worker_lease;
   DIAL_ASSIGN_OR_RETURN(server->core_, SchedulerCore::Create(core_options));
   server->study_service_ =

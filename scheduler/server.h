@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "scheduler/core.h"
+#include "storage/checkpoint_store.h"
 #include "storage/study_store.h"
 
 namespace grpc {
@@ -26,6 +27,7 @@ struct SchedulerServerOptions {
   bool allow_remote = false;
   const Clock* clock = nullptr;
   absl::Duration worker_lease = absl::Seconds(10);
+  storage::CheckpointStore* checkpoints = nullptr;  // for retention
 };
 
 class SchedulerServer {

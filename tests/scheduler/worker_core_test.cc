@@ -5,7 +5,12 @@
 
 #include "common/spec.h"
 #include "scheduler/core.h"
+#include "storage/checkpoint_store.h"
 #include "storage/memory_study_store.h"
+
+#include <unistd.h>
+
+#include <filesystem>
 
 namespace dial::scheduler {
 namespace {
@@ -278,6 +283,97 @@ TEST_F(WorkerCoreTest, UnknownWorkersMustRegister) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(core_->RegisterWorker("h", r).status().code(),
             absl::StatusCode::kInvalidArgument);  // zero slots
+}
+
+// Retention with a real checkpoint store in a temporary directory.
+class RetentionTest : public WorkerCoreTest {
+ protected:
+  void SetUp() override {
+    root_ = std::filesystem::temp_directory_path() /
+            ("dial-retention-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(root_);
+    auto ckpt = storage::FileCheckpointStore::Create({root_.string()});
+    ASSERT_TRUE(ckpt.ok());
+    checkpoints_ = std::move(*ckpt);
+    store_ = storage::MemoryStudyStore::Create();
+    SchedulerCoreOptions options;
+    options.store = store_.get();
+    options.clock = &clock_;
+    options.tick = absl::ZeroDuration();
+    options.checkpoints = checkpoints_.get();
+    auto core = SchedulerCore::Create(options);
+    ASSERT_TRUE(core.ok());
+    core_ = std::move(*core);
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+  // Writes checkpoint (trial, step) and reports it with `acc`.
+  void Report(const std::string& worker, const Assignment& a, int64_t step,
+              double acc) {
+    ASSERT_TRUE(checkpoints_->Write("w", a.trial.number(), step,
+                                    {{"model.pt", "weights"}})
+                    .ok());
+    auto r = WorkerCoreTest::Report(worker, a, step,
+                                    absl::StrCat("w/", a.trial.number(), "/", step));
+    (*r.mutable_metrics())["acc"] = acc;
+    last_ = core_->ReportProgress(r);
+    ASSERT_TRUE(last_.ok()) << last_.status();
+  }
+  std::vector<int64_t> Steps(int64_t trial) {
+    core_->WaitIdle();  // deletions run on the suggestion thread
+    return *checkpoints_->ListSteps("w", trial);
+  }
+  std::filesystem::path root_;
+  std::unique_ptr<storage::FileCheckpointStore> checkpoints_;
+  absl::StatusOr<v1::Decision> last_;
+};
+
+TEST_F(RetentionTest, KeepsTheLatestAndTheBestN) {
+  auto spec = WorkerSpec(1, 1);
+  spec.mutable_checkpoints()->set_keep_best(1);
+  Create(spec);
+  const std::string w = Register("a");
+  auto a = Acquire(w);
+  ASSERT_TRUE(a);
+  const double acc[] = {0.5, 0.9, 0.6, 0.7, 0.65};
+  for (int i = 0; i < 5; ++i) Report(w, *a, 10 * (i + 1), acc[i]);
+  EXPECT_EQ(Steps(0), (std::vector<int64_t>{20, 50}));  // best, latest
+}
+
+TEST_F(RetentionTest, ACheckpointAnExploitCopiesIsPinnedUntilCopied) {
+  auto spec = ParseStudySpec(R"(
+name: w
+objective: {metric: acc, goal: MAXIMIZE}
+search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]
+scheduler: {pbt: {perturbation_interval: 10, quantile: 0.25, seed: 1}}
+checkpoints: {keep_best: 1}
+budget: {max_trials: 4, max_parallel_trials: 4}
+trial: {trainer: {dataset: synthetic}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  Create(*spec);
+  const std::string w = Register("a");
+  std::vector<Assignment> members;
+  for (int i = 0; i < 4; ++i) members.push_back(*Acquire(w));
+  // Step 10: trial 0 is the worst and copies trial 3's checkpoint w/3/10.
+  Report(w, members[1], 10, 0.5);
+  Report(w, members[2], 10, 0.6);
+  Report(w, members[3], 10, 0.8);
+  Report(w, members[0], 10, 0.1);
+  ASSERT_EQ(last_->action(), v1::Decision::EXPLOIT);
+  ASSERT_EQ(last_->source_checkpoint(), "w/3/10");
+  // Trial 3 moves on; by policy w/3/10 is neither its best nor its latest...
+  Report(w, members[3], 13, 0.95);
+  Report(w, members[3], 16, 0.85);
+  // ...but trial 0 has not reported since the exploit: it stays.
+  EXPECT_EQ(Steps(3), (std::vector<int64_t>{10, 13, 16}));
+  // Trial 0 reports again (its worker copied the checkpoint): released.
+  Report(w, members[0], 20, 0.9);
+  EXPECT_EQ(Steps(3), (std::vector<int64_t>{13, 16}));
+  // The trial's lineage and params follow the exploit.
+  auto t0 = core_->GetTrial("w", 0);
+  ASSERT_EQ(t0->lineage_size(), 1);
+  EXPECT_EQ(t0->lineage(0).source_trial(), 3);
+  EXPECT_EQ(t0->lineage(0).source_step(), 10);
 }
 
 }  // namespace
