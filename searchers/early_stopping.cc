@@ -168,4 +168,98 @@ v1::Decision AsyncHyperbandScheduler::OnReport(const v1::Trial& trial,
       ->OnReport(trial, step, metrics);
 }
 
+SyncHyperbandScheduler::SyncHyperbandScheduler(const v1::StudySpec& spec)
+    : objective_(spec), eta_(spec.scheduler().hyperband().reduction_factor()) {
+  const auto& hb = spec.scheduler().hyperband();
+  for (double first = static_cast<double>(hb.min_steps()); first < hb.max_steps();
+       first *= eta_) {
+    Bracket b;
+    for (double r = first; r < hb.max_steps(); r *= eta_) {
+      b.rungs.push_back(static_cast<int64_t>(std::llround(r)));
+    }
+    b.recorded.resize(b.rungs.size());
+    b.promoted.resize(b.rungs.size());
+    brackets_.push_back(std::move(b));
+  }
+  for (int64_t n = 0; n < spec.budget().max_trials(); ++n) {
+    brackets_[static_cast<size_t>(n) % brackets_.size()].members.insert(n);
+  }
+}
+
+v1::Decision SyncHyperbandScheduler::OnReport(const v1::Trial& trial,
+                                              int64_t step,
+                                              const Metrics& metrics) {
+  auto score = objective_.Score(metrics);
+  if (!score) return Continue();
+  Bracket& b = brackets_[static_cast<size_t>(trial.number()) % brackets_.size()];
+  bool new_rung = false;
+  bool passed_last = false;
+  for (size_t k = 0; k < b.rungs.size() && b.rungs[k] <= step; ++k) {
+    if (b.rungs[k] < step) b.promoted[k].insert(trial.number());
+    passed_last = b.promoted[k].count(trial.number()) > 0;
+    if (b.recorded[k].count(trial.number())) continue;
+    b.recorded[k][trial.number()] = *score;
+    new_rung = true;
+  }
+  if (new_rung && !passed_last) {
+    v1::Decision d;
+    d.set_action(v1::Decision::PAUSE);
+    d.set_reason("waiting for the bracket's round to finish");
+    return d;
+  }
+  return Continue();
+}
+
+void SyncHyperbandScheduler::OnTrialFinished(const v1::Trial& trial) {
+  ended_.insert(trial.number());
+}
+
+std::optional<std::pair<SyncHyperbandScheduler::Bracket*, int64_t>>
+SyncHyperbandScheduler::Find(size_t* rung) const {
+  for (auto& b : brackets_) {
+    // Rounds in order: round k is complete when everyone who entered it
+    // (all members for k = 0, the promoted of round k - 1 after) reached
+    // rung k or ended; its best 1/eta go on.
+    for (size_t k = 0; k < b.rungs.size(); ++k) {
+      const std::set<int64_t>& entered = k == 0 ? b.members : b.promoted[k - 1];
+      bool complete = !entered.empty();
+      for (int64_t m : entered) {
+        if (!b.recorded[k].count(m) && !ended_.count(m)) {
+          complete = false;
+          break;
+        }
+      }
+      if (!complete) break;
+      std::vector<std::pair<double, int64_t>> ranked;
+      for (const auto& [n, v] : b.recorded[k]) {
+        if (entered.count(n)) ranked.push_back({v, n});
+      }
+      std::sort(ranked.rbegin(), ranked.rend());
+      const size_t top = std::max<size_t>(
+          1, static_cast<size_t>(std::floor(ranked.size() / eta_)));
+      for (size_t i = 0; i < top && i < ranked.size(); ++i) {
+        if (!b.promoted[k].count(ranked[i].second) &&
+            !ended_.count(ranked[i].second)) {
+          *rung = k;
+          return std::make_pair(&b, ranked[i].second);
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> SyncHyperbandScheduler::NextPromotion() {
+  size_t rung = 0;
+  auto found = Find(&rung);
+  if (!found) return std::nullopt;
+  found->first->promoted[rung].insert(found->second);
+  return found->second;
+}
+
+bool SyncHyperbandScheduler::HasPromotion() const {
+  size_t rung = 0;
+  return Find(&rung).has_value();
+}
+
 }  // namespace dial::searchers

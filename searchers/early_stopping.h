@@ -98,4 +98,35 @@ class AsyncHyperbandScheduler : public TrialScheduler {
   std::vector<std::unique_ptr<AshaScheduler>> brackets_;
 };
 
+// Synchronous Hyperband: brackets of successive halving. Trial n belongs
+// to bracket n mod B, whose first rung is min_steps * eta^b. Every trial
+// PAUSEs at each rung; once every member of a bracket has reached a rung
+// (or ended), the best 1/eta of them are resumed and the others wait until
+// the study's budget is used, then stop. Members are known in advance:
+// the trial numbers below max_trials.
+class SyncHyperbandScheduler : public TrialScheduler {
+ public:
+  explicit SyncHyperbandScheduler(const v1::StudySpec& spec);
+  v1::Decision OnReport(const v1::Trial& trial, int64_t step,
+                        const Metrics& metrics) override;
+  void OnTrialFinished(const v1::Trial& trial) override;
+  std::optional<int64_t> NextPromotion() override;
+  bool HasPromotion() const override;
+  int brackets() const { return static_cast<int>(brackets_.size()); }
+
+ private:
+  struct Bracket {
+    std::vector<int64_t> rungs;
+    std::vector<std::map<int64_t, double>> recorded;  // per rung
+    std::vector<std::set<int64_t>> promoted;          // per rung
+    std::set<int64_t> members;
+  };
+  std::optional<std::pair<Bracket*, int64_t>> Find(size_t* rung) const;
+
+  ObjectiveReader objective_;
+  double eta_;
+  mutable std::vector<Bracket> brackets_;
+  std::set<int64_t> ended_;
+};
+
 }  // namespace dial::searchers

@@ -27,9 +27,7 @@ absl::StatusOr<std::unique_ptr<TrialScheduler>> CreateTrialScheduler(
           s.asha().reduction_factor(), s.asha().promotion());
     case v1::SchedulerSpec::kHyperband:
       if (s.hyperband().synchronous()) {
-        return absl::UnimplementedError(
-            "scheduler.hyperband.synchronous is not implemented yet; use the "
-            "asynchronous form (synchronous: false)");
+        return std::make_unique<SyncHyperbandScheduler>(spec);
       }
       return std::make_unique<AsyncHyperbandScheduler>(spec);
     case v1::SchedulerSpec::kPbt: {

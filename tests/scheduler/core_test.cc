@@ -68,10 +68,10 @@ TEST_F(CoreTest, CreateStudyValidatesAndFillsDefaults) {
 
   EXPECT_EQ(core_->CreateStudy(Spec("budget: {max_trials: 4}")).status().code(),
             absl::StatusCode::kAlreadyExists);
-  auto bayes = core_->CreateStudy(
-      Spec("budget: {max_trials: 4}\nscheduler: {hyperband: {min_steps: 1, "
-           "max_steps: 9, reduction_factor: 3, synchronous: true}}", "b"));
-  EXPECT_EQ(bayes.status().code(), absl::StatusCode::kUnimplemented);
+  auto bad_rungs = core_->CreateStudy(
+      Spec("budget: {max_trials: 4}\nscheduler: {hyperband: {min_steps: 5, "
+           "max_steps: 3, reduction_factor: 3}}", "b"));
+  EXPECT_EQ(bad_rungs.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(core_->GetStudy("b").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(core_->GetStudy("nope").status().code(),
             absl::StatusCode::kNotFound);

@@ -177,18 +177,49 @@ TEST(AsyncHyperbandTest, BracketsDelayTheFirstCut) {
   EXPECT_EQ(Act(s, 5, 9, 0.1), v1::Decision::STOP);
 }
 
-TEST(FactoryTest, VariantsNotBuiltYetSaySo) {
+TEST(SyncHyperbandTest, RoundsWaitForTheWholeBracket) {
+  // 6 trials, first rungs 1 and 3: bracket 0 = {0, 2, 4} with rungs 1, 3;
+  // bracket 1 = {1, 3, 5} with rung 3.
+  auto spec = Spec("{hyperband: {min_steps: 1, max_steps: 9, reduction_factor: 3, "
+                   "synchronous: true}}");
+  spec.mutable_budget()->set_max_trials(6);
+  SyncHyperbandScheduler s(spec);
+  ASSERT_EQ(s.brackets(), 2);
+  EXPECT_EQ(Act(s, 0, 1, 0.5), v1::Decision::PAUSE);
+  EXPECT_EQ(Act(s, 2, 1, 0.9), v1::Decision::PAUSE);
+  EXPECT_FALSE(s.HasPromotion());  // trial 4 has not reached rung 1
+  EXPECT_EQ(Act(s, 4, 1, 0.1), v1::Decision::PAUSE);
+  EXPECT_EQ(s.NextPromotion(), std::optional<int64_t>(2));  // top third
+  EXPECT_FALSE(s.NextPromotion().has_value());
+  // Trial 2 goes on to rung 3, pauses, and as the round's only entrant is
+  // promoted to the end.
+  EXPECT_EQ(Act(s, 2, 2, 0.9), v1::Decision::CONTINUE);
+  EXPECT_EQ(Act(s, 2, 3, 0.93), v1::Decision::PAUSE);
+  EXPECT_EQ(s.NextPromotion(), std::optional<int64_t>(2));
+  EXPECT_EQ(Act(s, 2, 6, 0.95), v1::Decision::CONTINUE);
+  // Bracket 1's first cut is at rung 3, once 1, 3 and 5 are all there (5
+  // ended early, failed).
+  EXPECT_EQ(Act(s, 1, 1, 0.2), v1::Decision::CONTINUE);
+  EXPECT_EQ(Act(s, 1, 3, 0.6), v1::Decision::PAUSE);
+  EXPECT_EQ(Act(s, 3, 3, 0.7), v1::Decision::PAUSE);
+  EXPECT_FALSE(s.HasPromotion());
+  v1::Trial failed;
+  failed.set_number(5);
+  s.OnTrialFinished(failed);
+  EXPECT_EQ(s.NextPromotion(), std::optional<int64_t>(3));
+  EXPECT_FALSE(s.NextPromotion().has_value());
+}
+
+TEST(FactoryTest, EveryVariantIsBuilt) {
   EXPECT_TRUE(CreateTrialScheduler(
                   Spec("{asha: {min_steps: 1, max_steps: 9, reduction_factor: 3}}"))
                   .ok());
   EXPECT_TRUE(CreateTrialScheduler(Spec("{asha: {min_steps: 1, max_steps: 9, "
                                         "reduction_factor: 3, promotion: true}}"))
                   .ok());
-  EXPECT_EQ(CreateTrialScheduler(Spec("{hyperband: {min_steps: 1, max_steps: 9, "
-                                      "reduction_factor: 3, synchronous: true}}"))
-                .status()
-                .code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(CreateTrialScheduler(Spec("{hyperband: {min_steps: 1, max_steps: 9, "
+                                        "reduction_factor: 3, synchronous: true}}"))
+                  .ok());
 }
 
 }  // namespace

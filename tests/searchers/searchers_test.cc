@@ -258,7 +258,7 @@ TEST(TrialSchedulerTest, FifoAlwaysContinues) {
   }
 }
 
-TEST(FactoryTest, EverySearcherIsBuiltAndUnbuiltSchedulersSaySo) {
+TEST(FactoryTest, EverySearcherAndSchedulerIsBuilt) {
   for (const char* searcher : {"{random: {}}", "{grid: {}}", "{bayesian: {}}",
                                "{tpe: {}}"}) {
     auto spec = Spec("  - {name: x, float: {min: 0, max: 1}}",
@@ -267,12 +267,18 @@ TEST(FactoryTest, EverySearcherIsBuiltAndUnbuiltSchedulersSaySo) {
     ASSERT_TRUE(created.ok()) << searcher << ": " << created.status();
     EXPECT_TRUE((*created)->Suggest(0).ok());
   }
-  auto asha = Spec("  - {name: x, float: {min: 0, max: 1}}",
-                   "scheduler: {hyperband: {min_steps: 1, max_steps: 9, "
-                   "reduction_factor: 3, synchronous: true}}");
-  EXPECT_EQ(CreateTrialScheduler(asha).status().code(),
-            absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(CreateTrialScheduler(Spec("  - {name: x, float: {min: 0, max: 1}}")).ok());
+  for (const char* scheduler :
+       {"{fifo: {}}", "{median: {}}",
+        "{asha: {min_steps: 1, max_steps: 9, reduction_factor: 3}}",
+        "{asha: {min_steps: 1, max_steps: 9, reduction_factor: 3, promotion: true}}",
+        "{hyperband: {min_steps: 1, max_steps: 9, reduction_factor: 3}}",
+        "{hyperband: {min_steps: 1, max_steps: 9, reduction_factor: 3, "
+        "synchronous: true}}",
+        "{pbt: {perturbation_interval: 5, quantile: 0.25}}"}) {
+    auto spec = Spec("  - {name: x, float: {min: 0, max: 1}}",
+                     std::string("scheduler: ") + scheduler);
+    EXPECT_TRUE(CreateTrialScheduler(spec).ok()) << scheduler;
+  }
 }
 
 }  // namespace
