@@ -224,12 +224,17 @@ absl::Status SchedulerCore::Load() {
       for (const auto& r : replay) {
         entry->trial_scheduler->OnReport(*r.trial, r.point.step(),
                                          r.point.metrics());
+        if (entry->searcher->WantsReports()) {
+          entry->searcher->ObserveReport(*r.trial, r.point.step(),
+                                         r.point.metrics());
+        }
       }
     }
     for (const v1::Trial& trial : finished) {
       entry->searcher->Observe(trial);
       entry->trial_scheduler->OnTrialFinished(trial);
     }
+    entry->wants_reports = entry->searcher->WantsReports();
     const std::string name = entry->study.name();
     StudyEntry& e = *entry;
     studies_[name] = std::move(entry);
@@ -396,6 +401,7 @@ absl::StatusOr<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec) {
   FillSpecDefaults((uint64_t{rd()} << 32) | rd(), spec);
   auto entry = std::make_shared<StudyEntry>();
   DIAL_ASSIGN_OR_RETURN(entry->searcher, searcher_factory_(spec));
+  entry->wants_reports = entry->searcher->WantsReports();
   DIAL_ASSIGN_OR_RETURN(entry->trial_scheduler,
                         searchers::CreateTrialScheduler(spec));
   entry->study.set_name(spec.name());
@@ -476,13 +482,36 @@ absl::StatusOr<v1::Study> SchedulerCore::UpdateStudy(
   Enqueue({[this, shared, spec] {
              auto searcher = searcher_factory_(spec);
              if (!searcher.ok()) return;  // checked above
-             std::vector<v1::Trial> finished;
+             std::vector<v1::Trial> finished, all;
              {
                absl::MutexLock lock(&mu_);
                for (const auto& [number, trial] : shared->trials) {
                  if (IsFinal(trial.state())) finished.push_back(trial);
+                 all.push_back(trial);
                }
                shared->unobserved.clear();
+               shared->unobserved_reports.clear();
+             }
+             if ((*searcher)->WantsReports()) {
+               // Rung results come from the stored reports, in time order.
+               std::vector<std::pair<int64_t, StudyEntry::Report>> replay;
+               for (const auto& t : all) {
+                 auto history = store_->GetMetricHistory(t.study(), t.number());
+                 if (!history.ok()) continue;
+                 for (const auto& p : *history) {
+                   replay.push_back(
+                       {google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+                            p.time()),
+                        {t, p.step(), p.metrics()}});
+                 }
+               }
+               std::stable_sort(replay.begin(), replay.end(),
+                                [](const auto& a, const auto& b) {
+                                  return a.first < b.first;
+                                });
+               for (const auto& [ms, r] : replay) {
+                 (*searcher)->ObserveReport(r.trial, r.step, r.metrics);
+               }
              }
              for (const auto& t : ByEndTime(std::move(finished))) {
                (*searcher)->Observe(t);
@@ -742,6 +771,9 @@ absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
   *point.mutable_time() = Now();
   DIAL_RETURN_IF_ERROR(store_->RecordReport(trial, point));
   Mirror(*entry, trial);
+  if (entry->wants_reports) {
+    entry->unobserved_reports.push_back({trial, step, metrics});
+  }
   // Pins taken for this trial's exploit are released: reporting again means
   // its worker finished copying.
   for (auto pin = entry->pins.begin(); pin != entry->pins.end();) {
@@ -898,9 +930,11 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
   int64_t number;
   std::vector<searchers::Params> pending;
   std::vector<v1::Trial> observe;
+  std::vector<StudyEntry::Report> reports;
   {
     absl::MutexLock lock(&mu_);
     if (!CanCreate(*entry)) return std::optional<v1::Trial>();
+    reports.swap(entry->unobserved_reports);
     number = static_cast<int64_t>(entry->trials.size());
     for (const auto& [n, t] : entry->trials) {
       if (IsOpen(t.state())) pending.push_back(t.params());
@@ -908,6 +942,9 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
     observe.swap(entry->unobserved);
   }
   // Only this thread creates trials, so `number` stays free meanwhile.
+  for (const auto& r : reports) {
+    entry->searcher->ObserveReport(r.trial, r.step, r.metrics);
+  }
   for (const auto& t : observe) entry->searcher->Observe(t);
   auto params = entry->searcher->Suggest(number, pending);
   absl::MutexLock lock(&mu_);

@@ -180,6 +180,15 @@ class SchedulerCore {
     std::unique_ptr<searchers::Searcher> searcher;
     // Finished trials the searcher has not seen yet, in finish order.
     std::vector<v1::Trial> unobserved;
+    // Reports for searchers that fit on rung results (BOHB), in arrival
+    // order, not yet handed over.
+    struct Report {
+      v1::Trial trial;
+      int64_t step;
+      searchers::Metrics metrics;
+    };
+    bool wants_reports = false;
+    std::vector<Report> unobserved_reports;
     bool fill_queued = false;
     bool deleted = false;
     std::unique_ptr<searchers::TrialScheduler> trial_scheduler;

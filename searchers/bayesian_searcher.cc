@@ -188,7 +188,8 @@ BayesianSearcher::BayesianSearcher(SearchSpace space, const Options& options,
     : space_(std::move(space)),
       features_(space_),
       options_(options),
-      maximize_(maximize) {
+      maximize_(maximize),
+      rungs_(std::vector<int64_t>()) {
   if (options_.initial_trials <= 0) {
     options_.initial_trials = std::min(20, std::max(5, 2 * space_.size()));
   }
@@ -209,8 +210,11 @@ absl::StatusOr<std::unique_ptr<BayesianSearcher>> BayesianSearcher::Create(
     return absl::InvalidArgumentError(
         "searcher.bayesian: at most 25 parameters; use tpe for larger spaces");
   }
-  return std::unique_ptr<BayesianSearcher>(new BayesianSearcher(
+  std::unique_ptr<BayesianSearcher> searcher(new BayesianSearcher(
       std::move(space), options, spec.objective().goal() == v1::MAXIMIZE));
+  searcher->rungs_ = RungResults<Observation>(RungSteps(spec));
+  searcher->metric_ = spec.objective().metric();
+  return searcher;
 }
 
 void BayesianSearcher::Observe(const v1::Trial& trial) {
@@ -246,14 +250,26 @@ Params BayesianSearcher::InitialDesign(int64_t number) const {
   return space_.Decode(u);
 }
 
-const GpHyperparameters& BayesianSearcher::Hyperparameters(int valid) {
+void BayesianSearcher::ObserveReport(const v1::Trial& trial, int64_t step,
+                                     const Metrics& metrics) {
+  auto it = metrics.find(metric_);
+  if (it == metrics.end() || !std::isfinite(it->second)) return;
+  const double y = maximize_ ? -it->second : it->second;
+  rungs_.Add(trial.number(), step, [&] {
+    return Observation{report_seq_++, trial.number(),
+                       features_.Encode(trial.params()), y};
+  });
+}
+
+const GpHyperparameters& BayesianSearcher::Hyperparameters(
+    const std::vector<Observation>& observations, int level, int valid) {
   const int k = RefitPoint(valid);
-  if (k == fitted_at_) return fitted_;
+  if (k == fitted_at_ && level == fitted_level_) return fitted_;
   // Fit on the first k valid observations in finish order (plus the failed
   // ones among them), a function of the history alone.
   std::vector<const Observation*> first;
   int seen = 0;
-  for (const auto& o : observations_) {
+  for (const auto& o : observations) {
     if (seen >= k) break;
     first.push_back(&o);
     if (std::isfinite(o.y)) ++seen;
@@ -273,17 +289,30 @@ const GpHyperparameters& BayesianSearcher::Hyperparameters(int valid) {
   fitted_ = GaussianProcess::Fit(
       x, ys, GpHyperparameters::Default(features_.size()), fit);
   fitted_at_ = k;
+  fitted_level_ = level;
   return fitted_;
 }
 
 absl::StatusOr<Params> BayesianSearcher::Suggest(
     int64_t number, const std::vector<Params>& pending) {
+  // Fit on full-budget results, or under early stopping on the highest
+  // rung that has enough of them (BOHB), never on a mix of budgets.
   int valid = 0;
   for (const auto& o : observations_) valid += std::isfinite(o.y);
+  const std::vector<Observation>* chosen = &observations_;
+  int level = -1;
+  if (valid < options_.initial_trials && !rungs_.empty()) {
+    if (const auto* rung = rungs_.Highest(options_.initial_trials)) {
+      chosen = rung;
+      level = rungs_.Level(rung);
+      valid = static_cast<int>(rung->size());
+    }
+  }
   if (valid < options_.initial_trials) return InitialDesign(number);
+  const std::vector<Observation>& observations = *chosen;
 
   std::vector<double> raw;
-  for (const auto& o : observations_) raw.push_back(o.y);
+  for (const auto& o : observations) raw.push_back(o.y);
   Eigen::VectorXd y_all = Transform(raw);
   std::vector<int> keep = Subset(y_all, options_.max_points);
   const int n = static_cast<int>(keep.size());
@@ -291,10 +320,10 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
   Eigen::MatrixXd x(n + p, features_.size());
   Eigen::VectorXd y(n + p);
   for (int i = 0; i < n; ++i) {
-    x.row(i) = observations_[keep[i]].features.transpose();
+    x.row(i) = observations[keep[i]].features.transpose();
     y[i] = y_all[keep[i]];
   }
-  const GpHyperparameters& h = Hyperparameters(valid);
+  const GpHyperparameters& h = Hyperparameters(observations, level, valid);
   auto gp = GaussianProcess::Condition(x.topRows(n), y.head(n), h);
   if (!gp.ok()) return InitialDesign(number);
   const double best = y.head(n).minCoeff();

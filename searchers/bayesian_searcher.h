@@ -27,6 +27,7 @@
 
 #include "searchers/gp.h"
 #include "searchers/searcher.h"
+#include "searchers/trial_scheduler.h"
 
 namespace dial::searchers {
 
@@ -65,6 +66,9 @@ class BayesianSearcher : public Searcher {
   absl::StatusOr<Params> Suggest(int64_t number,
                                  const std::vector<Params>& pending) override;
   void Observe(const v1::Trial& trial) override;
+  bool WantsReports() const override { return !rungs_.empty(); }
+  void ObserveReport(const v1::Trial& trial, int64_t step,
+                     const Metrics& metrics) override;
 
   int initial_trials() const { return options_.initial_trials; }
 
@@ -79,13 +83,19 @@ class BayesianSearcher : public Searcher {
                    bool maximize);
   Params InitialDesign(int64_t number) const;
   // The hyperparameters for the current observations (refit on schedule).
-  const GpHyperparameters& Hyperparameters(int valid);
+  // The hyperparameters for `obs` (refit on schedule, per level).
+  const GpHyperparameters& Hyperparameters(const std::vector<Observation>& obs,
+                                           int level, int valid);
 
   SearchSpace space_;
   FeatureMap features_;
   Options options_;
   bool maximize_;
   std::vector<Observation> observations_;  // sorted by (end_ms, number)
+  RungResults<Observation> rungs_;
+  std::string metric_;
+  int64_t report_seq_ = 0;
+  int fitted_level_ = -2;  // -1: final results; k: rung k
   int fitted_at_ = -1;
   GpHyperparameters fitted_;
 };

@@ -192,6 +192,26 @@ absl::StatusOr<Params> GridSearcher::Suggest(
   return points_[number];
 }
 
+std::vector<int64_t> RungSteps(const v1::StudySpec& spec) {
+  int64_t min_steps = 0, max_steps = 0;
+  double eta = 0;
+  if (spec.scheduler().has_asha()) {
+    min_steps = spec.scheduler().asha().min_steps();
+    max_steps = spec.scheduler().asha().max_steps();
+    eta = spec.scheduler().asha().reduction_factor();
+  } else if (spec.scheduler().has_hyperband()) {
+    min_steps = spec.scheduler().hyperband().min_steps();
+    max_steps = spec.scheduler().hyperband().max_steps();
+    eta = spec.scheduler().hyperband().reduction_factor();
+  }
+  std::vector<int64_t> rungs;
+  if (min_steps < 1 || !(eta > 1)) return rungs;
+  for (double r = static_cast<double>(min_steps); r < max_steps; r *= eta) {
+    rungs.push_back(static_cast<int64_t>(std::llround(r)));
+  }
+  return rungs;
+}
+
 absl::StatusOr<std::unique_ptr<Searcher>> CreateSearcher(
     const v1::StudySpec& spec) {
   switch (spec.searcher().kind_case()) {

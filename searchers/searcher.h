@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,6 +31,55 @@ class Searcher {
   // for every finished trial when a restarted scheduler rebuilds the
   // searcher, so model-based searchers rebuild their state from it.
   virtual void Observe(const v1::Trial& trial) {}
+
+  // Model-based search under early stopping (ASHA, Hyperband): every
+  // report of a running trial, in arrival order (also replayed on restart),
+  // for searchers that fit on the highest rung with enough results, as BOHB
+  // does, instead of on a mix of budgets. Only called if WantsReports().
+  virtual bool WantsReports() const { return false; }
+  virtual void ObserveReport(const v1::Trial& trial, int64_t step,
+                             const google::protobuf::Map<std::string, double>&
+                                 metrics) {}
+};
+
+// The rung budgets of a study's ASHA or Hyperband scheduler (ascending),
+// empty for other schedulers.
+std::vector<int64_t> RungSteps(const v1::StudySpec& spec);
+
+// Per-rung results for BOHB-style searchers: the first report at or past
+// each rung, per trial, in arrival order.
+template <typename Observation>
+class RungResults {
+ public:
+  explicit RungResults(std::vector<int64_t> rungs)
+      : rungs_(std::move(rungs)), results_(rungs_.size()), seen_(rungs_.size()) {}
+  bool empty() const { return rungs_.empty(); }
+  // Calls make() for each rung newly reached by `trial` at `step`.
+  template <typename Make>
+  void Add(int64_t trial, int64_t step, Make make) {
+    for (size_t k = 0; k < rungs_.size() && rungs_[k] <= step; ++k) {
+      if (seen_[k].insert(trial).second) results_[k].push_back(make());
+    }
+  }
+  // The results of the highest rung holding at least `needed` of them.
+  const std::vector<Observation>* Highest(size_t needed) const {
+    for (size_t k = rungs_.size(); k-- > 0;) {
+      if (results_[k].size() >= needed) return &results_[k];
+    }
+    return nullptr;
+  }
+  // Index of a result list (for caching fits per rung).
+  int Level(const std::vector<Observation>* list) const {
+    for (size_t k = 0; k < results_.size(); ++k) {
+      if (&results_[k] == list) return static_cast<int>(k);
+    }
+    return -1;
+  }
+
+ private:
+  std::vector<int64_t> rungs_;
+  std::vector<std::vector<Observation>> results_;
+  std::vector<std::set<int64_t>> seen_;
 };
 
 // Independent uniform draws. Trial n's params depend only on (seed, n), so

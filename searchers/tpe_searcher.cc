@@ -100,7 +100,8 @@ absl::StatusOr<std::unique_ptr<TpeSearcher>> TpeSearcher::Create(
     options.initial_trials = spec.searcher().tpe().initial_trials();
   }
   return std::unique_ptr<TpeSearcher>(new TpeSearcher(
-      std::move(space), options, spec.objective().goal() == v1::MAXIMIZE));
+      std::move(space), options, spec.objective().goal() == v1::MAXIMIZE,
+      RungSteps(spec), spec.objective().metric()));
 }
 
 void TpeSearcher::Observe(const v1::Trial& trial) {
@@ -115,26 +116,40 @@ void TpeSearcher::Observe(const v1::Trial& trial) {
   }
 }
 
+void TpeSearcher::ObserveReport(
+    const v1::Trial& trial, int64_t step,
+    const google::protobuf::Map<std::string, double>& metrics) {
+  auto it = metrics.find(metric_);
+  if (it == metrics.end() || !std::isfinite(it->second)) return;
+  const double y = maximize_ ? -it->second : it->second;
+  rungs_.Add(trial.number(), step, [&] { return Observation{trial.params(), y}; });
+}
+
 absl::StatusOr<Params> TpeSearcher::Suggest(
     int64_t number, const std::vector<Params>& pending) {
   std::mt19937_64 rng(SplitMix64(options_.seed) ^ SplitMix64(static_cast<uint64_t>(number)));
-  if (static_cast<int>(observations_.size()) < options_.initial_trials) {
-    return space_.Sample(rng);
+  // Full-budget results, or the highest rung with enough of them (BOHB).
+  const std::vector<Observation>* chosen = &observations_;
+  const size_t needed = static_cast<size_t>(options_.initial_trials);
+  if (observations_.size() < needed && !rungs_.empty()) {
+    if (const auto* rung = rungs_.Highest(needed)) chosen = rung;
   }
+  const std::vector<Observation>& obs = *chosen;
+  if (obs.size() < needed) return space_.Sample(rng);
   // Good = the best gamma(n); bad = the rest plus pending trials (as a
   // constant liar). Both keep observation order, for the recency weights.
-  std::vector<size_t> by_value(observations_.size());
+  std::vector<size_t> by_value(obs.size());
   for (size_t i = 0; i < by_value.size(); ++i) by_value[i] = i;
   std::stable_sort(by_value.begin(), by_value.end(), [&](size_t a, size_t b) {
-    return observations_[a].y < observations_[b].y;
+    return obs[a].y < obs[b].y;
   });
   const size_t n_good = std::min<size_t>(
-      25, static_cast<size_t>(std::ceil(0.1 * observations_.size())));
-  std::vector<bool> is_good(observations_.size(), false);
+      25, static_cast<size_t>(std::ceil(0.1 * obs.size())));
+  std::vector<bool> is_good(obs.size(), false);
   for (size_t i = 0; i < n_good; ++i) is_good[by_value[i]] = true;
   std::vector<const Params*> good, bad;
-  for (size_t i = 0; i < observations_.size(); ++i) {
-    (is_good[i] ? good : bad).push_back(&observations_[i].params);
+  for (size_t i = 0; i < obs.size(); ++i) {
+    (is_good[i] ? good : bad).push_back(&obs[i].params);
   }
   for (const auto& p : pending) bad.push_back(&p);
 

@@ -33,19 +33,30 @@ class TpeSearcher : public Searcher {
   absl::StatusOr<Params> Suggest(int64_t number,
                                  const std::vector<Params>& pending) override;
   void Observe(const v1::Trial& trial) override;
+  bool WantsReports() const override { return !rungs_.empty(); }
+  void ObserveReport(const v1::Trial& trial, int64_t step,
+                     const google::protobuf::Map<std::string, double>& metrics)
+      override;
 
  private:
   struct Observation {
     Params params;
     double y;  // minimised; +infinity for failed trials
   };
-  TpeSearcher(SearchSpace space, const Options& options, bool maximize)
-      : space_(std::move(space)), options_(options), maximize_(maximize) {}
+  TpeSearcher(SearchSpace space, const Options& options, bool maximize,
+              std::vector<int64_t> rungs, std::string metric)
+      : space_(std::move(space)),
+        options_(options),
+        maximize_(maximize),
+        rungs_(std::move(rungs)),
+        metric_(std::move(metric)) {}
 
   SearchSpace space_;
   Options options_;
   bool maximize_;
   std::vector<Observation> observations_;
+  RungResults<Observation> rungs_;  // BOHB-style, under early stopping
+  std::string metric_;
 };
 
 }  // namespace dial::searchers

@@ -421,5 +421,48 @@ TEST(TpeSearcherTest, RestartAndPendingBehave) {
   EXPECT_EQ(lrs.size(), 8u);
 }
 
+// Under ASHA most trials stop at the first rung: model-based searchers must
+// learn from rung results (BOHB), not wait for full-budget ones.
+template <typename S>
+void LearnsFromRungResults(const std::string& searcher) {
+  auto spec = Spec(kBraninSpace, searcher +
+                   "\nscheduler: {asha: {min_steps: 1, max_steps: 9, "
+                   "reduction_factor: 3}}");
+  auto s = S::Create(spec);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE((*s)->WantsReports());
+  double early = 0, late = 0;
+  for (int n = 0; n < 30; ++n) {
+    auto p = (*s)->Suggest(n);
+    ASSERT_TRUE(p.ok());
+    const double v = Branin(*p);
+    if (n < 5) early += v / 5;
+    if (n >= 20) late += v / 10;
+    v1::Trial t;
+    t.set_number(n);
+    *t.mutable_params() = *p;
+    Metrics m;
+    m["y"] = v;
+    (*s)->ObserveReport(t, 1, m);  // reached rung 1, then stopped
+    t.set_state(v1::STOPPED);
+    (*s)->Observe(t);
+  }
+  EXPECT_LT(late, 0.5 * early) << searcher;
+}
+
+TEST(BohbTest, BayesianFitsOnRungResults) {
+  LearnsFromRungResults<BayesianSearcher>("{bayesian: {seed: 3}}");
+}
+
+TEST(BohbTest, TpeFitsOnRungResults) {
+  LearnsFromRungResults<TpeSearcher>("{tpe: {seed: 3}}");
+}
+
+TEST(BohbTest, WithoutEarlyStoppingNoReportsAreWanted) {
+  auto b = BayesianSearcher::Create(Spec(kBraninSpace, "{bayesian: {}}"));
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE((*b)->WantsReports());
+}
+
 }  // namespace
 }  // namespace dial::searchers
