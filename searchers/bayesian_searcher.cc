@@ -10,6 +10,7 @@
 #include <random>
 
 #include "common/status.h"
+#include "searchers/quantile.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace dial::searchers {
@@ -27,14 +28,6 @@ double RadicalInverse(uint64_t i, int base) {
 
 constexpr int kPrimes[] = {2,  3,  5,  7,  11, 13, 17, 19, 23, 29, 31, 37, 41,
                            43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97};
-
-double Quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const double pos = q * (v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (pos - lo) * (v[hi] - v[lo]);
-}
 
 // Robust standardisation of minimised targets; NaN (failed) -> worst.
 Eigen::VectorXd Transform(const std::vector<double>& raw) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "searchers/quantile.h"
 
 namespace dial::searchers {
 namespace {
@@ -19,15 +20,6 @@ v1::Decision Stop(std::string reason) {
   d.set_action(v1::Decision::STOP);
   d.set_reason(std::move(reason));
   return d;
-}
-
-// Linear-interpolation quantile, as numpy's default.
-double Quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const double pos = q * (v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (pos - lo) * (v[hi] - v[lo]);
 }
 
 }  // namespace
