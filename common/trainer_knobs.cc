@@ -173,7 +173,7 @@ std::string KnobTableMarkdown() {
     std::string allowed;
     if (k.type == KnobType::kString) {
       allowed = k.choices.empty() || k.choices[0].empty()
-                    ? "any path"
+                    ? (std::string(k.name) == "data_dir" ? "any path" : "any")
                     : absl::StrJoin(k.choices, ", ");
     } else {
       allowed = absl::StrCat(k.min, " .. ", k.max);
