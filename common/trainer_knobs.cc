@@ -40,10 +40,27 @@ const std::vector<Knob>& TrainerKnobs() {
        {"relu", "tanh", "gelu", "sigmoid"}},
       {"dropout", KnobType::kFloat, "0", "Dropout after each hidden layer", {},
        0, 0.95},
-      {"optimizer", KnobType::kString, "adam", "Optimiser", {"sgd", "adam"}},
+      {"optimizer", KnobType::kString, "adam", "Optimiser",
+       {"sgd", "adam", "adamw", "rmsprop"}},
       {"lr", KnobType::kFloat, "0.001", "Learning rate", {}, 1e-12, 10},
       {"momentum", KnobType::kFloat, "0.9", "SGD momentum", {}, 0, 0.9999},
-      {"weight_decay", KnobType::kFloat, "0", "L2 weight decay", {}, 0, 1},
+      {"nesterov", KnobType::kInt, "0", "SGD: Nesterov momentum (0 or 1)", {},
+       0, 1},
+      {"weight_decay", KnobType::kFloat, "0",
+       "Weight decay (decoupled for adamw, L2 otherwise)", {}, 0, 1},
+      {"lr_schedule", KnobType::kString, "constant",
+       "Learning-rate schedule after warm-up", {"constant", "step", "cosine"}},
+      {"warmup_steps", KnobType::kInt, "0",
+       "Linear learning-rate warm-up from 0 over this many steps", {}, 0, 1e9},
+      {"lr_step_size", KnobType::kInt, "1000",
+       "Step schedule: multiply the learning rate by lr_gamma every this many "
+       "steps", {}, 1, 1e9},
+      {"lr_gamma", KnobType::kFloat, "0.1", "Step schedule: decay factor", {},
+       0, 1},
+      {"grad_clip", KnobType::kFloat, "0",
+       "Clip the gradients' global norm to this (0: off)", {}, 0, 1e6},
+      {"label_smoothing", KnobType::kFloat, "0",
+       "Label smoothing of the training loss", {}, 0, 0.5},
       {"batch_size", KnobType::kInt, "128", "Training batch size", {}, 1,
        65536},
       {"eval_every", KnobType::kInt, "200",
@@ -153,6 +170,13 @@ absl::StatusOr<TrainerConfig> ResolveTrainerConfig(
   c.lr = d("lr");
   c.momentum = d("momentum");
   c.weight_decay = d("weight_decay");
+  c.nesterov = i("nesterov") != 0;
+  c.lr_schedule = s("lr_schedule");
+  c.warmup_steps = i("warmup_steps");
+  c.lr_step_size = i("lr_step_size");
+  c.lr_gamma = d("lr_gamma");
+  c.grad_clip = d("grad_clip");
+  c.label_smoothing = d("label_smoothing");
   c.batch_size = i("batch_size");
   c.eval_every = i("eval_every");
   c.eval_batch_size = i("eval_batch_size");

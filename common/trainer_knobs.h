@@ -41,6 +41,13 @@ struct TrainerConfig {
   double lr = 0;
   double momentum = 0;
   double weight_decay = 0;
+  bool nesterov = false;
+  std::string lr_schedule;
+  int64_t warmup_steps = 0;
+  int64_t lr_step_size = 0;
+  double lr_gamma = 0;
+  double grad_clip = 0;
+  double label_smoothing = 0;
   int64_t batch_size = 0;
   int64_t eval_every = 0;
   int64_t eval_batch_size = 0;

@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "storage/checkpoint_store.h"
 #include "trainer/idx.h"
+#include "trainer/lr_schedule.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/util/json_util.h"
@@ -128,10 +129,49 @@ std::unique_ptr<torch::optim::Optimizer> BuildOptimizer(
     return std::make_unique<torch::optim::SGD>(
         params, torch::optim::SGDOptions(c.lr)
                     .momentum(c.momentum)
+                    .nesterov(c.nesterov && c.momentum > 0)
+                    .weight_decay(c.weight_decay));
+  }
+  if (c.optimizer == "adamw") {
+    return std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+  }
+  if (c.optimizer == "rmsprop") {
+    return std::make_unique<torch::optim::RMSprop>(
+        params, torch::optim::RMSpropOptions(c.lr)
+                    .momentum(c.momentum)
                     .weight_decay(c.weight_decay));
   }
   return std::make_unique<torch::optim::Adam>(
       params, torch::optim::AdamOptions(c.lr).weight_decay(c.weight_decay));
+}
+
+// Sets the live learning rate (and, when given, momentum and weight decay)
+// whatever the optimiser.
+void SetOptimizerKnobs(torch::optim::Optimizer& optimizer,
+                       const std::string& kind, double lr, double momentum,
+                       double weight_decay) {
+  for (auto& group : optimizer.param_groups()) {
+    if (kind == "sgd") {
+      auto& o = static_cast<torch::optim::SGDOptions&>(group.options());
+      o.lr(lr);
+      o.momentum(momentum);
+      o.weight_decay(weight_decay);
+    } else if (kind == "adamw") {
+      auto& o = static_cast<torch::optim::AdamWOptions&>(group.options());
+      o.lr(lr);
+      o.weight_decay(weight_decay);
+    } else if (kind == "rmsprop") {
+      auto& o = static_cast<torch::optim::RMSpropOptions&>(group.options());
+      o.lr(lr);
+      o.momentum(momentum);
+      o.weight_decay(weight_decay);
+    } else {
+      auto& o = static_cast<torch::optim::AdamOptions&>(group.options());
+      o.lr(lr);
+      o.weight_decay(weight_decay);
+    }
+  }
 }
 
 // Epoch e's order of the training examples: a function of (seed, e) only,
@@ -270,18 +310,8 @@ class Run {
       if (name == "momentum") c_.momentum = value.number_value();
       if (name == "weight_decay") c_.weight_decay = value.number_value();
     }
-    for (auto& group : optimizer_->param_groups()) {
-      if (c_.optimizer == "sgd") {
-        auto& o = static_cast<torch::optim::SGDOptions&>(group.options());
-        o.lr(c_.lr);
-        o.momentum(c_.momentum);
-        o.weight_decay(c_.weight_decay);
-      } else {
-        auto& o = static_cast<torch::optim::AdamOptions&>(group.options());
-        o.lr(c_.lr);
-        o.weight_decay(c_.weight_decay);
-      }
-    }
+    SetOptimizerKnobs(*optimizer_, c_.optimizer, c_.lr, c_.momentum,
+                      c_.weight_decay);
     return absl::OkStatus();
   }
 
@@ -372,9 +402,18 @@ class Run {
       auto ids = order.slice(0, b * c_.batch_size, (b + 1) * c_.batch_size);
       auto x = data_.train.x.index_select(0, ids);
       auto y = data_.train.y.index_select(0, ids);
+      // The schedule is a function of the step, so resumes continue exactly.
+      SetOptimizerKnobs(*optimizer_, c_.optimizer, LearningRate(c_, step),
+                        c_.momentum, c_.weight_decay);
       optimizer_->zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(net_->forward(x), y);
+      auto loss = torch::nn::functional::cross_entropy(
+          net_->forward(x), y,
+          torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(
+              c_.label_smoothing));
       loss.backward();
+      if (c_.grad_clip > 0) {
+        torch::nn::utils::clip_grad_norm_(net_->parameters(), c_.grad_clip);
+      }
       optimizer_->step();
       loss_sum += loss.detach().to(torch::kFloat64);
       ++loss_steps;
@@ -391,6 +430,7 @@ class Run {
       report.metrics["val_loss"] = val_loss;
       report.metrics["val_accuracy"] = val_accuracy;
       report.metrics["epoch"] = static_cast<double>(step) / per_epoch;
+      report.metrics["lr"] = LearningRate(c_, step);
       report.metrics["samples_per_s"] =
           train_seconds > 0 ? loss_steps * c_.batch_size / train_seconds : 0;
       if (c_.checkpoint_every == 0 || step % c_.checkpoint_every == 0 ||

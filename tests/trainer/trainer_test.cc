@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "trainer/idx.h"
+#include "trainer/lr_schedule.h"
 
 namespace dial::trainer {
 namespace {
@@ -121,6 +122,58 @@ TEST_F(TrainerTest, ResumeReproducesAnUninterruptedRunWithSgdMomentum) {
                                   {"batch_size", 48}, {"momentum", 0.9},
                                   {"lr", 0.05}, {"seed", 9}},
                                  {{"optimizer", "sgd"}}));
+}
+
+TEST_F(TrainerTest, ResumeIsExactForEveryOptimiserAndSchedule) {
+  struct Case {
+    const char* optimizer;
+    const char* schedule;
+  };
+  for (const Case& c : {Case{"adamw", "cosine"}, Case{"rmsprop", "step"},
+                        Case{"sgd", "cosine"}}) {
+    SCOPED_TRACE(std::string(c.optimizer) + " " + c.schedule);
+    ExpectExactResume(root_ / (std::string(c.optimizer) + c.schedule),
+                      Knobs({{"steps", 200}, {"eval_every", 50},
+                             {"batch_size", 32}, {"lr", 0.01},
+                             {"warmup_steps", 30}, {"lr_step_size", 40},
+                             {"lr_gamma", 0.5}, {"nesterov", 1},
+                             {"grad_clip", 1.0}, {"label_smoothing", 0.1},
+                             {"weight_decay", 1e-3}, {"seed", 2}},
+                            {{"optimizer", c.optimizer},
+                             {"lr_schedule", c.schedule}}));
+  }
+}
+
+TEST(LearningRateTest, SchedulesGiveTheDocumentedRates) {
+  google::protobuf::Struct k;
+  auto set = [&](const char* name, double v) {
+    (*k.mutable_fields())[name].set_number_value(v);
+  };
+  set("lr", 0.1);
+  set("steps", 1000);
+  set("warmup_steps", 100);
+  set("lr_step_size", 300);
+  set("lr_gamma", 0.5);
+  auto with = [&](const char* schedule) {
+    google::protobuf::Struct copy = k;
+    (*copy.mutable_fields())["lr_schedule"].set_string_value(schedule);
+    return *ResolveTrainerConfig(copy, {});
+  };
+  const TrainerConfig constant = with("constant"), step = with("step"),
+                      cosine = with("cosine");
+  // Warm-up: linear from 0 over 100 steps, for every schedule.
+  EXPECT_DOUBLE_EQ(LearningRate(constant, 1), 0.001);
+  EXPECT_DOUBLE_EQ(LearningRate(step, 50), 0.05);
+  EXPECT_DOUBLE_EQ(LearningRate(cosine, 100), 0.1);
+  EXPECT_DOUBLE_EQ(LearningRate(constant, 777), 0.1);
+  // Step: halves every 300 steps after warm-up.
+  EXPECT_DOUBLE_EQ(LearningRate(step, 101), 0.1);
+  EXPECT_DOUBLE_EQ(LearningRate(step, 400), 0.1);
+  EXPECT_DOUBLE_EQ(LearningRate(step, 401), 0.05);
+  EXPECT_DOUBLE_EQ(LearningRate(step, 701), 0.025);
+  // Cosine: from lr to 0 over the steps after warm-up.
+  EXPECT_NEAR(LearningRate(cosine, 550), 0.05, 1e-12);
+  EXPECT_NEAR(LearningRate(cosine, 1000), 0.0, 1e-12);
 }
 
 TEST(TrainerKnobsTest, BadParamsFailWithClearMessages) {
