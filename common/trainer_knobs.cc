@@ -27,7 +27,21 @@ std::string KnobNames() {
 
 const std::vector<Knob>& TrainerKnobs() {
   static const std::vector<Knob>* knobs = new std::vector<Knob>{
-      {"model", KnobType::kString, "mlp", "Model family", {"mlp"}},
+      {"model", KnobType::kString, "mlp",
+       "Model family: an MLP, or a CNN (conv blocks, then a dense layer of "
+       "`units`)",
+       {"mlp", "cnn"}},
+      {"conv_layers", KnobType::kInt, "2",
+       "CNN: conv blocks (conv, norm, activation, 2x2 pooling)", {}, 1, 4},
+      {"channels", KnobType::kInt, "32",
+       "CNN: channels of the first block, doubled in each next one", {}, 1,
+       512},
+      {"kernel_size", KnobType::kInt, "3", "CNN: convolution kernel size", {},
+       1, 7},
+      {"norm", KnobType::kString, "batch", "CNN: normalisation in each block",
+       {"none", "batch", "layer"}},
+      {"pooling", KnobType::kString, "max", "CNN: 2x2 pooling after each block",
+       {"max", "avg"}},
       {"dataset", KnobType::kString, "fashion-mnist",
        "Training data: Fashion-MNIST IDX files, or seeded synthetic "
        "classification data",
@@ -160,6 +174,11 @@ absl::StatusOr<TrainerConfig> ResolveTrainerConfig(
   auto d = [&](const char* n) { return values[n].number_value(); };
   TrainerConfig c;
   c.model = s("model");
+  c.conv_layers = i("conv_layers");
+  c.channels = i("channels");
+  c.kernel_size = i("kernel_size");
+  c.norm = s("norm");
+  c.pooling = s("pooling");
   c.dataset = s("dataset");
   c.data_dir = s("data_dir");
   c.layers = i("layers");

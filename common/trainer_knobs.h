@@ -31,6 +31,11 @@ const std::vector<Knob>& TrainerKnobs();
 // Resolved knob values for one trial.
 struct TrainerConfig {
   std::string model;
+  int64_t conv_layers = 0;
+  int64_t channels = 0;
+  int64_t kernel_size = 0;
+  std::string norm;
+  std::string pooling;
   std::string dataset;
   std::string data_dir;
   int64_t layers = 0;

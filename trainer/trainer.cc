@@ -101,6 +101,57 @@ absl::StatusOr<Data> LoadData(const TrainerConfig& c) {
   return data;
 }
 
+torch::nn::AnyModule Activation(const TrainerConfig& c) {
+  if (c.activation == "tanh") return torch::nn::AnyModule(torch::nn::Tanh());
+  if (c.activation == "gelu") return torch::nn::AnyModule(torch::nn::GELU());
+  if (c.activation == "sigmoid") {
+    return torch::nn::AnyModule(torch::nn::Sigmoid());
+  }
+  return torch::nn::AnyModule(torch::nn::ReLU());
+}
+
+// Conv blocks on square single-channel images (side x side), then a dense
+// layer and the classifier. Inputs arrive flattened.
+absl::StatusOr<torch::nn::Sequential> BuildCnn(const TrainerConfig& c,
+                                               int64_t in, int64_t classes) {
+  const int64_t side = static_cast<int64_t>(std::llround(std::sqrt(double(in))));
+  if (side * side != in) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model cnn needs square images; this dataset has ", in,
+        " features (for synthetic data make synthetic_features a square)"));
+  }
+  torch::nn::Sequential net;
+  net->push_back(torch::nn::Unflatten(torch::nn::UnflattenOptions(1, {1, side, side})));
+  int64_t channels = 1, size = side;
+  for (int64_t b = 0; b < c.conv_layers; ++b) {
+    const int64_t out = c.channels << b;
+    net->push_back(torch::nn::Conv2d(
+        torch::nn::Conv2dOptions(channels, out, c.kernel_size)
+            .padding(c.kernel_size / 2)));
+    if (c.norm == "batch") net->push_back(torch::nn::BatchNorm2d(out));
+    if (c.norm == "layer") {
+      net->push_back(torch::nn::GroupNorm(torch::nn::GroupNormOptions(1, out)));
+    }
+    net->push_back(Activation(c));
+    size = size + 2 * (c.kernel_size / 2) - c.kernel_size + 1;
+    if (size >= 2) {
+      if (c.pooling == "avg") {
+        net->push_back(torch::nn::AvgPool2d(torch::nn::AvgPool2dOptions(2)));
+      } else {
+        net->push_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2)));
+      }
+      size /= 2;
+    }
+    channels = out;
+  }
+  net->push_back(torch::nn::Flatten());
+  net->push_back(torch::nn::Linear(channels * size * size, c.units));
+  net->push_back(Activation(c));
+  if (c.dropout > 0) net->push_back(torch::nn::Dropout(c.dropout));
+  net->push_back(torch::nn::Linear(c.units, classes));
+  return net;
+}
+
 torch::nn::Sequential BuildMlp(const TrainerConfig& c, int64_t in,
                                int64_t classes) {
   torch::nn::Sequential net;
@@ -229,7 +280,11 @@ class Run {
           data_.train.x.size(0), ")"));
     }
     torch::manual_seed(static_cast<uint64_t>(c_.seed));
-    net_ = BuildMlp(c_, data_.train.x.size(1), data_.classes);
+    if (c_.model == "cnn") {
+      DIAL_ASSIGN_OR_RETURN(net_, BuildCnn(c_, data_.train.x.size(1), data_.classes));
+    } else {
+      net_ = BuildMlp(c_, data_.train.x.size(1), data_.classes);
+    }
     optimizer_ = BuildOptimizer(c_, net_->parameters());
     if (!ctx_.checkpoint_root.empty()) {
       DIAL_ASSIGN_OR_RETURN(store_, storage::FileCheckpointStore::Create(
@@ -483,10 +538,7 @@ class Run {
 
 absl::StatusOr<RunResult> Train(const TrainerConfig& config,
                                 const RunContext& context, ReportSink& sink) {
-  if (config.model != "mlp") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model '", config.model, "' is not available"));
-  }
+
   try {
     Run run(config, context, sink);
     return run.Go();

@@ -144,6 +144,25 @@ TEST_F(TrainerTest, ResumeIsExactForEveryOptimiserAndSchedule) {
   }
 }
 
+TEST_F(TrainerTest, CnnTrainsAndResumesExactlyWithBatchNorm) {
+  google::protobuf::Struct knobs =
+      Knobs({{"steps", 200}, {"eval_every", 50}, {"batch_size", 32},
+             {"synthetic_features", 64}, {"channels", 4}, {"units", 32},
+             {"seed", 4}},
+            {{"model", "cnn"}, {"norm", "batch"}});
+  Recorder sink;
+  auto result = Train(Config(knobs), RunContext{}, sink);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_LT(sink.reports.back().metrics.at("train_loss"),
+            sink.reports.front().metrics.at("train_loss"));
+  ExpectExactResume(root_, knobs);
+  // Non-square inputs are refused with the reason.
+  google::protobuf::Struct odd = Knobs({{"synthetic_features", 30}}, {{"model", "cnn"}});
+  Recorder none;
+  EXPECT_THAT(Train(Config(odd), RunContext{}, none).status().message(),
+              HasSubstr("square images"));
+}
+
 TEST(LearningRateTest, SchedulesGiveTheDocumentedRates) {
   google::protobuf::Struct k;
   auto set = [&](const char* name, double v) {
