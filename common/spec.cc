@@ -639,6 +639,15 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
       }
     }
   }
+  const bool pauses = (sched.has_asha() && sched.asha().promotion()) ||
+                     (sched.has_hyperband() && sched.hyperband().synchronous());
+  if (pauses && trial.run_case() == v1::TrialTemplate::RUN_NOT_SET) {
+    return Invalid(sched.has_asha() ? "scheduler.asha.promotion"
+                                    : "scheduler.hyperband.synchronous",
+                   "pauses and resumes trials, which needs worker-run trials "
+                   "(trial.trainer or trial.command); use the stopping "
+                   "variant for ask/tell studies");
+  }
   if (spec.checkpoints().keep_best() < -1) {
     return Invalid("checkpoints.keep_best",
                    "must be -1 (keep all), 0 (default 2) or more");

@@ -660,22 +660,24 @@ void SchedulerCore::SuggestTrialsAsync(
     entry = studies_[name];
     Enqueue({[this, entry, count, client_id, done] {
                Suggestion result;
+               bool deleted = false, reuse = false;
                {
                  absl::MutexLock lock(&mu_);
-                 if (entry->deleted) {
-                   return done(absl::NotFoundError("the study was deleted"));
-                 }
+                 deleted = entry->deleted;
                  // A client with open trials gets those back, not new ones.
                  auto it = entry->open_by_client.find(client_id);
-                 if (!client_id.empty() && it != entry->open_by_client.end() &&
-                     !it->second.empty()) {
+                 if (!deleted && !client_id.empty() &&
+                     it != entry->open_by_client.end() && !it->second.empty()) {
                    for (int64_t number : it->second) {
                      result.trials.push_back(entry->trials.at(number));
                    }
                    result.study_state = entry->study.state();
-                   return done(std::move(result));
+                   reuse = true;
                  }
                }
+               // `done` runs without the lock, as promised.
+               if (deleted) return done(absl::NotFoundError("the study was deleted"));
+               if (reuse) return done(std::move(result));
                while (int32_t(result.trials.size()) < count) {
                  auto trial = NewTrial(entry, v1::RUNNING, client_id);
                  if (!trial.ok()) return done(trial.status());
@@ -777,7 +779,7 @@ absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
   // Pins taken for this trial's exploit are released: reporting again means
   // its worker finished copying.
   for (auto pin = entry->pins.begin(); pin != entry->pins.end();) {
-    if (pin->second != trial.number()) {
+    if (!pin->second.erase(trial.number()) || !pin->second.empty()) {
       ++pin;
       continue;
     }
@@ -808,6 +810,7 @@ absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
   } else {
     decision = entry->trial_scheduler->OnReport(trial, step, metrics);
   }
+  entry->last_decision[trial.number()] = {step, decision};
   if (decision.action() == v1::Decision::STOP) {
     trial.set_state(v1::STOPPED);
     *trial.mutable_end_time() = Now();
@@ -823,7 +826,7 @@ absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
     DIAL_RETURN_IF_ERROR(MaybeFinish(*entry));
   } else if (decision.action() == v1::Decision::EXPLOIT) {
     // Keep the source checkpoint until this trial's worker has copied it.
-    entry->pins[decision.source_checkpoint()] = trial.number();
+    entry->pins[decision.source_checkpoint()].insert(trial.number());
     // The trial goes on from the source's weights with new params: record
     // the change so the schedule can be replayed.
     v1::LineageEntry* lineage = trial.add_lineage();
@@ -1012,6 +1015,13 @@ void SchedulerCore::FillPending(const std::shared_ptr<StudyEntry>& entry) {
 }
 
 absl::Status SchedulerCore::Requeue(StudyEntry& entry, v1::Trial trial) {
+  if (entry.study.state() != v1::STUDY_ACTIVE) {
+    // Nobody will run it again: it ends where it is.
+    trial.set_state(v1::STOPPED);
+    trial.set_worker_id("");
+    *trial.mutable_end_time() = Now();
+    return Finalize(entry, trial);
+  }
   trial.set_state(v1::PENDING);
   trial.set_worker_id("");
   DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
@@ -1187,6 +1197,14 @@ absl::StatusOr<v1::Decision> SchedulerCore::ReportProgress(
   DIAL_ASSIGN_OR_RETURN(
       v1::Trial * stored,
       Fence(*entry, request.worker_id(), request.trial(), request.attempt()));
+  // A retry of the report just answered (its reply was lost) gets the same
+  // decision, even if that decision ended or paused the trial.
+  auto last = entry->last_decision.find(request.trial());
+  if (last != entry->last_decision.end() &&
+      last->second.first == request.step() &&
+      request.step() == stored->last_step()) {
+    return last->second.second;
+  }
   if (stored->state() != v1::RUNNING) {
     return NotRunning(*stored, "reports are taken only while RUNNING");
   }
@@ -1271,6 +1289,15 @@ absl::Status SchedulerCore::LoseWorker(const std::string& worker_id) {
   }
   for (auto& [entry, trial] : lost) DIAL_RETURN_IF_ERROR(Requeue(*entry, trial));
   workers_.erase(worker_id);
+  // Its parked long polls must not be handed the trials just requeued.
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->worker_id == worker_id) {
+      it->done(absl::NotFoundError("worker lease expired; register again"));
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -197,7 +197,10 @@ class SchedulerCore {
     // Retention: trial -> checkpoint step -> objective (higher is better),
     // and checkpoint ids pinned by the trial whose exploit copies them.
     std::map<int64_t, std::map<int64_t, double>> checkpoint_scores;
-    std::map<std::string, int64_t> pins;
+    std::map<std::string, std::set<int64_t>> pins;
+    // The decision given for each trial's latest report, returned again
+    // when a worker retries that report.
+    std::map<int64_t, std::pair<int64_t, v1::Decision>> last_decision;
     int open_trials = 0;    // PENDING, RUNNING or PAUSED
     int active_trials = 0;  // PENDING or RUNNING: what max_parallel counts
     bool exhausted = false;  // the searcher has no more points

@@ -72,6 +72,13 @@ absl::StatusOr<std::unique_ptr<TrialProcess>> TrialProcess::Start(
     return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(errno)));
   }
   if (pid == 0) {
+    // The worker blocks SIGTERM/SIGINT for its signal thread; the trial must
+    // get them (async-signal-safe calls only from here on).
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
     setpgid(0, 0);
     dup2(out, STDOUT_FILENO);
     dup2(err, STDERR_FILENO);

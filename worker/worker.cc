@@ -139,16 +139,14 @@ absl::Status Worker::Run() {
 }
 
 void Worker::Shutdown() {
-  std::vector<TrialProcess*> processes;
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return;
-    stopping_ = true;
-    for (auto& [slot, r] : running_) processes.push_back(r.process);
-  }
   // Ask running trials to checkpoint and exit; the slot threads SIGKILL
-  // what is left after the grace period.
-  for (TrialProcess* p : processes) p->Signal(SIGTERM);
+  // what is left after the grace period. Signalled under the lock, so no
+  // process is destroyed meanwhile; a trial that registers later sees
+  // stopping_ and signals itself.
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return;
+  stopping_ = true;
+  for (auto& [slot, r] : running_) r.process->Signal(SIGTERM);
 }
 
 void Worker::HeartbeatLoop() {
@@ -190,6 +188,10 @@ void Worker::HeartbeatLoop() {
 void Worker::SlotLoop(int slot) {
   absl::Duration backoff = absl::Milliseconds(200);
   while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;  // take no more trials
+    }
     const std::string id = EnsureRegistered();
     if (id.empty()) return;
     v1::AcquireTrialRequest request;
@@ -308,6 +310,7 @@ void Worker::RunTrial(const std::string& worker_id,
     absl::MutexLock lock(&mu_);
     running_[next_run_++] =
         Running{trial.study(), trial.number(), a.attempt(), process->get()};
+    if (stopping_) (*process)->Signal(SIGTERM);  // raced with Shutdown
   }
   std::map<std::string, double> last_metrics;
   std::string protocol_error;

@@ -256,6 +256,21 @@ TEST(SpecTest, TrainerKnobsAreCheckedAtCreation) {
   EXPECT_TRUE(ValidateStudySpec(*good).ok()) << ValidateStudySpec(*good);
 }
 
+TEST(SpecTest, PausingSchedulersNeedWorkerRunTrials) {
+  auto spec = ParseStudySpec(
+      "name: t\nobjective: {metric: acc, goal: MAXIMIZE}\n"
+      "budget: {max_trials: 4}\n"
+      "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
+      "scheduler: {asha: {min_steps: 1, max_steps: 9, reduction_factor: 3, "
+      "promotion: true}}");
+  ASSERT_TRUE(spec.ok());
+  auto status = ValidateStudySpec(*spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("scheduler.asha.promotion"));
+  spec->mutable_trial()->mutable_command()->add_argv("train");
+  EXPECT_TRUE(ValidateStudySpec(*spec).ok());
+}
+
 TEST(SpecTest, MissingNameAndObjective) {
   v1::StudySpec spec;
   EXPECT_THAT(ValidateStudySpec(spec).message(), HasSubstr("name: is required"));

@@ -409,5 +409,42 @@ trial: {trainer: {dataset: synthetic, steps: 450, eval_every: 50, batch_size: 32
   EXPECT_GE(completed, 1);
 }
 
+TEST_F(WorkerE2eTest, WorkerShutdownCheckpointsAndRequeuesItsTrial) {
+  testing::Subprocess& first = StartWorker("wa");
+  auto spec = ParseStudySpec(R"(
+name: drain
+objective: {metric: val_accuracy, goal: MAXIMIZE}
+search_space: [{name: lr, float: {min: 0.001, max: 0.01}}]
+budget: {max_trials: 1}
+trial: {trainer: {dataset: synthetic, steps: 100000000, eval_every: 100}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(client_->CreateStudy(*spec).ok());
+  // Once it has reported, SIGTERM the worker: the trial must checkpoint,
+  // the worker exit within its grace period and the trial go back to the
+  // queue (the trial process gets the signal despite the worker's mask).
+  std::promise<void> reported;
+  auto watch = std::async(std::launch::async, [&] {
+    bool once = false;
+    (void)client_->WatchStudy("drain", [&](const v1::StudyEvent& e) {
+      if (!once && e.trial().last_step() >= 100) {
+        once = true;
+        reported.set_value();
+        return false;
+      }
+      return true;
+    });
+  });
+  ASSERT_EQ(reported.get_future().wait_for(std::chrono::seconds(60)),
+            std::future_status::ready);
+  watch.wait();
+  const int status = first.Kill(SIGTERM);  // waits for the worker to exit
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  auto trial = client_->GetTrial("drain", 0);
+  ASSERT_TRUE(trial.ok());
+  EXPECT_EQ(trial->state(), v1::PENDING);
+  EXPECT_FALSE(trial->checkpoint().empty());
+  EXPECT_EQ(trial->failures(), 0);
+}
+
 }  // namespace
 }  // namespace dial

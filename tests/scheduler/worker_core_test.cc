@@ -285,6 +285,52 @@ TEST_F(WorkerCoreTest, UnknownWorkersMustRegister) {
             absl::StatusCode::kInvalidArgument);  // zero slots
 }
 
+TEST_F(WorkerCoreTest, ARetriedReportGetsTheSameDecision) {
+  Create(WorkerSpec(2, 1));
+  const std::string w = Register("a");
+  auto a = Acquire(w);
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(core_->StopStudy("w").ok());
+  auto first = core_->ReportProgress(Report(w, *a, 10));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->action(), v1::Decision::STOP);
+  // The reply was lost; the worker sends the same report again.
+  auto again = core_->ReportProgress(Report(w, *a, 10));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->action(), v1::Decision::STOP);
+  EXPECT_EQ(core_->GetTrial("w", 0)->metric_history_size(), 1);
+}
+
+TEST_F(WorkerCoreTest, ALostWorkersParkedPollIsNotHandedItsOwnTrials) {
+  Create(WorkerSpec(1, 1));
+  const std::string a = Register("a");
+  auto first = Acquire(a);
+  ASSERT_TRUE(first);
+  std::vector<absl::StatusOr<std::optional<Assignment>>> results;
+  core_->AcquireTrial(a, 0, absl::Seconds(30), [] { return true; },
+                      [&](absl::StatusOr<std::optional<Assignment>> r) {
+                        results.push_back(std::move(r));
+                      });
+  ASSERT_TRUE(results.empty());
+  clock_.Advance(absl::Seconds(11));
+  core_->Tick();  // a is lost: its trial is requeued, its poll ended
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(core_->GetTrial("w", 0)->state(), v1::PENDING);
+}
+
+TEST_F(WorkerCoreTest, TrialsRequeuedAfterAStopEndStopped) {
+  Create(WorkerSpec(2, 1, /*failures=*/3));
+  const std::string w = Register("a");
+  auto a = Acquire(w);
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(core_->StopStudy("w").ok());
+  // It fails with retries left, but the study is stopped: nobody would
+  // ever run it again.
+  ASSERT_TRUE(core_->FinishTrial(Finish(w, *a, 0, "exit code 1")).ok());
+  EXPECT_EQ(core_->GetTrial("w", 0)->state(), v1::STOPPED);
+}
+
 // Retention with a real checkpoint store in a temporary directory.
 class RetentionTest : public WorkerCoreTest {
  protected:

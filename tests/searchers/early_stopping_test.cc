@@ -17,6 +17,7 @@ v1::StudySpec Spec(const std::string& scheduler, const char* goal = "MAXIMIZE") 
   auto spec = ParseStudySpec(std::string("name: t\nobjective: {metric: acc, goal: ") +
                              goal + "}\nbudget: {max_trials: 100}\n"
                              "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
+                             "trial: {command: {argv: [train]}}\n"
                              "scheduler: " + scheduler);
   EXPECT_TRUE(spec.ok()) << spec.status();
   EXPECT_TRUE(ValidateStudySpec(*spec).ok());
