@@ -6,18 +6,14 @@
 // to max_steps) against the family's optimum 0.1.
 //
 // usage: scheduler_bench --seeds=10
-#include <unistd.h>
-
 #include <cstdio>
-#include <filesystem>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/local_scheduler.h"
 #include "bench/schedulers/curves.h"
 #include "client/client.h"
 #include "common/spec.h"
-#include "scheduler/server.h"
-#include "storage/sqlite_study_store.h"
 
 ABSL_FLAG(int, seeds, 10, "Seeds (config lists)");
 
@@ -37,19 +33,9 @@ const std::pair<const char*, const char*> kMethods[] = {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() /
-                       ("dial-scheduler-bench-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  auto store = dial::storage::SqliteStudyStore::Create(
-      {(dir / "bench.db").string(), /*full_sync=*/false});
-  if (!store.ok()) return 1;
-  dial::scheduler::SchedulerServerOptions options;
-  options.store = store->get();
-  options.listen = "127.0.0.1:0";
-  auto server = dial::scheduler::SchedulerServer::Create(options);
-  if (!server.ok()) return 1;
-  auto client = dial::client::DialClient::Create({(*server)->address()});
+  auto local = dial::bench::LocalScheduler::Start("dial-scheduler-bench");
+  if (!local) return 1;
+  dial::client::DialClient& client = local->client();
   for (int seed = 0; seed < absl::GetFlag(FLAGS_seeds); ++seed) {
     for (const auto& [method, scheduler] : kMethods) {
       const std::string name = std::string(method) + "-" + std::to_string(seed);
@@ -58,11 +44,11 @@ int main(int argc, char** argv) {
           "budget: {max_trials: 10000, max_parallel_trials: 1}\n"
           "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
           "scheduler: " + scheduler);
-      if (!spec.ok() || !(*client)->CreateStudy(*spec).ok()) return 1;
+      if (!spec.ok() || !client.CreateStudy(*spec).ok()) return 1;
       int steps = 0, configs = 0;
       double chosen_observed = 1e300, chosen_true = 1e300;
       while (steps < kBudget) {
-        auto s = (*client)->SuggestTrials(name, 1, "bench");
+        auto s = client.SuggestTrials(name, 1, "bench");
         if (!s.ok() || s->trials_size() != 1) return 1;
         const int64_t number = s->trials(0).number();
         // The searcher's params are ignored: every method sees config i.
@@ -74,14 +60,14 @@ int main(int argc, char** argv) {
           ++step;
           ++steps;
           loss = curve.Loss(step);
-          auto d = (*client)->ReportIntermediate(name, number, step, {{"loss", loss}});
+          auto d = client.ReportIntermediate(name, number, step, {{"loss", loss}});
           if (!d.ok()) return 1;
           if (d->action() == dial::v1::Decision::STOP) {
             stopped = true;
             break;
           }
         }
-        (void)(*client)->CompleteTrial(name, number, {{"loss", loss}});
+        (void)client.CompleteTrial(name, number, {{"loss", loss}});
         if (!stopped && step == kMaxSteps && loss < chosen_observed) {
           chosen_observed = loss;
           chosen_true = curve.final_loss;
@@ -94,7 +80,5 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  (*server)->Shutdown();
-  fs::remove_all(dir);
   return 0;
 }

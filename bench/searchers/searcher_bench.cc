@@ -5,24 +5,20 @@
 //
 // usage: searcher_bench --trials=100 --seeds=10 [--searchers=random,tpe,bayesian]
 //        searcher_bench --latency
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <random>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
+#include "bench/local_scheduler.h"
 #include "bench/searchers/functions.h"
 #include "client/client.h"
 #include "common/spec.h"
 #include "google/protobuf/util/time_util.h"
-#include "scheduler/server.h"
 #include "searchers/bayesian_searcher.h"
-#include "storage/sqlite_study_store.h"
 
 ABSL_FLAG(int, trials, 100, "Trials per study");
 ABSL_FLAG(int, seeds, 10, "Seeds per (function, searcher)");
@@ -35,21 +31,11 @@ namespace {
 
 using dial::bench::Function;
 using dial::bench::kFunctions;
-namespace fs = std::filesystem;
 
 int RunRegret() {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("dial-searcher-bench-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  auto store = dial::storage::SqliteStudyStore::Create(
-      {(dir / "bench.db").string(), /*full_sync=*/false});
-  if (!store.ok()) return 1;
-  dial::scheduler::SchedulerServerOptions options;
-  options.store = store->get();
-  options.listen = "127.0.0.1:0";
-  auto server = dial::scheduler::SchedulerServer::Create(options);
-  if (!server.ok()) return 1;
-  auto client = dial::client::DialClient::Create({(*server)->address()});
+  auto local = dial::bench::LocalScheduler::Start("dial-searcher-bench");
+  if (!local) return 1;
+  dial::client::DialClient& client = local->client();
   const std::vector<std::string> searchers =
       absl::StrSplit(absl::GetFlag(FLAGS_searchers), ',');
   const std::vector<std::string> functions =
@@ -69,13 +55,13 @@ int RunRegret() {
             "budget: {max_trials: " + std::to_string(trials) + "}\n" +
             "searcher: {" + searcher + ": {seed: " + std::to_string(seed + 1) +
             "}}\nsearch_space:\n" + fn.space_yaml);
-        if (!spec.ok() || !(*client)->CreateStudy(*spec).ok()) return 1;
+        if (!spec.ok() || !client.CreateStudy(*spec).ok()) return 1;
         double best = 1e300;
         std::vector<double> regret;
         double seconds = 0;
         for (int t = 0; t < trials; ++t) {
           auto start = std::chrono::steady_clock::now();
-          auto s = (*client)->SuggestTrials(name, 1, "bench");
+          auto s = client.SuggestTrials(name, 1, "bench");
           seconds += std::chrono::duration<double>(
                          std::chrono::steady_clock::now() - start)
                          .count();
@@ -84,7 +70,7 @@ int RunRegret() {
           const double y = fn.f(trial.params());
           best = std::min(best, y);
           regret.push_back(best - fn.optimum);
-          if (!(*client)->CompleteTrial(name, trial.number(), {{"y", y}}).ok()) {
+          if (!client.CompleteTrial(name, trial.number(), {{"y", y}}).ok()) {
             return 1;
           }
         }
@@ -98,8 +84,6 @@ int RunRegret() {
       }
     }
   }
-  (*server)->Shutdown();
-  fs::remove_all(dir);
   return 0;
 }
 
