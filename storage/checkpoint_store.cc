@@ -271,19 +271,18 @@ absl::StatusOr<CheckpointInfo> FileCheckpointStore::CopyInto(
   if (existing.ok()) return existing;  // copied before
   DIAL_ASSIGN_OR_RETURN(auto files, Read(source_id));
   DIAL_ASSIGN_OR_RETURN(std::string dir, TrialDir(study, trial));
-  DIAL_ASSIGN_OR_RETURN(std::string staging, BeginWrite(study, trial, 0));
-  for (const auto& [file, data] : files) {
-    auto status = WriteFileSynced(staging + "/" + file, data);
-    if (!status.ok()) {
-      std::error_code ec;
-      fs::remove_all(staging, ec);
-      return status;
-    }
-  }
+  DIAL_ASSIGN_OR_RETURN(std::string staging, Stage(study, trial, 0, files));
   return Seal(staging, dir, name, id);
 }
 
 absl::StatusOr<CheckpointInfo> FileCheckpointStore::Write(
+    absl::string_view study, int64_t trial, int64_t step,
+    const std::map<std::string, std::string>& files) {
+  DIAL_ASSIGN_OR_RETURN(std::string staging, Stage(study, trial, step, files));
+  return Commit(staging, study, trial, step);
+}
+
+absl::StatusOr<std::string> FileCheckpointStore::Stage(
     absl::string_view study, int64_t trial, int64_t step,
     const std::map<std::string, std::string>& files) {
   DIAL_ASSIGN_OR_RETURN(std::string staging, BeginWrite(study, trial, step));
@@ -302,7 +301,7 @@ absl::StatusOr<CheckpointInfo> FileCheckpointStore::Write(
       return status;
     }
   }
-  return Commit(staging, study, trial, step);
+  return staging;
 }
 
 absl::StatusOr<CheckpointInfo> FileCheckpointStore::Verify(

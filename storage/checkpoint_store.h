@@ -110,6 +110,10 @@ class FileCheckpointStore : public CheckpointStore {
   explicit FileCheckpointStore(std::string root) : root_(std::move(root)) {}
   absl::StatusOr<std::string> TrialDir(absl::string_view study,
                                        int64_t trial) const;
+  // A staging directory holding `files` (plain names only), fsynced.
+  absl::StatusOr<std::string> Stage(
+      absl::string_view study, int64_t trial, int64_t step,
+      const std::map<std::string, std::string>& files);
   // Seals `staging` as <trial dir>/<name> with id `id`.
   absl::StatusOr<CheckpointInfo> Seal(const std::string& staging,
                                       const std::string& dir,
