@@ -1,11 +1,14 @@
 // dialctl: the command-line client. Human-readable tables by default,
 // --json for scripts; any error is one line on stderr and a non-zero exit.
 #include <google/protobuf/util/json_util.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -22,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "client/client.h"
 #include "common/spec.h"
+#include "common/trial_protocol.h"
 #include "google/protobuf/util/time_util.h"
 #include "searchers/space.h"
 
@@ -37,6 +41,16 @@ ABSL_FLAG(int32_t, max_parallel_trials, 0,
           "New max_parallel_trials, for study update");
 ABSL_FLAG(int32_t, timeout_s, 30, "Deadline of each call, in seconds");
 ABSL_FLAG(std::string, o, "", "Output file, for study replay");
+ABSL_FLAG(std::string, split, "test",
+          "Split for trials evaluate: test (held out) or val");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "Checkpoint store the workers write to, for trials evaluate "
+          "(default: $DIAL_CHECKPOINT_ROOT)");
+ABSL_FLAG(std::string, trainer, "",
+          "Path of dial-train, for trials evaluate (default: next to "
+          "dialctl, then the build tree, then PATH)");
+ABSL_FLAG(std::string, predictions, "",
+          "For trials evaluate: write per-example predictions to this CSV");
 
 namespace {
 
@@ -58,6 +72,9 @@ usage: dialctl [--scheduler=ADDR] [--json] COMMAND ARGS
   trials best STUDY [--count=N] the best completed trials
   trials get STUDY N            one trial with its metric history
   trials lineage STUDY N        the hyperparameter schedule behind a PBT trial
+  trials evaluate STUDY N [--split=test] [--checkpoint-root=DIR]
+                                evaluate a trial's latest checkpoint on the
+                                held-out test split (runs dial-train here)
   study replay STUDY N -o FILE  a spec that retrains that schedule in one trial
 )";
 
@@ -463,6 +480,108 @@ std::vector<v1::TrialState> ParseStates(const std::string& text,
   return states;
 }
 
+// Runs `argv` and returns what it printed on stdout; its stderr passes
+// through. FAILED_PRECONDITION when it exits non-zero.
+absl::StatusOr<std::string> RunAndCapture(const std::vector<std::string>& argv) {
+  int out[2];
+  if (pipe(out) != 0) return absl::InternalError("pipe failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, out[0]);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid;
+  const int err = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(),
+                               environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  if (err != 0) {
+    close(out[0]);
+    return absl::NotFoundError(
+        absl::StrCat("cannot run ", argv[0], ": ", std::strerror(err)));
+  }
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = read(out[0], buf, sizeof(buf))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  close(out[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(argv[0], " failed (see its message above)"));
+  }
+  return text;
+}
+
+// The final, explicit evaluation of a trial on the held-out test split:
+// dial-train loads the trial's latest checkpoint from the shared store and
+// evaluates it here, so studies never see the test split.
+int Evaluate(DialClient& client, const std::string& name, int64_t number) {
+  auto study = client.GetStudy(name);
+  if (!study.ok()) return Fail(study.status());
+  if (!study->spec().trial().has_trainer()) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "study ", name, " does not run the built-in trainer; evaluate its "
+        "trials with your own code")));
+  }
+  auto trial = client.GetTrial(name, number);
+  if (!trial.ok()) return Fail(trial.status());
+  if (trial->checkpoint().empty()) {
+    return Fail(absl::FailedPreconditionError(
+        absl::StrCat("trial ", number, " has no checkpoint to evaluate")));
+  }
+  std::string root = absl::GetFlag(FLAGS_checkpoint_root);
+  if (root.empty() && std::getenv(dial::kEnvCheckpointRoot)) {
+    root = std::getenv(dial::kEnvCheckpointRoot);
+  }
+  if (root.empty()) {
+    return Usage(
+        "trials evaluate needs --checkpoint-root: the store the workers write to");
+  }
+  std::string knobs;
+  (void)google::protobuf::util::MessageToJsonString(study->spec().trial().trainer(),
+                                                    &knobs);
+  std::string trainer = absl::GetFlag(FLAGS_trainer);
+  if (trainer.empty()) trainer = dial::DefaultTrainerPath();
+  std::vector<std::string> argv = {
+      trainer,
+      "--evaluate=" + absl::GetFlag(FLAGS_split),
+      "--restore=" + trial->checkpoint(),
+      "--checkpoint_root=" + root,
+      "--knobs=" + knobs,
+      "--params=" + dial::ParamsJson(trial->params())};
+  if (!absl::GetFlag(FLAGS_predictions).empty()) {
+    argv.push_back("--predictions=" + absl::GetFlag(FLAGS_predictions));
+  }
+  auto output = RunAndCapture(argv);
+  if (!output.ok()) return Fail(output.status());
+  google::protobuf::Struct metrics;
+  if (!google::protobuf::util::JsonStringToMessage(*output, &metrics).ok()) {
+    return Fail(absl::InternalError("dial-train printed no metrics: " + *output));
+  }
+  (*metrics.mutable_fields())["trial"].set_number_value(static_cast<double>(number));
+  (*metrics.mutable_fields())["checkpoint"].set_string_value(trial->checkpoint());
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << ToJson(metrics) << "\n";
+    return 0;
+  }
+  std::printf("trial %lld  checkpoint %s\n", static_cast<long long>(number),
+              trial->checkpoint().c_str());
+  for (const auto& [metric, value] : metrics.fields()) {
+    if (value.has_number_value() && metric != "trial") {
+      std::printf("  %-16s %.6g\n", metric.c_str(), value.number_value());
+    }
+  }
+  return 0;
+}
+
 int Run(const std::vector<std::string>& args) {
   if (args.size() < 2) return Usage("missing command");
   const std::string& group = args[0];
@@ -594,6 +713,13 @@ int Run(const std::vector<std::string>& args) {
         return Usage("trials lineage needs STUDY and a trial number");
       }
       return Lineage(client, name, number, "");
+    }
+    if (verb == "evaluate") {
+      int64_t number;
+      if (!need(4) || !absl::SimpleAtoi(args[3], &number)) {
+        return Usage("trials evaluate needs STUDY and a trial number");
+      }
+      return Evaluate(client, name, number);
     }
     return Usage("unknown command: trials " + verb);
   }

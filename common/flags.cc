@@ -1,5 +1,7 @@
 #include "common/flags.h"
 
+#include <filesystem>
+
 namespace dial {
 
 std::vector<std::string> DashesToUnderscores(int argc, char** argv) {
@@ -16,6 +18,17 @@ std::vector<std::string> DashesToUnderscores(int argc, char** argv) {
   }
   for (size_t i = 0; i < args.size(); ++i) argv[i] = args[i].data();
   return args;
+}
+
+std::string DefaultTrainerPath() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  fs::path sibling = self.parent_path() / "dial-train";
+  fs::path built = self.parent_path().parent_path() / "trainer" / "dial-train";
+  if (!ec && fs::exists(sibling)) return sibling.string();
+  if (!ec && fs::exists(built)) return built.string();
+  return "dial-train";
 }
 
 }  // namespace dial

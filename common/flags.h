@@ -12,4 +12,9 @@ namespace dial {
 // Stops at "--". Returns storage for the rewritten argv; keep it alive.
 std::vector<std::string> DashesToUnderscores(int argc, char** argv);
 
+// Where dial-train is: next to the running binary (an install), else in
+// the build tree beside it (build/trainer/dial-train), else "dial-train"
+// for a PATH lookup.
+std::string DefaultTrainerPath();
+
 }  // namespace dial

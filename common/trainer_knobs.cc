@@ -28,17 +28,19 @@ std::string KnobNames() {
 const std::vector<Knob>& TrainerKnobs() {
   static const std::vector<Knob>* knobs = new std::vector<Knob>{
       {"model", KnobType::kString, "mlp",
-       "Model family: an MLP, or a CNN (conv blocks, then a dense layer of "
-       "`units`)",
-       {"mlp", "cnn"}},
+       "Model family: an MLP, a CNN (conv blocks, then a dense layer of "
+       "`units`), or a ResNet (three stages of residual blocks)",
+       {"mlp", "cnn", "resnet"}},
       {"conv_layers", KnobType::kInt, "2",
        "CNN: conv blocks (conv, norm, activation, 2x2 pooling)", {}, 1, 4},
       {"channels", KnobType::kInt, "32",
-       "CNN: channels of the first block, doubled in each next one", {}, 1,
-       512},
-      {"kernel_size", KnobType::kInt, "3", "CNN: convolution kernel size", {},
+       "CNN and ResNet: channels of the first block (stage), doubled in each "
+       "next one", {}, 1, 512},
+      {"blocks", KnobType::kInt, "2",
+       "ResNet: residual blocks per stage (depth 6*blocks+2)", {}, 1, 8},
+      {"kernel_size", KnobType::kInt, "3", "CNN: convolution kernel size (ResNet: always 3)", {},
        1, 7},
-      {"norm", KnobType::kString, "batch", "CNN: normalisation in each block",
+      {"norm", KnobType::kString, "batch", "CNN and ResNet: normalisation after each convolution",
        {"none", "batch", "layer"}},
       {"pooling", KnobType::kString, "max", "CNN: 2x2 pooling after each block",
        {"max", "avg"}},
@@ -48,6 +50,10 @@ const std::vector<Knob>& TrainerKnobs() {
        {"fashion-mnist", "synthetic"}},
       {"data_dir", KnobType::kString, "/usr/share/datasets/fashion-mnist",
        "Directory of the Fashion-MNIST *-idx?-ubyte.gz files", {""}},
+      {"val_fraction", KnobType::kFloat, "0.1",
+       "Fraction of the training data held out as the validation split that "
+       "val_* metrics use (the test split is only for `dialctl trials "
+       "evaluate`)", {}, 0.01, 0.5},
       {"layers", KnobType::kInt, "2", "Hidden layers of the MLP", {}, 0, 16},
       {"units", KnobType::kInt, "256", "Units per hidden layer", {}, 1, 8192},
       {"activation", KnobType::kString, "relu", "Hidden activation",
@@ -75,18 +81,32 @@ const std::vector<Knob>& TrainerKnobs() {
        "Clip the gradients' global norm to this (0: off)", {}, 0, 1e6},
       {"label_smoothing", KnobType::kFloat, "0",
        "Label smoothing of the training loss", {}, 0, 0.5},
-      {"batch_size", KnobType::kInt, "128", "Training batch size", {}, 1,
-       65536},
+      {"batch_size", KnobType::kInt, "128",
+       "Training batch size (global: split across replicas)", {}, 1, 65536},
+      {"precision", KnobType::kString, "fp32",
+       "Autocast precision of forward passes (weights and optimiser state "
+       "stay fp32); fp16 adds dynamic loss scaling and needs CUDA",
+       {"fp32", "bf16", "fp16"}},
+      {"replicas", KnobType::kInt, "0",
+       "Data-parallel replicas (0: one per visible GPU, else 1); on CPU they "
+       "share the threads", {}, 0, 64},
+      {"prefetch", KnobType::kInt, "4",
+       "Batches a background thread prepares ahead of the step loop", {}, 1,
+       64},
       {"eval_every", KnobType::kInt, "200",
        "Evaluate (and report, and checkpoint) every this many steps", {}, 1,
        1e9},
-      {"eval_batch_size", KnobType::kInt, "1024", "Evaluation batch size", {},
+      {"eval_batch_size", KnobType::kInt, "1024",
+       "Evaluation batch size (at least batch_size is used)", {},
        1, 1e6},
       {"steps", KnobType::kInt, "1000", "Training steps (the trial's budget)",
        {}, 1, 1e9},
       {"checkpoint_every", KnobType::kInt, "0",
        "Checkpoint every this many steps (0: at every evaluation)", {}, 0,
        1e9},
+      {"save_predictions", KnobType::kInt, "0",
+       "Save per-example validation predictions (predictions.csv) with each "
+       "checkpoint (0 or 1)", {}, 0, 1},
       {"schedule", KnobType::kString, "",
        "Optimiser knobs changed during the run, as STEP:{json};...: after "
        "STEP steps, apply lr, momentum or weight_decay from the JSON (what "
@@ -97,7 +117,7 @@ const std::vector<Knob>& TrainerKnobs() {
       {"threads", KnobType::kInt, "0",
        "CPU threads (0: the worker's budget, else 1)", {}, 0, 1024},
       {"synthetic_samples", KnobType::kInt, "4096",
-       "Synthetic dataset: training examples (validation: a quarter as many)",
+       "Synthetic dataset: training examples (test split: a quarter as many)",
        {}, 16, 1e7},
       {"synthetic_features", KnobType::kInt, "32",
        "Synthetic dataset: features", {}, 1, 100000},
@@ -177,10 +197,12 @@ absl::StatusOr<TrainerConfig> ResolveTrainerConfig(
   c.conv_layers = i("conv_layers");
   c.channels = i("channels");
   c.kernel_size = i("kernel_size");
+  c.blocks = i("blocks");
   c.norm = s("norm");
   c.pooling = s("pooling");
   c.dataset = s("dataset");
   c.data_dir = s("data_dir");
+  c.val_fraction = d("val_fraction");
   c.layers = i("layers");
   c.units = i("units");
   c.activation = s("activation");
@@ -197,10 +219,14 @@ absl::StatusOr<TrainerConfig> ResolveTrainerConfig(
   c.grad_clip = d("grad_clip");
   c.label_smoothing = d("label_smoothing");
   c.batch_size = i("batch_size");
+  c.precision = s("precision");
+  c.replicas = i("replicas");
+  c.prefetch = i("prefetch");
   c.eval_every = i("eval_every");
   c.eval_batch_size = i("eval_batch_size");
   c.steps = i("steps");
   c.checkpoint_every = i("checkpoint_every");
+  c.save_predictions = i("save_predictions") != 0;
   c.seed = i("seed");
   c.schedule = s("schedule");
   c.threads = i("threads");

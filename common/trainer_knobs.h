@@ -33,11 +33,13 @@ struct TrainerConfig {
   std::string model;
   int64_t conv_layers = 0;
   int64_t channels = 0;
+  int64_t blocks = 0;
   int64_t kernel_size = 0;
   std::string norm;
   std::string pooling;
   std::string dataset;
   std::string data_dir;
+  double val_fraction = 0;
   int64_t layers = 0;
   int64_t units = 0;
   std::string activation;
@@ -54,10 +56,14 @@ struct TrainerConfig {
   double grad_clip = 0;
   double label_smoothing = 0;
   int64_t batch_size = 0;
+  std::string precision;
+  int64_t replicas = 0;
+  int64_t prefetch = 0;
   int64_t eval_every = 0;
   int64_t eval_batch_size = 0;
   int64_t steps = 0;
   int64_t checkpoint_every = 0;
+  bool save_predictions = false;
   std::string schedule;
   int64_t seed = 0;
   int64_t threads = 0;

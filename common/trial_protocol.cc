@@ -137,4 +137,25 @@ absl::StatusOr<TrialDecision> ParseDecision(const std::string& line) {
   return d;
 }
 
+std::string ParamsJson(
+    const google::protobuf::Map<std::string, v1::ParamValue>& params) {
+  google::protobuf::Struct object;
+  for (const auto& [name, value] : params) {
+    auto& v = (*object.mutable_fields())[name];
+    switch (value.value_case()) {
+      case v1::ParamValue::kDoubleValue:
+        v.set_number_value(value.double_value());
+        break;
+      case v1::ParamValue::kIntValue:
+        v.set_number_value(static_cast<double>(value.int_value()));
+        break;
+      default:
+        v.set_string_value(value.string_value());
+    }
+  }
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(object, &out);
+  return out;
+}
+
 }  // namespace dial

@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 
+#include "dial/v1/study.pb.h"
 #include "google/protobuf/struct.pb.h"
 
 #include "absl/status/statusor.h"
@@ -53,5 +54,9 @@ struct TrialDecision {
 
 std::string EncodeDecision(const TrialDecision& decision);
 absl::StatusOr<TrialDecision> ParseDecision(const std::string& line);
+
+// A trial's parameters as the JSON object of DIAL_TRIAL_PARAMS.
+std::string ParamsJson(
+    const google::protobuf::Map<std::string, v1::ParamValue>& params);
 
 }  // namespace dial

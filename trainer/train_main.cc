@@ -37,6 +37,11 @@ ABSL_FLAG(std::string, restore, "",
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (default: threads knob, "
                                "$DIAL_CPU_THREADS, else 1)");
 ABSL_FLAG(bool, help_knobs, false, "Print the knob table and exit");
+ABSL_FLAG(std::string, evaluate, "",
+          "Evaluate the --restore checkpoint on this split (test or val), "
+          "print the metrics as JSON and exit; no training");
+ABSL_FLAG(std::string, predictions, "",
+          "With --evaluate: write per-example predictions to this CSV file");
 
 namespace {
 
@@ -186,6 +191,24 @@ int main(int argc, char** argv) {
   }
   ctx.threads = std::max(1, threads);
   ctx.interrupt = &g_interrupt;
+
+  if (!absl::GetFlag(FLAGS_evaluate).empty()) {
+    auto metrics = dial::trainer::EvaluateCheckpoint(
+        *config, ctx, absl::GetFlag(FLAGS_evaluate),
+        absl::GetFlag(FLAGS_predictions));
+    if (!metrics.ok()) {
+      return Fail(metrics.status(),
+                  absl::IsInvalidArgument(metrics.status()) ? 2 : 1);
+    }
+    google::protobuf::Struct out;
+    for (const auto& [name, value] : *metrics) {
+      (*out.mutable_fields())[name].set_number_value(value);
+    }
+    std::string json;
+    (void)google::protobuf::util::MessageToJsonString(out, &json);
+    std::cout << json << std::endl;
+    return 0;
+  }
 
   int report_fd = -1, decision_fd = -1;
   const char* rfd = std::getenv(dial::kEnvReportFd);

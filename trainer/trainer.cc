@@ -1,178 +1,22 @@
-#include "common/random.h"
 #include "trainer/trainer.h"
-
-#include <torch/torch.h>
 
 #include <chrono>
 #include <cstdio>
-#include <random>
+#include <fstream>
 #include <sstream>
 
-#include "absl/strings/str_cat.h"
-#include "common/status.h"
-#include "storage/checkpoint_store.h"
-#include "trainer/idx.h"
-#include "trainer/lr_schedule.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/random.h"
+#include "common/status.h"
 #include "google/protobuf/util/json_util.h"
+#include "storage/checkpoint_store.h"
+#include "trainer/internal.h"
+#include "trainer/lr_schedule.h"
 
 namespace dial::trainer {
 namespace {
-
-struct Split {
-  torch::Tensor x;  // float [N, D]
-  torch::Tensor y;  // int64 [N]
-};
-
-struct Data {
-  Split train;
-  Split val;
-  int64_t classes = 0;
-};
-
-absl::StatusOr<Split> LoadFashionSplit(const std::string& dir,
-                                       const std::string& prefix) {
-  const std::string images_path = dir + "/" + prefix + "-images-idx3-ubyte.gz";
-  const std::string labels_path = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
-  auto images = ReadIdxGz(images_path);
-  if (absl::IsNotFound(images.status())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Fashion-MNIST not found: ", images.status().message(),
-        " (install dataset-fashion-mnist or set data_dir)"));
-  }
-  if (!images.ok()) return images.status();
-  DIAL_ASSIGN_OR_RETURN(IdxArray labels, ReadIdxGz(labels_path));
-  if (images->dims.size() != 3 || labels.dims.size() != 1 ||
-      images->dims[0] != labels.dims[0]) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(images_path, ": images and labels do not match"));
-  }
-  const int64_t n = images->dims[0];
-  const int64_t d = images->dims[1] * images->dims[2];
-  Split split;
-  split.x = torch::from_blob(images->data.data(), {n, d}, torch::kUInt8)
-                .to(torch::kFloat32)
-                .div_(255.0)
-                .sub_(0.2860)
-                .div_(0.3530);
-  split.y =
-      torch::from_blob(labels.data.data(), {n}, torch::kUInt8).to(torch::kInt64);
-  return split;
-}
-
-// Gaussian clusters around seeded class centres; the validation split uses
-// the same centres and fresh noise.
-Data MakeSynthetic(const TrainerConfig& c) {
-  const int64_t d = c.synthetic_features, k = c.synthetic_classes;
-  std::mt19937_64 rng(SplitMix64(static_cast<uint64_t>(c.seed) ^ 0x5157));
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> centres(static_cast<size_t>(k * d));
-  for (auto& v : centres) v = 0.3f * normal(rng);
-  auto make = [&](int64_t n) {
-    std::vector<float> x(static_cast<size_t>(n * d));
-    std::vector<int64_t> y(static_cast<size_t>(n));
-    std::uniform_int_distribution<int64_t> cls(0, k - 1);
-    for (int64_t i = 0; i < n; ++i) {
-      y[i] = cls(rng);
-      for (int64_t j = 0; j < d; ++j) {
-        x[i * d + j] = centres[y[i] * d + j] + normal(rng);
-      }
-    }
-    Split s;
-    s.x = torch::from_blob(x.data(), {n, d}, torch::kFloat32).clone();
-    s.y = torch::from_blob(y.data(), {n}, torch::kInt64).clone();
-    return s;
-  };
-  Data data;
-  data.train = make(c.synthetic_samples);
-  data.val = make(std::max<int64_t>(16, c.synthetic_samples / 4));
-  data.classes = k;
-  return data;
-}
-
-absl::StatusOr<Data> LoadData(const TrainerConfig& c) {
-  if (c.dataset == "synthetic") return MakeSynthetic(c);
-  Data data;
-  DIAL_ASSIGN_OR_RETURN(data.train, LoadFashionSplit(c.data_dir, "train"));
-  // Held-out split: the official test images.
-  DIAL_ASSIGN_OR_RETURN(data.val, LoadFashionSplit(c.data_dir, "t10k"));
-  data.classes = 10;
-  return data;
-}
-
-torch::nn::AnyModule Activation(const TrainerConfig& c) {
-  if (c.activation == "tanh") return torch::nn::AnyModule(torch::nn::Tanh());
-  if (c.activation == "gelu") return torch::nn::AnyModule(torch::nn::GELU());
-  if (c.activation == "sigmoid") {
-    return torch::nn::AnyModule(torch::nn::Sigmoid());
-  }
-  return torch::nn::AnyModule(torch::nn::ReLU());
-}
-
-// Conv blocks on square single-channel images (side x side), then a dense
-// layer and the classifier. Inputs arrive flattened.
-absl::StatusOr<torch::nn::Sequential> BuildCnn(const TrainerConfig& c,
-                                               int64_t in, int64_t classes) {
-  const int64_t side = static_cast<int64_t>(std::llround(std::sqrt(double(in))));
-  if (side * side != in) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model cnn needs square images; this dataset has ", in,
-        " features (for synthetic data make synthetic_features a square)"));
-  }
-  torch::nn::Sequential net;
-  net->push_back(torch::nn::Unflatten(torch::nn::UnflattenOptions(1, {1, side, side})));
-  int64_t channels = 1, size = side;
-  for (int64_t b = 0; b < c.conv_layers; ++b) {
-    const int64_t out = c.channels << b;
-    net->push_back(torch::nn::Conv2d(
-        torch::nn::Conv2dOptions(channels, out, c.kernel_size)
-            .padding(c.kernel_size / 2)));
-    if (c.norm == "batch") net->push_back(torch::nn::BatchNorm2d(out));
-    if (c.norm == "layer") {
-      net->push_back(torch::nn::GroupNorm(torch::nn::GroupNormOptions(1, out)));
-    }
-    net->push_back(Activation(c));
-    size = size + 2 * (c.kernel_size / 2) - c.kernel_size + 1;
-    if (size >= 2) {
-      if (c.pooling == "avg") {
-        net->push_back(torch::nn::AvgPool2d(torch::nn::AvgPool2dOptions(2)));
-      } else {
-        net->push_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(2)));
-      }
-      size /= 2;
-    }
-    channels = out;
-  }
-  net->push_back(torch::nn::Flatten());
-  net->push_back(torch::nn::Linear(channels * size * size, c.units));
-  net->push_back(Activation(c));
-  if (c.dropout > 0) net->push_back(torch::nn::Dropout(c.dropout));
-  net->push_back(torch::nn::Linear(c.units, classes));
-  return net;
-}
-
-torch::nn::Sequential BuildMlp(const TrainerConfig& c, int64_t in,
-                               int64_t classes) {
-  torch::nn::Sequential net;
-  int64_t width = in;
-  for (int64_t i = 0; i < c.layers; ++i) {
-    net->push_back(torch::nn::Linear(width, c.units));
-    if (c.activation == "tanh") {
-      net->push_back(torch::nn::Tanh());
-    } else if (c.activation == "gelu") {
-      net->push_back(torch::nn::GELU());
-    } else if (c.activation == "sigmoid") {
-      net->push_back(torch::nn::Sigmoid());
-    } else {
-      net->push_back(torch::nn::ReLU());
-    }
-    if (c.dropout > 0) net->push_back(torch::nn::Dropout(c.dropout));
-    width = c.units;
-  }
-  net->push_back(torch::nn::Linear(width, classes));
-  return net;
-}
 
 std::unique_ptr<torch::optim::Optimizer> BuildOptimizer(
     const TrainerConfig& c, std::vector<torch::Tensor> params) {
@@ -197,67 +41,45 @@ std::unique_ptr<torch::optim::Optimizer> BuildOptimizer(
       params, torch::optim::AdamOptions(c.lr).weight_decay(c.weight_decay));
 }
 
-// Sets the live learning rate (and, when given, momentum and weight decay)
-// whatever the optimiser.
+// Sets the live learning rate, momentum and weight decay whatever the
+// optimiser.
 void SetOptimizerKnobs(torch::optim::Optimizer& optimizer,
                        const std::string& kind, double lr, double momentum,
                        double weight_decay) {
   for (auto& group : optimizer.param_groups()) {
     if (kind == "sgd") {
       auto& o = static_cast<torch::optim::SGDOptions&>(group.options());
-      o.lr(lr);
-      o.momentum(momentum);
-      o.weight_decay(weight_decay);
+      o.lr(lr).momentum(momentum).weight_decay(weight_decay);
     } else if (kind == "adamw") {
       auto& o = static_cast<torch::optim::AdamWOptions&>(group.options());
-      o.lr(lr);
-      o.weight_decay(weight_decay);
+      o.lr(lr).weight_decay(weight_decay);
     } else if (kind == "rmsprop") {
       auto& o = static_cast<torch::optim::RMSpropOptions&>(group.options());
-      o.lr(lr);
-      o.momentum(momentum);
-      o.weight_decay(weight_decay);
+      o.lr(lr).momentum(momentum).weight_decay(weight_decay);
     } else {
       auto& o = static_cast<torch::optim::AdamOptions&>(group.options());
-      o.lr(lr);
-      o.weight_decay(weight_decay);
+      o.lr(lr).weight_decay(weight_decay);
     }
   }
 }
 
-// Epoch e's order of the training examples: a function of (seed, e) only,
-// so a resumed run visits the data exactly as an uninterrupted one.
-torch::Tensor EpochOrder(int64_t seed, int64_t epoch, int64_t n) {
-  std::mt19937_64 rng(SplitMix64(static_cast<uint64_t>(seed)) ^
-                      SplitMix64(static_cast<uint64_t>(epoch) + 1));
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) order[i] = i;
-  for (int64_t i = n - 1; i > 0; --i) {
-    std::swap(order[i], order[rng() % static_cast<uint64_t>(i + 1)]);
-  }
-  return torch::from_blob(order.data(), {n}, torch::kInt64).clone();
+// Scales gradients to a global norm of at most max_norm, as
+// torch::nn::utils::clip_grad_norm_ does, without reading the norm back to
+// the host.
+void ClipGradNorm(const std::vector<torch::Tensor>& grads, double max_norm) {
+  std::vector<torch::Tensor> norms;
+  for (const auto& g : grads) norms.push_back(g.norm(2));
+  if (norms.empty()) return;
+  auto coef = (max_norm / (torch::stack(norms).norm(2) + 1e-6)).clamp_max(1.0);
+  for (const auto& g : grads) g.mul_(coef);
 }
 
-std::pair<double, double> Evaluate(torch::nn::Sequential& net, const Split& s,
-                                   int64_t batch) {
-  torch::NoGradGuard no_grad;
-  net->eval();
-  const int64_t n = s.x.size(0);
-  double loss_sum = 0, correct = 0;
-  for (int64_t start = 0; start < n; start += batch) {
-    const int64_t end = std::min(n, start + batch);
-    auto out = net->forward(s.x.slice(0, start, end));
-    auto y = s.y.slice(0, start, end);
-    // Summed, not averaged, so a short last batch weighs what it holds.
-    loss_sum += torch::nn::functional::cross_entropy(
-                    out, y,
-                    torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                        torch::kSum))
-                    .item<double>();
-    correct += out.argmax(1).eq(y).sum().item<double>();
+std::vector<torch::Tensor> Grads(torch::nn::Module& net) {
+  std::vector<torch::Tensor> grads;
+  for (auto& p : net.parameters()) {
+    if (p.grad().defined()) grads.push_back(p.grad());
   }
-  net->train();
-  return {loss_sum / n, correct / n};
+  return grads;
 }
 
 std::string Serialize(const std::function<void(std::ostream&)>& save) {
@@ -266,73 +88,327 @@ std::string Serialize(const std::function<void(std::ostream&)>& save) {
   return out.str();
 }
 
+// One data-parallel replica: a copy of the model and optimiser on one
+// device, with its own dropout stream.
+struct Replica {
+  torch::Device device{torch::kCPU};
+  at::Generator generator;
+  torch::nn::Sequential net{nullptr};
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  torch::Tensor loss_sum;  // on device: the replica's share of the losses
+  bool finite = true;      // the last step's gradients were finite
+};
+
+// Runs a job for every replica at once: replica 0's on the calling thread,
+// the others' on threads that live as long as the pool (so each keeps its
+// OpenMP team). Run is called from one thread at a time.
+class ReplicaPool {
+ public:
+  ReplicaPool(int replicas, int threads_per_replica) {
+    for (int r = 1; r < replicas; ++r) {
+      threads_.emplace_back([this, r, threads_per_replica] {
+        at::set_num_threads(threads_per_replica);
+        Loop(r);
+      });
+    }
+  }
+  ~ReplicaPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  // fn(r) for every replica r; rethrows the first exception.
+  void Run(const std::function<void(int)>& fn) {
+    if (threads_.empty()) return fn(0);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = &fn;
+      pending_ = static_cast<int>(threads_.size());
+      error_ = nullptr;
+      ++generation_;
+    }
+    cv_.notify_all();
+    std::exception_ptr mine;
+    try {
+      fn(0);
+    } catch (...) {
+      mine = std::current_exception();
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    if (mine) std::rethrow_exception(mine);
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void Loop(int r) {
+    int64_t seen = 0;
+    while (true) {
+      const std::function<void(int)>* job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      std::exception_ptr error;
+      try {
+        (*job)(r);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (error && !error_) error_ = error;
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_, done_;
+  const std::function<void(int)>* job_ = nullptr;
+  int64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::vector<std::thread> threads_;
+};
+
+// Sums `tensors[r][i]` over replicas r into every replica, in a fixed
+// order so the result is the same on every replica and every run. Works
+// for CPU and GPU tensors alike (through replica 0's device).
+void AllReduceSum(std::vector<std::vector<torch::Tensor>>& tensors) {
+  if (tensors.size() < 2) return;
+  for (size_t i = 0; i < tensors[0].size(); ++i) {
+    auto& total = tensors[0][i];
+    for (size_t r = 1; r < tensors.size(); ++r) {
+      total.add_(tensors[r][i].to(total.device()));
+    }
+    for (size_t r = 1; r < tensors.size(); ++r) tensors[r][i].copy_(total);
+  }
+}
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+  int64_t examples = 0;
+  std::string predictions_csv;  // when asked for
+};
+
+// Mean loss and accuracy over every example of `s`. Sums stay on the device
+// and are read once; a short last batch counts for what it holds.
+EvalResult Evaluate(torch::nn::Sequential& net, const Split& s, int64_t batch,
+                    torch::Device device, Precision precision,
+                    bool predictions) {
+  torch::NoGradGuard no_grad;
+  net->eval();
+  const int64_t n = s.x.size(0);
+  auto options = torch::TensorOptions().device(device);
+  auto loss_sum = torch::zeros({}, options.dtype(torch::kFloat64));
+  auto correct = torch::zeros({}, options.dtype(torch::kInt64));
+  std::vector<torch::Tensor> predicted, confidence;
+  for (int64_t start = 0; start < n; start += batch) {
+    const int64_t end = std::min(n, start + batch);
+    auto x = s.x.slice(0, start, end).to(device, /*non_blocking=*/true);
+    auto y = s.y.slice(0, start, end).to(device, /*non_blocking=*/true);
+    torch::Tensor out;
+    {
+      AutocastScope autocast(device, precision);
+      out = net->forward(x);
+    }
+    out = out.to(torch::kFloat32);
+    loss_sum += torch::nn::functional::cross_entropy(
+                    out, y,
+                    torch::nn::functional::CrossEntropyFuncOptions().reduction(
+                        torch::kSum))
+                    .to(torch::kFloat64);
+    auto pred = out.argmax(1);
+    correct += pred.eq(y).sum();
+    if (predictions) {
+      predicted.push_back(pred.cpu());
+      confidence.push_back(out.softmax(1).amax(1).cpu());
+    }
+  }
+  net->train();
+  EvalResult result;
+  result.examples = n;
+  result.loss = loss_sum.item<double>() / double(n);
+  result.accuracy = double(correct.item<int64_t>()) / double(n);
+  if (predictions) {
+    auto p = torch::cat(predicted), q = torch::cat(confidence).to(torch::kFloat32);
+    auto y = s.y.cpu();
+    auto ya = y.accessor<int64_t, 1>();
+    auto pa = p.accessor<int64_t, 1>();
+    auto qa = q.accessor<float, 1>();
+    std::string& csv = result.predictions_csv;
+    csv = "index,label,prediction,confidence\n";
+    for (int64_t i = 0; i < n; ++i) {
+      absl::StrAppend(&csv, i, ",", ya[i], ",", pa[i], ",", qa[i], "\n");
+    }
+  }
+  return result;
+}
+
 class Run {
  public:
-  Run(const TrainerConfig& c, const RunContext& ctx, ReportSink& sink)
-      : c_(c), ctx_(ctx), sink_(sink) {}
+  Run(const TrainerConfig& c, const RunContext& ctx, ReportSink* sink)
+      : c_(c), ctx_(ctx), sink_(sink), precision_(ParsePrecision(c.precision)) {}
 
-  absl::StatusOr<RunResult> Go() {
-    torch::set_num_threads(std::max(1, ctx_.threads));
-    DIAL_ASSIGN_OR_RETURN(data_, LoadData(c_));
+  // Data, replicas, checkpoint store and (when asked) the restored state.
+  absl::StatusOr<int64_t> Setup(bool with_test) {
+    const int64_t gpus =
+        torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+    const int64_t n = c_.replicas > 0 ? c_.replicas : std::max<int64_t>(1, gpus);
+    if (gpus > 0 && n > gpus) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "replicas ", n, " needs as many GPUs; ", gpus, " are visible"));
+    }
+    if (precision_ == Precision::kFp16 && gpus == 0) {
+      return absl::InvalidArgumentError(
+          "precision fp16 needs a CUDA device (autocast on the CPU supports "
+          "bf16 only); use bf16 or fp32");
+    }
+    if (c_.batch_size < n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch_size ", c_.batch_size, " is smaller than replicas ", n));
+    }
+    threads_per_replica_ = std::max<int>(1, ctx_.threads / static_cast<int>(n));
+    torch::set_num_threads(threads_per_replica_);
+    DIAL_ASSIGN_OR_RETURN(data_, LoadData(c_, with_test));
     if (c_.batch_size > data_.train.x.size(0)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "batch_size ", c_.batch_size, " is larger than the training set (",
           data_.train.x.size(0), ")"));
     }
-    torch::manual_seed(static_cast<uint64_t>(c_.seed));
-    if (c_.model == "cnn") {
-      DIAL_ASSIGN_OR_RETURN(net_, BuildCnn(c_, data_.train.x.size(1), data_.classes));
-    } else {
-      net_ = BuildMlp(c_, data_.train.x.size(1), data_.classes);
+    for (int64_t r = 0; r < n; ++r) {
+      Replica rep;
+      rep.device = gpus > 0 ? torch::Device(torch::kCUDA, static_cast<int>(r))
+                            : torch::Device(torch::kCPU);
+      rep.generator = rep.device.is_cpu()
+                          ? at::detail::createCPUGenerator()
+                          : at::globalContext().defaultGenerator(rep.device);
+      // The same initialisation on every replica.
+      torch::manual_seed(static_cast<uint64_t>(c_.seed));
+      DIAL_ASSIGN_OR_RETURN(rep.net, BuildModel(c_, data_.train.x.size(1),
+                                                data_.classes, rep.generator));
+      rep.net->to(rep.device);
+      rep.optimizer = BuildOptimizer(c_, rep.net->parameters());
+      rep.loss_sum = torch::zeros(
+          {}, torch::TensorOptions().device(rep.device).dtype(torch::kFloat64));
+      replicas_.push_back(std::move(rep));
     }
-    optimizer_ = BuildOptimizer(c_, net_->parameters());
+    // Different dropout streams per replica, seeded after the builds.
+    for (int64_t r = 0; r < n; ++r) {
+      auto& gen = replicas_[r].generator;
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_current_seed(SplitMix64(static_cast<uint64_t>(c_.seed) ^
+                                      SplitMix64(static_cast<uint64_t>(r) + 77)));
+    }
+    scaler_ = std::make_unique<LossScaler>(precision_ == Precision::kFp16,
+                                           LossScaler::Options{});
     if (!ctx_.checkpoint_root.empty()) {
       DIAL_ASSIGN_OR_RETURN(store_, storage::FileCheckpointStore::Create(
                                         {ctx_.checkpoint_root}));
     }
     DIAL_RETURN_IF_ERROR(ParseSchedule());
-    int64_t step = 0;
-    if (!ctx_.restore_checkpoint.empty()) {
-      DIAL_ASSIGN_OR_RETURN(step, Restore(ctx_.restore_checkpoint));
-      std::fprintf(stderr, "dial-train: resuming from checkpoint %s at step %lld\n",
+    if (ctx_.restore_checkpoint.empty()) return 0;
+    return Restore(ctx_.restore_checkpoint);
+  }
+
+  absl::StatusOr<RunResult> Train() {
+    DIAL_ASSIGN_OR_RETURN(int64_t step, Setup(/*with_test=*/false));
+    if (step > 0) {
+      std::fprintf(stderr,
+                   "dial-train: resuming from checkpoint %s at step %lld\n",
                    ctx_.restore_checkpoint.c_str(),
                    static_cast<long long>(step));
+      // A resumed run takes the scheduled knobs in force at its step.
+      if (auto it = schedule_.upper_bound(step); it != schedule_.begin()) {
+        DIAL_RETURN_IF_ERROR(ApplyOptimizerKnobs(std::prev(it)->second));
+      }
     } else {
-      std::fprintf(stderr, "dial-train: starting at step 0\n");
-    }
-    // A resumed run takes the scheduled knobs in force at its step.
-    if (auto it = schedule_.upper_bound(step); it != schedule_.begin() && step > 0) {
-      DIAL_RETURN_IF_ERROR(ApplyOptimizerKnobs(std::prev(it)->second));
+      std::fprintf(stderr, "dial-train: starting at step 0 (%zu replica%s, %s)\n",
+                   replicas_.size(), replicas_.size() == 1 ? "" : "s",
+                   replicas_[0].device.str().c_str());
     }
     return Loop(step);
   }
 
+  absl::StatusOr<std::map<std::string, double>> EvaluateOnly(
+      const std::string& split, const std::string& predictions_path) {
+    if (ctx_.restore_checkpoint.empty()) {
+      return absl::InvalidArgumentError("evaluation needs a checkpoint id");
+    }
+    DIAL_RETURN_IF_ERROR(Setup(/*with_test=*/split == "test").status());
+    const Split& s = split == "test" ? data_.test : data_.val;
+    EvalResult r = Evaluate(replicas_[0].net, s, EvalBatch(),
+                            replicas_[0].device, precision_,
+                            !predictions_path.empty());
+    if (!predictions_path.empty()) {
+      std::ofstream out(predictions_path, std::ios::trunc);
+      out << r.predictions_csv;
+      if (!out.flush()) {
+        return absl::InvalidArgumentError("cannot write " + predictions_path);
+      }
+    }
+    return std::map<std::string, double>{
+        {split + "_loss", r.loss},
+        {split + "_accuracy", r.accuracy},
+        {split + "_examples", static_cast<double>(r.examples)}};
+  }
+
  private:
+  int64_t EvalBatch() const { return std::max(c_.eval_batch_size, c_.batch_size); }
+
+  // Loads weights and optimiser state into every replica.
+  absl::Status LoadModel(std::map<std::string, std::string>& files,
+                         const std::string& id) {
+    if (!files.count("model.pt") || !files.count("optimizer.pt")) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", id, " has no model or optimizer"));
+    }
+    for (auto& rep : replicas_) {
+      std::istringstream model(files["model.pt"]);
+      torch::load(rep.net, model, rep.device);
+      std::istringstream optim(files["optimizer.pt"]);
+      torch::load(*rep.optimizer, optim, rep.device);
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<int64_t> Restore(const std::string& id) {
     if (!store_) {
       return absl::InvalidArgumentError(
           "restoring a checkpoint needs a checkpoint root");
     }
     DIAL_ASSIGN_OR_RETURN(auto files, store_->Read(id));
-    for (const char* name : {"model.pt", "optimizer.pt", "rng.pt", "step"}) {
-      if (!files.count(name)) {
-        return absl::DataLossError(
-            absl::StrCat("checkpoint ", id, " has no ", name));
-      }
+    if (!files.count("step") || !files.count("rng.pt")) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", id, " has no step or rng state"));
     }
-    std::istringstream model(files["model.pt"]);
-    torch::load(net_, model);
-    std::istringstream optim(files["optimizer.pt"]);
-    torch::load(*optimizer_, optim);
+    DIAL_RETURN_IF_ERROR(LoadModel(files, id));
     std::istringstream rng(files["rng.pt"]);
-    torch::Tensor state;
-    torch::load(state, rng);
-    auto gen = at::detail::getDefaultCPUGenerator();
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(state);
+    std::vector<torch::Tensor> states;
+    torch::load(states, rng);
+    if (states.size() == replicas_.size()) {
+      for (size_t r = 0; r < states.size(); ++r) {
+        auto& gen = replicas_[r].generator;
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(states[r]);
+      }
+    } else {
+      std::fprintf(stderr,
+                   "dial-train: checkpoint %s has %zu replicas' dropout "
+                   "streams, this run %zu: dropout starts fresh streams\n",
+                   id.c_str(), states.size(), replicas_.size());
     }
-    last_checkpoint_step_ = std::stoll(files["step"]);
+    if (files.count("scaler")) DIAL_RETURN_IF_ERROR(scaler_->Load(files["scaler"]));
+    if (!absl::SimpleAtoi(files["step"], &last_checkpoint_step_)) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", id, ": bad step"));
+    }
     return last_checkpoint_step_;
   }
 
@@ -343,21 +419,14 @@ class Run {
       return absl::FailedPreconditionError("EXPLOIT needs a checkpoint root");
     }
     DIAL_ASSIGN_OR_RETURN(auto files, store_->Read(decision.checkpoint));
-    if (!files.count("model.pt") || !files.count("optimizer.pt")) {
-      return absl::DataLossError(absl::StrCat(
-          "checkpoint ", decision.checkpoint, " has no model or optimizer"));
-    }
-    std::istringstream model(files["model.pt"]);
-    torch::load(net_, model);
-    std::istringstream optim(files["optimizer.pt"]);
-    torch::load(*optimizer_, optim);
+    DIAL_RETURN_IF_ERROR(LoadModel(files, decision.checkpoint));
     DIAL_RETURN_IF_ERROR(ApplyOptimizerKnobs(decision.params));
     std::fprintf(stderr, "dial-train: exploited checkpoint %s (lr %g)\n",
                  decision.checkpoint.c_str(), c_.lr);
     return absl::OkStatus();
   }
 
-  // Changes lr, momentum and weight_decay of the live optimiser.
+  // Changes lr, momentum and weight_decay of the live optimisers.
   absl::Status ApplyOptimizerKnobs(const google::protobuf::Struct& params) {
     for (const auto& [name, value] : params.fields()) {
       DIAL_RETURN_IF_ERROR(CheckKnob("params." + name, name, value));
@@ -365,15 +434,14 @@ class Run {
       if (name == "momentum") c_.momentum = value.number_value();
       if (name == "weight_decay") c_.weight_decay = value.number_value();
     }
-    SetOptimizerKnobs(*optimizer_, c_.optimizer, c_.lr, c_.momentum,
-                      c_.weight_decay);
     return absl::OkStatus();
   }
 
   // "STEP:{json};STEP:{json}" -> step -> knobs.
   absl::Status ParseSchedule() {
     if (c_.schedule.empty()) return absl::OkStatus();
-    for (absl::string_view part : absl::StrSplit(c_.schedule, ';', absl::SkipEmpty())) {
+    for (absl::string_view part :
+         absl::StrSplit(c_.schedule, ';', absl::SkipEmpty())) {
       const size_t colon = part.find(':');
       int64_t step;
       google::protobuf::Struct knobs;
@@ -390,24 +458,45 @@ class Run {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<std::string> Checkpoint(int64_t step) {
+  // Batch-norm running statistics (and any other float buffers) averaged
+  // over the replicas, so evaluation and checkpoints see all the data.
+  void AverageBuffers() {
+    if (replicas_.size() < 2) return;
+    std::vector<std::vector<torch::Tensor>> buffers;
+    for (auto& rep : replicas_) {
+      buffers.emplace_back();
+      for (auto& b : rep.net->buffers()) {
+        if (b.is_floating_point()) buffers.back().push_back(b);
+      }
+    }
+    torch::NoGradGuard no_grad;
+    AllReduceSum(buffers);
+    for (auto& per_replica : buffers) {
+      for (auto& b : per_replica) b.div_(static_cast<double>(replicas_.size()));
+    }
+  }
+
+  absl::StatusOr<std::string> Checkpoint(int64_t step,
+                                         const std::string& predictions) {
     if (!store_) return std::string();
     if (step == last_checkpoint_step_) {
       return storage::CheckpointStore::MakeId(ctx_.study, ctx_.trial, step);
     }
+    Replica& lead = replicas_[0];
     std::map<std::string, std::string> files;
     files["model.pt"] =
-        Serialize([&](std::ostream& out) { torch::save(net_, out); });
+        Serialize([&](std::ostream& out) { torch::save(lead.net, out); });
     files["optimizer.pt"] =
-        Serialize([&](std::ostream& out) { torch::save(*optimizer_, out); });
-    torch::Tensor state;
-    {
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      state = gen.get_state();
+        Serialize([&](std::ostream& out) { torch::save(*lead.optimizer, out); });
+    std::vector<torch::Tensor> states;
+    for (auto& rep : replicas_) {
+      std::lock_guard<std::mutex> lock(rep.generator.mutex());
+      states.push_back(rep.generator.get_state());
     }
     files["rng.pt"] =
-        Serialize([&](std::ostream& out) { torch::save(state, out); });
+        Serialize([&](std::ostream& out) { torch::save(states, out); });
+    if (scaler_->enabled()) files["scaler"] = scaler_->Save();
+    if (!predictions.empty()) files["predictions.csv"] = predictions;
     files["step"] = std::to_string(step);
     auto info = store_->Write(ctx_.study, ctx_.trial, step, files);
     if (absl::IsAlreadyExists(info.status())) {
@@ -419,58 +508,94 @@ class Run {
     return info->id;
   }
 
+  // One optimisation step over the global batch: each replica takes its
+  // share, gradients are summed across replicas (each replica's loss is
+  // weighted by its share, so the sum is the gradient of the global mean),
+  // then every replica unscales, clips and steps identically.
+  void Step(int64_t step, const Batch& batch) {
+    const int64_t n = static_cast<int64_t>(replicas_.size());
+    const int64_t per = c_.batch_size / n, extra = c_.batch_size % n;
+    const double lr = LearningRate(c_, step);
+    pool_->Run([&](int r) {
+      Replica& rep = replicas_[r];
+      const int64_t from = r * per + std::min<int64_t>(r, extra);
+      const int64_t size = per + (r < extra ? 1 : 0);
+      auto x = batch.x.slice(0, from, from + size).to(rep.device, true);
+      auto y = batch.y.slice(0, from, from + size).to(rep.device, true);
+      rep.optimizer->zero_grad();
+      torch::Tensor out;
+      {
+        AutocastScope autocast(rep.device, precision_);
+        out = rep.net->forward(x);
+      }
+      auto loss = torch::nn::functional::cross_entropy(
+          out.to(torch::kFloat32), y,
+          torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(
+              c_.label_smoothing));
+      if (n > 1) loss = loss * (double(size) / double(c_.batch_size));
+      scaler_->Scale(loss).backward();
+      rep.loss_sum += loss.detach().to(torch::kFloat64);
+    });
+    if (n > 1) {
+      std::vector<std::vector<torch::Tensor>> grads;
+      for (auto& rep : replicas_) grads.push_back(Grads(*rep.net));
+      AllReduceSum(grads);
+    }
+    pool_->Run([&](int r) {
+      Replica& rep = replicas_[r];
+      auto grads = Grads(*rep.net);
+      rep.finite = scaler_->Unscale(grads);
+      if (!rep.finite) return;  // fp16 overflow: skip this step
+      if (c_.grad_clip > 0) ClipGradNorm(grads, c_.grad_clip);
+      // The schedule is a function of the step, so resumes continue exactly.
+      SetOptimizerKnobs(*rep.optimizer, c_.optimizer, lr, c_.momentum,
+                        c_.weight_decay);
+      rep.optimizer->step();
+    });
+    scaler_->Update(replicas_[0].finite);
+  }
+
+  double TakeTrainLoss(int64_t steps) {
+    double sum = 0;
+    for (auto& rep : replicas_) {
+      sum += rep.loss_sum.item<double>();
+      rep.loss_sum.zero_();
+    }
+    return steps > 0 ? sum / double(steps) : NAN;
+  }
+
   absl::StatusOr<RunResult> Loop(int64_t step) {
     RunResult result;
     result.last_step = step;
-    const int64_t n = data_.train.x.size(0);
-    const int64_t per_epoch = std::max<int64_t>(1, n / c_.batch_size);
-    int64_t epoch = -1;
-    torch::Tensor order;
-    torch::Tensor loss_sum = torch::zeros({}, torch::kFloat64);
+    pool_ = std::make_unique<ReplicaPool>(static_cast<int>(replicas_.size()),
+                                          threads_per_replica_);
+    Prefetcher input(data_.train, c_.seed, c_.batch_size, step + 1, c_.steps,
+                     static_cast<int>(c_.prefetch),
+                     !replicas_[0].device.is_cpu());
+    const int64_t per_epoch =
+        std::max<int64_t>(1, data_.train.x.size(0) / c_.batch_size);
     int64_t loss_steps = 0;
     double train_seconds = 0;
     auto started = std::chrono::steady_clock::now();
-    net_->train();
+    for (auto& rep : replicas_) rep.net->train();
     while (step < c_.steps) {
       if (auto it = schedule_.find(step); it != schedule_.end()) {
         DIAL_RETURN_IF_ERROR(ApplyOptimizerKnobs(it->second));
       }
       if (ctx_.interrupt && ctx_.interrupt->load()) {
         // Asked to stop (e.g. the worker shuts down): save and report.
-        DIAL_ASSIGN_OR_RETURN(std::string id, Checkpoint(step));
+        AverageBuffers();
+        DIAL_ASSIGN_OR_RETURN(std::string id, Checkpoint(step, ""));
         Report report;
         report.step = step;
         report.checkpoint = id;
-        report.metrics["train_loss"] =
-            loss_steps ? loss_sum.item<double>() / loss_steps : NAN;
-        if (step > 0) (void)sink_.OnReport(report);
+        report.metrics["train_loss"] = TakeTrainLoss(loss_steps);
+        if (step > 0) (void)sink_->OnReport(report);
         result.interrupted = true;
         return result;
       }
       ++step;
-      const int64_t e = (step - 1) / per_epoch;
-      if (e != epoch) {
-        epoch = e;
-        order = EpochOrder(c_.seed, epoch, n);
-      }
-      const int64_t b = (step - 1) % per_epoch;
-      auto ids = order.slice(0, b * c_.batch_size, (b + 1) * c_.batch_size);
-      auto x = data_.train.x.index_select(0, ids);
-      auto y = data_.train.y.index_select(0, ids);
-      // The schedule is a function of the step, so resumes continue exactly.
-      SetOptimizerKnobs(*optimizer_, c_.optimizer, LearningRate(c_, step),
-                        c_.momentum, c_.weight_decay);
-      optimizer_->zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(
-          net_->forward(x), y,
-          torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(
-              c_.label_smoothing));
-      loss.backward();
-      if (c_.grad_clip > 0) {
-        torch::nn::utils::clip_grad_norm_(net_->parameters(), c_.grad_clip);
-      }
-      optimizer_->step();
-      loss_sum += loss.detach().to(torch::kFloat64);
+      Step(step, input.Next());
       ++loss_steps;
 
       if (step % c_.eval_every != 0 && step != c_.steps) continue;
@@ -479,22 +604,34 @@ class Run {
                            .count();
       Report report;
       report.step = step;
-      auto [val_loss, val_accuracy] =
-          Evaluate(net_, data_.val, c_.eval_batch_size);
-      report.metrics["train_loss"] = loss_sum.item<double>() / loss_steps;
-      report.metrics["val_loss"] = val_loss;
-      report.metrics["val_accuracy"] = val_accuracy;
-      report.metrics["epoch"] = static_cast<double>(step) / per_epoch;
+      report.metrics["train_loss"] = TakeTrainLoss(loss_steps);
+      AverageBuffers();
+      const bool checkpoint = c_.checkpoint_every == 0 ||
+                              step % c_.checkpoint_every == 0 ||
+                              step == c_.steps;
+      EvalResult val =
+          Evaluate(replicas_[0].net, data_.val, EvalBatch(), replicas_[0].device,
+                   precision_, checkpoint && store_ && c_.save_predictions);
+      report.metrics["val_loss"] = val.loss;
+      report.metrics["val_accuracy"] = val.accuracy;
+      report.metrics["epoch"] = static_cast<double>(step) / double(per_epoch);
       report.metrics["lr"] = LearningRate(c_, step);
       report.metrics["samples_per_s"] =
-          train_seconds > 0 ? loss_steps * c_.batch_size / train_seconds : 0;
-      if (c_.checkpoint_every == 0 || step % c_.checkpoint_every == 0 ||
-          step == c_.steps) {
-        DIAL_ASSIGN_OR_RETURN(report.checkpoint, Checkpoint(step));
+          train_seconds > 0 ? double(loss_steps * c_.batch_size) / train_seconds
+                            : 0;
+      report.metrics["input_wait"] =
+          train_seconds > 0 ? input.TakeWaitSeconds() / train_seconds : 0;
+      if (scaler_->enabled()) {
+        report.metrics["loss_scale"] = scaler_->scale();
+        report.metrics["skipped_steps"] = double(scaler_->skipped_steps());
+      }
+      if (checkpoint) {
+        DIAL_ASSIGN_OR_RETURN(report.checkpoint,
+                              Checkpoint(step, val.predictions_csv));
       }
       result.last_step = step;
       result.final_metrics = report.metrics;
-      DIAL_ASSIGN_OR_RETURN(Decision decision, sink_.OnReport(report));
+      DIAL_ASSIGN_OR_RETURN(Decision decision, sink_->OnReport(report));
       if (decision.action == Action::kExploit) {
         DIAL_RETURN_IF_ERROR(Exploit(decision));
         ++result.exploits;
@@ -502,7 +639,6 @@ class Run {
         result.stopped = true;
         return result;
       }
-      loss_sum.zero_();
       loss_steps = 0;
       train_seconds = 0;
       started = std::chrono::steady_clock::now();
@@ -512,23 +648,26 @@ class Run {
       // final evaluation is all that is left.
       Report report;
       report.step = step;
-      auto [val_loss, val_accuracy] =
-          Evaluate(net_, data_.val, c_.eval_batch_size);
-      report.metrics["val_loss"] = val_loss;
-      report.metrics["val_accuracy"] = val_accuracy;
-      DIAL_ASSIGN_OR_RETURN(report.checkpoint, Checkpoint(step));
+      EvalResult val = Evaluate(replicas_[0].net, data_.val, EvalBatch(),
+                                replicas_[0].device, precision_, false);
+      report.metrics["val_loss"] = val.loss;
+      report.metrics["val_accuracy"] = val.accuracy;
+      DIAL_ASSIGN_OR_RETURN(report.checkpoint, Checkpoint(step, ""));
       result.final_metrics = report.metrics;
-      DIAL_RETURN_IF_ERROR(sink_.OnReport(report).status());
+      DIAL_RETURN_IF_ERROR(sink_->OnReport(report).status());
     }
     return result;
   }
 
   TrainerConfig c_;  // a copy: EXPLOIT changes optimiser knobs in place
   const RunContext& ctx_;
-  ReportSink& sink_;
+  ReportSink* sink_;
+  const Precision precision_;
+  int threads_per_replica_ = 1;
   Data data_;
-  torch::nn::Sequential net_{nullptr};
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::vector<Replica> replicas_;
+  std::unique_ptr<ReplicaPool> pool_;
+  std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<storage::FileCheckpointStore> store_;
   int64_t last_checkpoint_step_ = -1;
   std::map<int64_t, google::protobuf::Struct> schedule_;
@@ -538,11 +677,25 @@ class Run {
 
 absl::StatusOr<RunResult> Train(const TrainerConfig& config,
                                 const RunContext& context, ReportSink& sink) {
-
   try {
-    Run run(config, context, sink);
-    return run.Go();
+    Run run(config, context, &sink);
+    return run.Train();
   } catch (const std::exception& e) {  // c10::Error and std::runtime_error
+    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::map<std::string, double>> EvaluateCheckpoint(
+    const TrainerConfig& config, const RunContext& context,
+    const std::string& split, const std::string& predictions_path) {
+  if (split != "test" && split != "val") {
+    return absl::InvalidArgumentError("split must be test or val, got '" +
+                                      split + "'");
+  }
+  try {
+    Run run(config, context, nullptr);
+    return run.EvaluateOnly(split, predictions_path);
+  } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
   }
 }

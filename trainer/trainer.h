@@ -1,5 +1,6 @@
 // The built-in trainer: builds a model from a TrainerConfig, trains it on
-// Fashion-MNIST or synthetic data, evaluates every `eval_every` steps,
+// Fashion-MNIST or synthetic data with one or more data-parallel replicas,
+// evaluates on a validation split every `eval_every` steps,
 // checkpoints through the CheckpointStore layout, resumes exactly from a
 // checkpoint, and hands each evaluation to a ReportSink that answers with the
 // scheduler's decision. This header is torch-free; LibTorch stays in
@@ -65,5 +66,15 @@ struct RunResult {
 // INTERNAL for LibTorch errors, with their message.
 absl::StatusOr<RunResult> Train(const TrainerConfig& config,
                                 const RunContext& context, ReportSink& sink);
+
+// Loads the weights of `context.restore_checkpoint` and evaluates them on
+// `split`: "test" (the held-out split, which training never touches) or
+// "val". Metrics: <split>_loss, <split>_accuracy, <split>_examples. When
+// `predictions_path` is not empty, writes one CSV row per example there
+// (index, label, prediction, confidence). INVALID_ARGUMENT for a bad split,
+// knobs or data; NOT_FOUND / DATA_LOSS for a bad checkpoint.
+absl::StatusOr<std::map<std::string, double>> EvaluateCheckpoint(
+    const TrainerConfig& config, const RunContext& context,
+    const std::string& split, const std::string& predictions_path);
 
 }  // namespace dial::trainer

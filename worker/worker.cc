@@ -23,26 +23,6 @@ bool Retryable(const absl::Status& s) {
          absl::IsResourceExhausted(s) || absl::IsAborted(s);
 }
 
-std::string ParamsJson(const v1::Trial& trial) {
-  google::protobuf::Struct params;
-  for (const auto& [name, value] : trial.params()) {
-    auto& v = (*params.mutable_fields())[name];
-    switch (value.value_case()) {
-      case v1::ParamValue::kDoubleValue:
-        v.set_number_value(value.double_value());
-        break;
-      case v1::ParamValue::kIntValue:
-        v.set_number_value(static_cast<double>(value.int_value()));
-        break;
-      default:
-        v.set_string_value(value.string_value());
-    }
-  }
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(params, &out);
-  return out;
-}
-
 const char* ActionName(v1::Decision::Action action) {
   switch (action) {
     case v1::Decision::STOP:
@@ -280,7 +260,7 @@ void Worker::RunTrial(const std::string& worker_id,
   p.env[kEnvStudy] = trial.study();
   p.env[kEnvTrial] = std::to_string(trial.number());
   p.env[kEnvAttempt] = std::to_string(a.attempt());
-  p.env[kEnvTrialParams] = ParamsJson(trial);
+  p.env[kEnvTrialParams] = ParamsJson(trial.params());
   p.env[kEnvCheckpointRoot] = options_.checkpoint_root;
   p.env[kEnvCheckpointDir] = absl::StrCat(options_.checkpoint_root, "/",
                                           trial.study(), "/", trial.number());
@@ -369,9 +349,7 @@ void Worker::RunTrial(const std::string& worker_id,
         break;
       }
       out.checkpoint = copy->id;
-      v1::Trial changed;
-      *changed.mutable_params() = decision.new_params();
-      out.params_json = ParamsJson(changed);
+      out.params_json = ParamsJson(decision.new_params());
     }
     if (!(*process)->WriteLine(EncodeDecision(out)).ok()) break;
     if (decision.action() == v1::Decision::STOP ||

@@ -88,13 +88,7 @@ int main(int argc, char** argv) {
   options.host = absl::GetFlag(FLAGS_host);
   options.trainer_path = absl::GetFlag(FLAGS_trainer);
   if (options.trainer_path.empty()) {
-    std::error_code ec;
-    fs::path self = fs::read_symlink("/proc/self/exe", ec);
-    fs::path sibling = self.parent_path() / "dial-train";
-    fs::path built = self.parent_path().parent_path() / "trainer" / "dial-train";
-    options.trainer_path = fs::exists(sibling) ? sibling.string()
-                           : fs::exists(built) ? built.string()
-                                               : "dial-train";
+    options.trainer_path = dial::DefaultTrainerPath();
   }
   std::error_code ec;
   fs::create_directories(absl::GetFlag(FLAGS_work_dir), ec);

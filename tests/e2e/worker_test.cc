@@ -129,6 +129,19 @@ TEST_F(WorkerE2eTest, TwoWorkersRunAFourTrialStudyToCompletion) {
   }
   EXPECT_EQ(hosts, (std::set<std::string>{"wa", "wb"}));
   EXPECT_TRUE(fs::exists(dir_ / "ckpt/synthetic/0/300/MANIFEST"));
+
+  // The final evaluation on the held-out test split, and only there.
+  google::protobuf::Struct test;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  Dialctl("--json trials evaluate synthetic 0 "
+                          "--trainer=" DIAL_TRAIN_BIN " --checkpoint-root=" +
+                          (dir_ / "ckpt").string()),
+                  &test)
+                  .ok());
+  EXPECT_EQ(test.fields().at("checkpoint").string_value(), "synthetic/0/300");
+  EXPECT_EQ(test.fields().at("test_examples").number_value(), 1024);
+  EXPECT_GT(test.fields().at("test_accuracy").number_value(), 0.25);
+  EXPECT_FALSE(listed.trials(0).final_metrics().count("test_accuracy"));
 }
 
 TEST_F(WorkerE2eTest, APythonCommandTrialRunsToCompletion) {

@@ -8,56 +8,20 @@
 #include <zlib.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "absl/strings/str_split.h"
+
+#include "storage/checkpoint_store.h"
+#include "tests/trainer/test_util.h"
 #include "trainer/idx.h"
 #include "trainer/lr_schedule.h"
 
 namespace dial::trainer {
 namespace {
 
-namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-class Recorder : public ReportSink {
- public:
-  explicit Recorder(int64_t stop_at = -1) : stop_at_(stop_at) {}
-  absl::StatusOr<Decision> OnReport(const Report& report) override {
-    reports.push_back(report);
-    return report.step == stop_at_ ? Action::kStop : Action::kContinue;
-  }
-  std::vector<Report> reports;
-
- private:
-  int64_t stop_at_;
-};
-
-google::protobuf::Struct Knobs(
-    std::initializer_list<std::pair<const char*, double>> numbers,
-    std::initializer_list<std::pair<const char*, const char*>> strings = {}) {
-  google::protobuf::Struct s;
-  (*s.mutable_fields())["dataset"].set_string_value("synthetic");
-  for (const auto& [k, v] : numbers) (*s.mutable_fields())[k].set_number_value(v);
-  for (const auto& [k, v] : strings) (*s.mutable_fields())[k].set_string_value(v);
-  return s;
-}
-
-TrainerConfig Config(const google::protobuf::Struct& knobs) {
-  auto config = ResolveTrainerConfig(knobs, {});
-  EXPECT_TRUE(config.ok()) << config.status();
-  return *config;
-}
-
-class TrainerTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("dial-trainer-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  fs::path root_;
-};
 
 TEST_F(TrainerTest, TrainingLowersTheLossOnSyntheticData) {
   TrainerConfig c = Config(Knobs({{"steps", 300}, {"eval_every", 50},
@@ -161,6 +125,154 @@ TEST_F(TrainerTest, CnnTrainsAndResumesExactlyWithBatchNorm) {
   Recorder none;
   EXPECT_THAT(Train(Config(odd), RunContext{}, none).status().message(),
               HasSubstr("square images"));
+}
+
+TEST_F(TrainerTest, ResNetTrainsAndResumesExactly) {
+  google::protobuf::Struct knobs =
+      Knobs({{"steps", 200}, {"eval_every", 50}, {"batch_size", 32},
+             {"synthetic_features", 64}, {"channels", 4}, {"blocks", 1},
+             {"dropout", 0.2}, {"seed", 6}},
+            {{"model", "resnet"}});
+  Recorder sink;
+  auto result = Train(Config(knobs), RunContext{}, sink);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_LT(sink.reports.back().metrics.at("train_loss"),
+            sink.reports.front().metrics.at("train_loss"));
+  ExpectExactResume(root_, knobs);
+}
+
+TEST_F(TrainerTest, ResumeIsExactWithTwoReplicasAndDropout) {
+  ExpectExactResume(root_, Knobs({{"steps", 200}, {"eval_every", 50},
+                                  {"batch_size", 32}, {"dropout", 0.3},
+                                  {"replicas", 2}, {"seed", 3}}));
+}
+
+TEST_F(TrainerTest, Bf16AutocastTrainsOnTheCpu) {
+  auto run = [&](const char* precision) {
+    Recorder sink;
+    auto result = Train(Config(Knobs({{"steps", 200}, {"eval_every", 100},
+                                      {"batch_size", 64}, {"units", 64}},
+                                     {{"precision", precision}})),
+                        RunContext{}, sink);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return sink.reports;
+  };
+  auto bf16 = run("bf16"), fp32 = run("fp32");
+  ASSERT_EQ(bf16.size(), 2u);
+  EXPECT_LT(bf16[1].metrics.at("train_loss"), bf16[0].metrics.at("train_loss"));
+  EXPECT_GT(bf16[1].metrics.at("val_accuracy"), 0.5);
+  // Autocast really ran: bf16 matmuls round differently from fp32 ones.
+  EXPECT_GT(std::abs(bf16[1].metrics.at("train_loss") -
+                     fp32[1].metrics.at("train_loss")),
+            1e-6);
+}
+
+TEST_F(TrainerTest, APartialLastEvalBatchGivesTheExactMean) {
+  // 1000 examples: 100 validate. Batches of 7 leave a last batch of 2.
+  auto val = [&](double eval_batch) {
+    Recorder sink;
+    auto result = Train(Config(Knobs({{"steps", 30}, {"eval_every", 30},
+                                      {"batch_size", 7},
+                                      {"synthetic_samples", 1000},
+                                      {"eval_batch_size", eval_batch}})),
+                        RunContext{}, sink);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return sink.reports.back().metrics;
+  };
+  auto small = val(7), whole = val(1000);
+  // Float rounding differs with the batch shape; a wrongly weighted last
+  // batch would be off by about 1e-2.
+  EXPECT_NEAR(small.at("val_loss"), whole.at("val_loss"), 1e-6);
+  EXPECT_DOUBLE_EQ(small.at("val_accuracy"), whole.at("val_accuracy"));
+}
+
+TEST_F(TrainerTest, PrefetchDepthDoesNotChangeTraining) {
+  auto run = [&](double depth) {
+    Recorder sink;
+    auto result = Train(Config(Knobs({{"steps", 120}, {"eval_every", 40},
+                                      {"batch_size", 16}, {"prefetch", depth}})),
+                        RunContext{}, sink);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return sink.reports;
+  };
+  auto shallow = run(1), deep = run(16);
+  ASSERT_EQ(shallow.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(shallow[i].metrics.at("train_loss"), deep[i].metrics.at("train_loss"));
+    EXPECT_EQ(shallow[i].metrics.at("val_loss"), deep[i].metrics.at("val_loss"));
+    EXPECT_GE(deep[i].metrics.at("input_wait"), 0.0);
+    EXPECT_LE(deep[i].metrics.at("input_wait"), 1.0);
+  }
+}
+
+TEST_F(TrainerTest, ValidationComesFromTrainingDataAndTestOnlyFromEvaluate) {
+  TrainerConfig c = Config(Knobs({{"steps", 60}, {"eval_every", 60},
+                                  {"batch_size", 32}, {"synthetic_samples", 2000},
+                                  {"val_fraction", 0.2},
+                                  {"save_predictions", 1}}));
+  RunContext ctx;
+  ctx.checkpoint_root = root_.string();
+  Recorder sink;
+  ASSERT_TRUE(Train(c, ctx, sink).ok());
+  const Report& last = sink.reports.back();
+  ASSERT_FALSE(last.checkpoint.empty());
+  // 1 epoch = 1600 / 32 = 50 steps: the other 400 examples validate.
+  EXPECT_DOUBLE_EQ(last.metrics.at("epoch"), 60.0 / 50.0);
+
+  ctx.restore_checkpoint = last.checkpoint;
+  auto val = EvaluateCheckpoint(c, ctx, "val", "");
+  ASSERT_TRUE(val.ok()) << val.status();
+  EXPECT_EQ(val->at("val_examples"), 400);
+  EXPECT_NEAR(val->at("val_loss"), last.metrics.at("val_loss"), 1e-9);
+  const std::string csv = (root_ / "test.csv").string();
+  auto test = EvaluateCheckpoint(c, ctx, "test", csv);
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ(test->at("test_examples"), 500);  // a quarter of the samples
+  EXPECT_GT(test->at("test_accuracy"), 0.4);
+
+  // Predictions: one row per example, agreeing with the accuracy.
+  auto check_csv = [](const std::string& content, double accuracy, int rows) {
+    std::istringstream in(content);
+    std::string line;
+    std::getline(in, line);
+    EXPECT_EQ(line, "index,label,prediction,confidence");
+    int n = 0, right = 0;
+    while (std::getline(in, line)) {
+      std::vector<std::string> f = absl::StrSplit(line, ',');
+      ASSERT_EQ(f.size(), 4u) << line;
+      right += f[1] == f[2];
+      ++n;
+    }
+    EXPECT_EQ(n, rows);
+    EXPECT_DOUBLE_EQ(double(right) / n, accuracy);
+  };
+  std::ifstream file(csv);
+  check_csv(std::string(std::istreambuf_iterator<char>(file), {}),
+            test->at("test_accuracy"), 500);
+  auto store = storage::FileCheckpointStore::Create({root_.string()});
+  ASSERT_TRUE(store.ok());
+  auto files = (*store)->Read(last.checkpoint);
+  ASSERT_TRUE(files.ok()) << files.status();
+  check_csv((*files)["predictions.csv"], last.metrics.at("val_accuracy"), 400);
+
+  EXPECT_EQ(EvaluateCheckpoint(c, ctx, "train", "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TrainerConfigTest, UnusableCombinationsFailWithTheReason) {
+  auto fails = [](google::protobuf::Struct knobs, const char* why) {
+    Recorder sink;
+    auto result = Train(Config(knobs), RunContext{}, sink);
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(result.status().message(), HasSubstr(why));
+    EXPECT_TRUE(sink.reports.empty());
+  };
+  fails(Knobs({}, {{"precision", "fp16"}}), "fp16 needs a CUDA device");
+  fails(Knobs({{"replicas", 4}, {"batch_size", 2}}), "smaller than replicas 4");
+  fails(Knobs({{"synthetic_features", 16}}, {{"model", "resnet"}}),
+        "at least 8x8");
+  fails(Knobs({{"synthetic_features", 30}}, {{"model", "resnet"}}),
+        "square images");
 }
 
 TEST(LearningRateTest, SchedulesGiveTheDocumentedRates) {

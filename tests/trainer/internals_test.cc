@@ -1,0 +1,126 @@
+// The trainer's LibTorch internals: data parallelism against a single
+// replica, weight for weight, and the fp16 loss scaler.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "storage/checkpoint_store.h"
+#include "tests/trainer/test_util.h"
+#include "trainer/internal.h"
+
+namespace dial::trainer {
+namespace {
+
+// The parameters saved in checkpoint `id`, loaded into a fresh model.
+std::vector<torch::Tensor> SavedWeights(const fs::path& root,
+                                        const TrainerConfig& c,
+                                        const std::string& id) {
+  auto store = storage::FileCheckpointStore::Create({root.string()});
+  EXPECT_TRUE(store.ok());
+  auto files = (*store)->Read(id);
+  EXPECT_TRUE(files.ok()) << files.status();
+  auto net = BuildModel(c, c.synthetic_features, c.synthetic_classes,
+                        at::detail::createCPUGenerator());
+  EXPECT_TRUE(net.ok());
+  std::istringstream in((*files)["model.pt"]);
+  torch::load(*net, in);
+  return (*net)->parameters();
+}
+
+// 2 replicas with B/2 each (and 3 with an uneven 11/11/10 split) end 50
+// steps with the weights of 1 replica with the whole batch B.
+TEST_F(TrainerTest, ReplicasWithShardsMatchOneReplicaWithTheWholeBatch) {
+  for (const char* optimizer : {"sgd", "adam"}) {
+    SCOPED_TRACE(optimizer);
+    auto weights = [&](int replicas, double dropout = 0) {
+      TrainerConfig c = Config(Knobs({{"steps", 50}, {"eval_every", 50},
+                                      {"batch_size", 32}, {"units", 32},
+                                      {"lr", 0.02}, {"grad_clip", 5.0},
+                                      {"replicas", replicas}, {"threads", 2},
+                                      {"dropout", dropout}, {"seed", 11}},
+                                     {{"optimizer", optimizer}}));
+      const fs::path root = root_ / absl::StrCat(optimizer, replicas, dropout);
+      RunContext ctx;
+      ctx.checkpoint_root = root.string();
+      ctx.threads = 2;
+      Recorder sink;
+      auto result = Train(c, ctx, sink);
+      EXPECT_TRUE(result.ok()) << result.status();
+      return SavedWeights(root, c, sink.reports.back().checkpoint);
+    };
+    auto one = weights(1), two = weights(2), three = weights(3);
+    ASSERT_EQ(one.size(), two.size());
+    for (size_t i = 0; i < one.size(); ++i) {
+      EXPECT_LT((one[i] - two[i]).abs().max().item<double>(), 1e-5) << i;
+      EXPECT_LT((one[i] - three[i]).abs().max().item<double>(), 1e-5) << i;
+    }
+    // The replicas really ran apart: with dropout, each draws its own
+    // masks, so 2 replicas no longer follow 1.
+    auto one_dropout = weights(1, 0.5), two_dropout = weights(2, 0.5);
+    EXPECT_GT((one_dropout[0] - two_dropout[0]).abs().max().item<double>(), 1e-4);
+  }
+}
+
+// A tiny regression trained with the scaler: an inf injected into the
+// gradients of one step skips that step (weights unchanged) and halves the
+// scale; training then goes on, and the scale grows back after a run of
+// good steps.
+TEST(LossScalerTest, SkipsAStepWithAnInfAndRecovers) {
+  torch::manual_seed(1);
+  torch::nn::Linear model(4, 1);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  LossScaler::Options options;
+  options.init_scale = 1024;
+  options.growth_interval = 5;
+  LossScaler scaler(/*enabled=*/true, options);
+  auto x = torch::randn({64, 4});
+  auto y = x.matmul(torch::tensor({1.0f, -2.0f, 0.5f, 3.0f})).unsqueeze(1);
+  std::vector<double> losses;
+  for (int step = 1; step <= 20; ++step) {
+    optimizer.zero_grad();
+    auto loss = torch::mse_loss(model->forward(x), y);
+    losses.push_back(loss.item<double>());
+    scaler.Scale(loss).backward();
+    if (step == 3) model->weight.grad()[0][0] = INFINITY;
+    std::vector<torch::Tensor> grads;
+    for (auto& p : model->parameters()) grads.push_back(p.grad());
+    auto before = model->weight.clone();
+    const bool finite = scaler.Unscale(grads);
+    if (finite) optimizer.step();
+    scaler.Update(finite);
+    if (step == 3) {
+      EXPECT_FALSE(finite);
+      EXPECT_TRUE(torch::equal(before, model->weight));  // skipped
+      EXPECT_EQ(scaler.scale(), 512);
+      EXPECT_EQ(scaler.skipped_steps(), 1);
+    } else {
+      EXPECT_TRUE(finite) << step;
+      EXPECT_FALSE(torch::equal(before, model->weight)) << step;
+    }
+  }
+  // Five good steps after the skip (4..8) doubled the scale, and 5 more
+  // (9..13) and 5 more (14..18) again.
+  EXPECT_EQ(scaler.scale(), 512.0 * 8);
+  EXPECT_LT(losses.back(), 0.1 * losses.front());
+  // Unscaled gradients are the true ones.
+  optimizer.zero_grad();
+  scaler.Scale(torch::mse_loss(model->forward(x), y)).backward();
+  auto scaled = model->weight.grad().clone();
+  ASSERT_TRUE(scaler.Unscale({model->weight.grad()}));
+  EXPECT_TRUE(torch::allclose(model->weight.grad() * scaler.scale(), scaled));
+  // State round-trips through a checkpoint.
+  LossScaler restored(true, options);
+  ASSERT_TRUE(restored.Load(scaler.Save()).ok());
+  EXPECT_EQ(restored.scale(), scaler.scale());
+  EXPECT_EQ(restored.skipped_steps(), 1);
+  EXPECT_FALSE(restored.Load("nan 1 2").ok());
+  // Disabled, it is the identity.
+  LossScaler off(false, options);
+  auto loss = torch::tensor(3.0);
+  EXPECT_TRUE(torch::equal(off.Scale(loss), loss));
+}
+
+}  // namespace
+}  // namespace dial::trainer
