@@ -1,3 +1,6 @@
+#include <pthread.h>
+#include <sched.h>
+
 #include <chrono>
 #include <random>
 
@@ -137,6 +140,12 @@ Prefetcher::~Prefetcher() {
 }
 
 void Prefetcher::Produce() {
+  // Gathering a batch is cheap next to a step. Run it only on idle CPU time
+  // so it never preempts the step loop's OpenMP threads (on a loaded
+  // machine that made 2-thread training slower than 1-thread): when the
+  // queue runs dry, the step loop blocks and the CPU it frees runs this.
+  sched_param idle{};
+  (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
   try {
     ProduceBatches();
   } catch (const std::exception& e) {  // LibTorch: out of memory, say

@@ -24,6 +24,23 @@ class DropoutImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Dropout);
 
+// Images in channels-last layout: oneDNN's convolutions on the CPU run
+// 1.3-1.5x faster that way than on the default NCHW layout.
+class ChannelsLastImpl : public torch::nn::Module {
+ public:
+  torch::Tensor forward(const torch::Tensor& x) {
+    return x.contiguous(torch::MemoryFormat::ChannelsLast);
+  }
+};
+TORCH_MODULE(ChannelsLast);
+
+void ConvWeightsChannelsLast(torch::nn::Module& net) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : net.parameters()) {
+    if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
+  }
+}
+
 torch::nn::AnyModule Activation(const std::string& name) {
   if (name == "tanh") return torch::nn::AnyModule(torch::nn::Tanh());
   if (name == "gelu") return torch::nn::AnyModule(torch::nn::GELU());
@@ -124,6 +141,7 @@ torch::nn::Sequential Cnn(const TrainerConfig& c, int64_t side,
   torch::nn::Sequential net;
   net->push_back(
       torch::nn::Unflatten(torch::nn::UnflattenOptions(1, {1, side, side})));
+  net->push_back(ChannelsLast());
   int64_t channels = 1, size = side;
   for (int64_t b = 0; b < c.conv_layers; ++b) {
     const int64_t out = c.channels << b;
@@ -161,6 +179,7 @@ torch::nn::Sequential ResNet(const TrainerConfig& c, int64_t side,
   torch::nn::Sequential net;
   net->push_back(
       torch::nn::Unflatten(torch::nn::UnflattenOptions(1, {1, side, side})));
+  net->push_back(ChannelsLast());
   const int64_t width = c.channels;
   net->push_back(Conv(1, width, 3));
   net->push_back(Norm(c.norm, width));
@@ -195,9 +214,13 @@ absl::StatusOr<torch::nn::Sequential> BuildModel(
           "model resnet needs images of at least 8x8; this dataset has ",
           *side, "x", *side));
     }
-    return ResNet(c, *side, classes, dropout_generator);
+    auto net = ResNet(c, *side, classes, dropout_generator);
+    ConvWeightsChannelsLast(*net);
+    return net;
   }
-  return Cnn(c, *side, classes, dropout_generator);
+  auto net = Cnn(c, *side, classes, dropout_generator);
+  ConvWeightsChannelsLast(*net);
+  return net;
 }
 
 }  // namespace dial::trainer

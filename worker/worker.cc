@@ -38,7 +38,8 @@ const char* ActionName(v1::Decision::Action action) {
 
 }  // namespace
 
-Worker::Worker(const WorkerOptions& options) : options_(options) {
+Worker::Worker(const WorkerOptions& options)
+    : options_(options), gpus_(options.gpus, options.trials_per_gpu) {
   if (options_.cpus <= 0) {
     options_.cpus = std::max(1u, std::thread::hardware_concurrency());
   }
@@ -47,7 +48,6 @@ Worker::Worker(const WorkerOptions& options) : options_(options) {
     gethostname(name, sizeof(name) - 1);
     options_.host = name[0] ? name : "worker";
   }
-  free_gpus_ = options_.gpus;
   if (!options_.checkpoint_root.empty()) {
     auto store = storage::FileCheckpointStore::Create({options_.checkpoint_root});
     if (store.ok()) {
@@ -179,7 +179,7 @@ void Worker::SlotLoop(int slot) {
     request.set_free_slots(1);
     {
       absl::MutexLock lock(&mu_);
-      request.set_free_gpus(static_cast<int32_t>(free_gpus_.size()));
+      request.set_free_gpus(gpus_.FreeDevices());
     }
     request.set_wait_ms(absl::ToInt64Milliseconds(options_.acquire_wait));
     auto response = options_.client->Acquire(request);
@@ -231,18 +231,17 @@ void Worker::RunTrial(const std::string& worker_id,
   const int needed = a.run().resources().gpus();
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_ || int(free_gpus_.size()) < needed) {
-      finish.set_requeue(true);
-      gpus.clear();
+    auto taken = stopping_ ? std::nullopt : gpus_.Take(needed);
+    if (taken) {
+      gpus = *taken;
     } else {
-      gpus.assign(free_gpus_.begin(), free_gpus_.begin() + needed);
-      free_gpus_.erase(free_gpus_.begin(), free_gpus_.begin() + needed);
+      finish.set_requeue(true);
     }
   }
   if (finish.requeue()) return send_finish();
   auto release_gpus = [&] {
     absl::MutexLock lock(&mu_);
-    free_gpus_.insert(free_gpus_.end(), gpus.begin(), gpus.end());
+    gpus_.Release(gpus);
   };
 
   TrialProcessOptions p;

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "dial/v1/service.pb.h"
 #include "storage/checkpoint_store.h"
+#include "worker/gpu_pool.h"
 #include "worker/scheduler_client.h"
 
 namespace dial::worker {
@@ -28,6 +29,7 @@ struct WorkerOptions {
   SchedulerClient* client = nullptr;  // required, not owned
   int slots = 1;
   std::vector<std::string> gpus;  // device ids; empty on CPU-only machines
+  int trials_per_gpu = 1;         // trials that may share one device
   int cpus = 0;                   // 0: hardware concurrency
   std::string host;               // default: hostname
   std::string trainer_path;       // dial-train
@@ -74,7 +76,7 @@ class Worker {
   absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::string> free_gpus_ ABSL_GUARDED_BY(mu_);
+  GpuPool gpus_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Running> running_ ABSL_GUARDED_BY(mu_);
   int64_t next_run_ ABSL_GUARDED_BY(mu_) = 0;
 };

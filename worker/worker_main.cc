@@ -23,6 +23,8 @@ ABSL_FLAG(int32_t, slots, 1, "Trials run at once (CPU slots)");
 ABSL_FLAG(std::string, gpus, "",
           "Comma-separated GPU ids to use (default: $CUDA_VISIBLE_DEVICES, "
           "else every GPU the NVIDIA driver lists)");
+ABSL_FLAG(int32_t, trials_per_gpu, 1,
+          "Trials that may share one GPU (small trials on big GPUs)");
 ABSL_FLAG(int32_t, cpus, 0, "CPU cores to share among slots (0: all)");
 ABSL_FLAG(std::string, trainer, "",
           "Path of dial-train (default: next to dial-worker, then PATH)");
@@ -83,6 +85,11 @@ int main(int argc, char** argv) {
       ++count;
     }
     for (int i = 0; i < count; ++i) options.gpus.push_back(std::to_string(i));
+  }
+  options.trials_per_gpu = absl::GetFlag(FLAGS_trials_per_gpu);
+  if (options.trials_per_gpu < 1) {
+    spdlog::error("--trials-per-gpu must be at least 1");
+    return 2;
   }
   options.cpus = absl::GetFlag(FLAGS_cpus);
   options.host = absl::GetFlag(FLAGS_host);
