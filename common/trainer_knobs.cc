@@ -68,7 +68,7 @@ const std::vector<Knob>& TrainerKnobs() {
        0, 1},
       {"weight_decay", KnobType::kFloat, "0",
        "Weight decay (decoupled for adamw, L2 otherwise)", {}, 0, 1},
-      {"lr_schedule", KnobType::kString, "constant",
+      {"lr_schedule", KnobType::kString, "cosine",
        "Learning-rate schedule after warm-up", {"constant", "step", "cosine"}},
       {"warmup_steps", KnobType::kInt, "0",
        "Linear learning-rate warm-up from 0 over this many steps", {}, 0, 1e9},

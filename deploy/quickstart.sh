@@ -59,6 +59,10 @@ BEST=$($DIALCTL --json trials best fashion-mnist-random --count=1 |
 echo
 $DIALCTL trials get fashion-mnist-random "$BEST"
 echo
+echo "final evaluation of the best trial on the held-out test split:"
+$DIALCTL trials evaluate fashion-mnist-random "$BEST" \
+  --checkpoint-root="$WORK/checkpoints"
+echo
 echo "database:    $WORK/dial.db"
 echo "checkpoints: $WORK/checkpoints"
 echo "logs:        $WORK/*.log, $WORK/worker*/"

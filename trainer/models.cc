@@ -108,6 +108,15 @@ absl::StatusOr<int64_t> SquareSide(const TrainerConfig& c, int64_t features) {
   return side;
 }
 
+// Flattened side x side images back to one-channel channels-last images.
+torch::nn::Sequential ImageInput(int64_t side) {
+  torch::nn::Sequential net;
+  net->push_back(
+      torch::nn::Unflatten(torch::nn::UnflattenOptions(1, {1, side, side})));
+  net->push_back(ChannelsLast());
+  return net;
+}
+
 void AddHead(const TrainerConfig& c, torch::nn::Sequential& net, int64_t in,
              int64_t classes, const at::Generator& generator) {
   if (c.dropout > 0) net->push_back(Dropout(c.dropout, generator));
@@ -138,10 +147,7 @@ torch::nn::Sequential Mlp(const TrainerConfig& c, int64_t features,
 // `units` and the classifier.
 torch::nn::Sequential Cnn(const TrainerConfig& c, int64_t side,
                           int64_t classes, const at::Generator& generator) {
-  torch::nn::Sequential net;
-  net->push_back(
-      torch::nn::Unflatten(torch::nn::UnflattenOptions(1, {1, side, side})));
-  net->push_back(ChannelsLast());
+  torch::nn::Sequential net = ImageInput(side);
   int64_t channels = 1, size = side;
   for (int64_t b = 0; b < c.conv_layers; ++b) {
     const int64_t out = c.channels << b;
@@ -176,10 +182,7 @@ torch::nn::Sequential Cnn(const TrainerConfig& c, int64_t side,
 // 32, 16, 8.
 torch::nn::Sequential ResNet(const TrainerConfig& c, int64_t side,
                              int64_t classes, const at::Generator& generator) {
-  torch::nn::Sequential net;
-  net->push_back(
-      torch::nn::Unflatten(torch::nn::UnflattenOptions(1, {1, side, side})));
-  net->push_back(ChannelsLast());
+  torch::nn::Sequential net = ImageInput(side);
   const int64_t width = c.channels;
   net->push_back(Conv(1, width, 3));
   net->push_back(Norm(c.norm, width));
