@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/grpc_status.h"
+#include "common/message_limits.h"
 
 namespace dial::client {
 
@@ -12,7 +13,10 @@ absl::StatusOr<std::unique_ptr<DialClient>> DialClient::Create(
     return absl::InvalidArgumentError("scheduler address is empty");
   }
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
+  // The scheduler's limits: accept every response it may send, and refuse
+  // locally a request it would refuse.
+  args.SetMaxReceiveMessageSize(kMaxResponseBytes);
+  args.SetMaxSendMessageSize(kMaxRequestBytes);
   auto channel = grpc::CreateCustomChannel(
       options.target, grpc::InsecureChannelCredentials(), args);
   return std::unique_ptr<DialClient>(
@@ -182,6 +186,15 @@ absl::StatusOr<v1::Trial> DialClient::CompleteTrial(
   v1::CompleteTrialResponse response;
   DIAL_CALL(CompleteTrial, request, response);
   return response.trial();
+}
+
+absl::StatusOr<v1::BackupDatabaseResponse> DialClient::BackupDatabase(
+    const std::string& path) {
+  v1::BackupDatabaseRequest request;
+  request.set_path(path);
+  v1::BackupDatabaseResponse response;
+  DIAL_CALL(BackupDatabase, request, response);
+  return response;
 }
 
 absl::Status DialClient::WatchStudy(

@@ -58,6 +58,12 @@ class DialClient {
       const std::map<std::string, double>& final_metrics,
       const std::string& error = "");
 
+  // Copies the scheduler's database, while it runs, to `path` on the
+  // scheduler's machine (absolute). The call's deadline must cover the copy;
+  // if it passes first, the copy still completes.
+  absl::StatusOr<v1::BackupDatabaseResponse> BackupDatabase(
+      const std::string& path);
+
   // Streams events to `on_event` until the study finishes, the callback
   // returns false, or the stream breaks. No deadline: a watch may be long.
   absl::Status WatchStudy(

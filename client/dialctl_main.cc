@@ -76,6 +76,9 @@ usage: dialctl [--scheduler=ADDR] [--json] COMMAND ARGS
                                 evaluate a trial's latest checkpoint on the
                                 held-out test split (runs dial-train here)
   study replay STUDY N -o FILE  a spec that retrains that schedule in one trial
+  admin backup PATH             copy the scheduler's database, while it runs,
+                                to PATH: an absolute path on the scheduler's
+                                machine (raise --timeout-s for a large one)
 )";
 
 int Fail(const absl::Status& status) {
@@ -722,6 +725,24 @@ int Run(const std::vector<std::string>& args) {
       return Evaluate(client, name, number);
     }
     return Usage("unknown command: trials " + verb);
+  }
+
+  if (group == "admin") {
+    if (verb == "backup") {
+      if (!need(3)) return Usage("admin backup needs PATH");
+      // PATH is the scheduler's, so it is passed on as given: a relative
+      // one is refused there rather than resolved against this directory.
+      auto backup = client.BackupDatabase(args[2]);
+      if (!backup.ok()) return Fail(backup.status());
+      if (json) {
+        std::cout << ToJson(*backup) << "\n";
+      } else {
+        std::cout << "backed up the database to " << backup->path() << " ("
+                  << backup->bytes() << " bytes)\n";
+      }
+      return 0;
+    }
+    return Usage("unknown command: admin " + verb);
   }
   return Usage("unknown command: " + group);
 }

@@ -8,9 +8,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
@@ -21,6 +24,22 @@ namespace {
 
 using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
+
+// Bounds that keep the searchers' and trial schedulers' work proportional
+// to the spec: a few bytes of spec must not buy hours of CPU at CreateStudy.
+// Int bounds: the searchers compute in doubles, exact up to 2^53.
+constexpr int64_t kMaxIntMagnitude = int64_t{1} << 53;
+// Grid values per parameter (grid_points, default_points).
+constexpr int32_t kMaxGridPoints = 10000;
+// Rungs of ASHA and brackets of Hyperband (min_steps x factor^k below
+// max_steps).
+constexpr int kMaxRungs = 1000;
+// Int domains up to this width list their values for checking conditions.
+constexpr uint64_t kMaxListedInts = 10000;
+// Keys of labels and environment variable names. Also keeps every key of a
+// spec's JSON form under YAML's 1024-character limit on implicit keys, so
+// that the JSON of any valid spec reads back as a spec.
+constexpr size_t kMaxKeyLength = 128;
 
 void AppendJsonString(absl::string_view s, std::string& out) {
   out.push_back('"');
@@ -299,27 +318,73 @@ std::string ConditionValue(const google::protobuf::Value& v) {
   return v.string_value();
 }
 
-// The values a parameter can take, as strings, for checking conditions.
-// Returns false for continuous domains (any condition value must then be
-// numeric within bounds).
-bool EnumerableValues(const v1::ParameterSpec& p, std::set<std::string>& out) {
+// Whether a condition on parameter `p` may name `value` (as ConditionValue
+// renders it): for categorical, discrete and int domains of at most
+// kMaxListedInts values; nullopt for continuous and wider int domains, whose
+// condition values are not checked. `listed` caches p's values as strings
+// across calls. Costs O(log n) per call once cached, whatever the domain
+// size: a spec may hold many conditions.
+std::optional<bool> IsValueOf(const v1::ParameterSpec& p,
+                              const std::string& value,
+                              std::set<std::string>& listed) {
   switch (p.domain_case()) {
     case v1::ParameterSpec::kCategorical:
-      out.insert(p.categorical().values().begin(),
-                 p.categorical().values().end());
-      return true;
-    case v1::ParameterSpec::kDiscrete:
-      for (double v : p.discrete().values()) out.insert(Fmt(v));
-      return true;
-    case v1::ParameterSpec::kInt:
-      if (p.int_().max() - p.int_().min() > 10000) return false;
-      for (int64_t v = p.int_().min(); v <= p.int_().max(); ++v) {
-        out.insert(std::to_string(v));
+      if (listed.empty()) {
+        listed.insert(p.categorical().values().begin(),
+                      p.categorical().values().end());
       }
-      return true;
+      return listed.count(value) > 0;
+    case v1::ParameterSpec::kDiscrete:
+      if (listed.empty()) {
+        for (double v : p.discrete().values()) listed.insert(Fmt(v));
+      }
+      return listed.count(value) > 0;
+    case v1::ParameterSpec::kInt: {
+      const auto& r = p.int_();
+      // The width in unsigned arithmetic, which cannot overflow (min < max).
+      if (static_cast<uint64_t>(r.max()) - static_cast<uint64_t>(r.min()) >
+          kMaxListedInts) {
+        return std::nullopt;
+      }
+      // One of std::to_string(min) ... std::to_string(max).
+      int64_t v = 0;
+      return absl::SimpleAtoi(value, &v) && std::to_string(v) == value &&
+             v >= r.min() && v <= r.max();
+    }
     default:
-      return false;
+      return std::nullopt;
   }
+}
+
+// Environment variable names as Kubernetes accepts them: letters, digits,
+// '_', '-' and '.', not starting with a digit.
+absl::Status ValidateEnvName(const std::string& name) {
+  const std::string field = "trial.command.env";
+  if (name.empty() || name.size() > kMaxKeyLength) {
+    return Invalid(
+        field, absl::StrCat("names must be 1-", kMaxKeyLength, " characters"));
+  }
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+    if (!ok || (name[0] >= '0' && name[0] <= '9')) {
+      return Invalid(field, "'" + absl::CHexEscape(name) +
+                                "' is not a variable name: use letters, "
+                                "digits, '_', '-' and '.', not starting with "
+                                "a digit");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGridPoints(const std::string& field, int32_t points,
+                             const char* zero) {
+  if (points < 0 || points == 1 || points > kMaxGridPoints) {
+    return Invalid(field, absl::StrCat("must be 0 (", zero,
+                                       ") or at least 2 (and at most ",
+                                       kMaxGridPoints, "), got ", points));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateParameter(const v1::ParameterSpec& p,
@@ -336,14 +401,16 @@ absl::Status ValidateParameter(const v1::ParameterSpec& p,
                                              ") must be less than max (" +
                                              Fmt(f.max()) + ")");
       }
+      if (!v1::Scale_IsValid(f.scale())) {
+        return Invalid(where + ".float.scale",
+                       absl::StrCat("must be LINEAR or LOG, got ", f.scale()));
+      }
       if (f.scale() == v1::LOG && f.min() <= 0) {
         return Invalid(where + ".float.min",
                        "must be > 0 with scale LOG, got " + Fmt(f.min()));
       }
-      if (f.grid_points() < 0 || f.grid_points() == 1) {
-        return Invalid(where + ".float.grid_points",
-                       "must be 0 (default) or at least 2");
-      }
+      DIAL_RETURN_IF_ERROR(CheckGridPoints(where + ".float.grid_points",
+                                           f.grid_points(), "default"));
       break;
     }
     case v1::ParameterSpec::kInt: {
@@ -353,15 +420,23 @@ absl::Status ValidateParameter(const v1::ParameterSpec& p,
                        absl::StrCat("min (", r.min(),
                                     ") must be less than max (", r.max(), ")"));
       }
+      if (!v1::Scale_IsValid(r.scale())) {
+        return Invalid(where + ".int.scale",
+                       absl::StrCat("must be LINEAR or LOG, got ", r.scale()));
+      }
       if (r.scale() == v1::LOG && r.min() <= 0) {
         return Invalid(where + ".int.min",
                        absl::StrCat("must be > 0 with scale LOG, got ",
                                     r.min()));
       }
-      if (r.grid_points() < 0 || r.grid_points() == 1) {
-        return Invalid(where + ".int.grid_points",
-                       "must be 0 (default) or at least 2");
+      if (r.min() < -kMaxIntMagnitude || r.max() > kMaxIntMagnitude) {
+        return Invalid(where + ".int",
+                       absl::StrCat("min and max must be between -2^53 and "
+                                    "2^53 (",
+                                    kMaxIntMagnitude, ")"));
       }
+      DIAL_RETURN_IF_ERROR(CheckGridPoints(where + ".int.grid_points",
+                                           r.grid_points(), "default"));
       break;
     }
     case v1::ParameterSpec::kCategorical: {
@@ -472,10 +547,17 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
   if (spec.objective().goal() == v1::GOAL_UNSPECIFIED) {
     return Invalid("objective.goal", "is required: MAXIMIZE or MINIMIZE");
   }
+  // gRPC clients can send enum numbers that have no name.
+  if (!v1::Goal_IsValid(spec.objective().goal())) {
+    return Invalid("objective.goal",
+                   absl::StrCat("must be MAXIMIZE or MINIMIZE, got ",
+                                spec.objective().goal()));
+  }
   if (spec.search_space().empty()) {
     return Invalid("search_space", "must hold at least one parameter");
   }
   std::map<std::string, int> index;
+  std::map<int, std::set<std::string>> listed;  // for IsValueOf
   for (int i = 0; i < spec.search_space_size(); ++i) {
     const auto& p = spec.search_space(i);
     const std::string where = absl::StrCat("search_space[", i, "]");
@@ -502,17 +584,23 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
         return Invalid(cond, "must list at least one value");
       }
       const auto& parent_spec = spec.search_space(it->second);
-      std::set<std::string> allowed;
-      if (EnumerableValues(parent_spec, allowed)) {
-        for (const auto& v : values.values()) {
-          if (!allowed.count(ConditionValue(v))) {
-            return Invalid(cond, "'" + ConditionValue(v) +
-                                     "' is not a value of " + parent);
-          }
+      for (const auto& v : values.values()) {
+        const std::string value = ConditionValue(v);
+        const std::optional<bool> known =
+            IsValueOf(parent_spec, value, listed[it->second]);
+        if (known.has_value() && !*known) {
+          return Invalid(cond, "'" + value + "' is not a value of " + parent);
         }
       }
     }
     index[p.name()] = i;
+  }
+
+  for (const auto& [key, value] : spec.labels()) {
+    if (key.empty() || key.size() > kMaxKeyLength) {
+      return Invalid("labels", absl::StrCat("keys must be 1-", kMaxKeyLength,
+                                            " characters"));
+    }
   }
 
   const auto& budget = spec.budget();
@@ -538,11 +626,9 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
 
   const auto& searcher = spec.searcher();
   if (searcher.has_grid()) {
-    if (searcher.grid().default_points() < 0 ||
-        searcher.grid().default_points() == 1) {
-      return Invalid("searcher.grid.default_points",
-                     "must be 0 (default 5) or at least 2");
-    }
+    DIAL_RETURN_IF_ERROR(CheckGridPoints("searcher.grid.default_points",
+                                         searcher.grid().default_points(),
+                                         "default 5"));
   }
   if (searcher.has_bayesian() && searcher.bayesian().initial_trials() < 0) {
     return Invalid("searcher.bayesian.initial_trials", "must be >= 0");
@@ -563,6 +649,22 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
     if (!(eta > 1)) {
       return Invalid(where + ".reduction_factor",
                      "must be greater than 1 (typically 3)");
+    }
+    if (!std::isfinite(eta)) {
+      return Invalid(where + ".reduction_factor", "must be finite");
+    }
+    // As the trial schedulers count them, in doubles: a factor just above
+    // 1 would otherwise make millions of rungs (or, rounding, never end).
+    int rungs = 0;
+    for (double r = static_cast<double>(min_steps);
+         r < static_cast<double>(max_steps) && rungs <= kMaxRungs; r *= eta) {
+      ++rungs;
+    }
+    if (rungs > kMaxRungs) {
+      return Invalid(where + ".reduction_factor",
+                     absl::StrCat("makes more than ", kMaxRungs,
+                                  " rungs from min_steps to max_steps; use a "
+                                  "larger factor (typically 3)"));
     }
     return absl::OkStatus();
   };
@@ -665,8 +767,26 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
   if (trial.has_command() && trial.command().argv().empty()) {
     return Invalid("trial.command.argv", "must name the program to run");
   }
+  // What the worker hands to execve: no NUL inside a C string, and names
+  // that cannot be misread as NAME=VALUE.
+  for (int i = 0; i < trial.command().argv_size(); ++i) {
+    if (trial.command().argv(i).find('\0') != std::string::npos) {
+      return Invalid(absl::StrCat("trial.command.argv[", i, "]"),
+                     "must not contain a NUL character");
+    }
+  }
+  for (const auto& [name, value] : trial.command().env()) {
+    DIAL_RETURN_IF_ERROR(ValidateEnvName(name));
+    if (value.find('\0') != std::string::npos) {
+      return Invalid("trial.command.env." + name,
+                     "must not contain a NUL character");
+    }
+  }
   if (trial.resources().gpus() < 0 || trial.resources().gpus() > 64) {
     return Invalid("trial.resources.gpus", "must be between 0 and 64");
+  }
+  if (trial.timeout_s() < 0) {
+    return Invalid("trial.timeout_s", "must be >= 0 (0: no limit)");
   }
   if (trial.resources().cpus() < 0) {
     return Invalid("trial.resources.cpus", "must be >= 0");

@@ -7,6 +7,9 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   g++ cmake ninja-build pkg-config
+  # fuzzing (deploy/fuzz.sh): clang, its libFuzzer and sanitizer runtimes,
+  # and llvm-symbolizer for readable sanitizer reports
+  clang-14 libclang-rt-14-dev llvm-14
   # libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev

@@ -92,6 +92,12 @@ SchedulerCore::~SchedulerCore() {
   StopWaiting();
   if (ticker_.joinable()) ticker_.join();
   if (suggester_.joinable()) suggester_.join();
+  std::thread backup;
+  {
+    absl::MutexLock lock(&mu_);
+    backup = std::move(backup_thread_);
+  }
+  if (backup.joinable()) backup.join();
 }
 
 void SchedulerCore::Enqueue(Task task) { tasks_.push_back(std::move(task)); }
@@ -238,15 +244,21 @@ absl::Status SchedulerCore::Load() {
     const std::string name = entry->study.name();
     StudyEntry& e = *entry;
     studies_[name] = std::move(entry);
-    // Workers register anew after a restart, so trials that were running on
-    // workers go back to the queue and resume from their last checkpoint.
-    std::vector<v1::Trial> orphans;
+    // Trials running on workers stay theirs: workers outlive a scheduler
+    // restart and come back with the same id, so each such worker gets a
+    // fresh lease. One that does not come back within it loses its trials
+    // to the queue (Tick); one that comes back without a trial loses that
+    // trial a lease later (Heartbeat, through dispatched_).
     for (const auto& [number, trial] : e.trials) {
-      if (trial.state() == v1::RUNNING && !trial.worker_id().empty()) {
-        orphans.push_back(trial);
-      }
+      if (trial.state() != v1::RUNNING || trial.worker_id().empty()) continue;
+      WorkerEntry& w = workers_[trial.worker_id()];
+      w.worker.set_id(trial.worker_id());
+      // Time to notice the restart and reconnect: at least 30 s (a gRPC
+      // channel can take ~10 s to reconnect), or two leases.
+      w.last_seen = clock_->Now() + std::max(worker_lease_, absl::Seconds(30) -
+                                                                worker_lease_);
+      dispatched_[{trial.study(), trial.number()}] = clock_->Now();
     }
-    for (auto& trial : orphans) DIAL_RETURN_IF_ERROR(Requeue(e, trial));
     ScheduleFill(name);
   }
   return absl::OkStatus();
@@ -393,6 +405,16 @@ absl::Status SchedulerCore::MaybeFinish(StudyEntry& entry) {
   DIAL_RETURN_IF_ERROR(SaveStudyState(entry, v1::STUDY_COMPLETED));
   Emit(entry, v1::StudyEvent::STUDY_FINISHED, nullptr);
   return absl::OkStatus();
+}
+
+void SchedulerCore::FinishIfDone(StudyEntry& entry) {
+  absl::Status status = MaybeFinish(entry);
+  if (status.ok()) return;
+  // Worker-run studies retry on the next AcquireTrial; ask/tell studies on
+  // the next SuggestTrials, which checks again anyway.
+  spdlog::error("study {}: cannot record its end yet: {}", entry.study.name(),
+                status.ToString());
+  entry.fill_failed = true;
 }
 
 absl::StatusOr<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec) {
@@ -680,8 +702,13 @@ void SchedulerCore::SuggestTrialsAsync(
                if (reuse) return done(std::move(result));
                while (int32_t(result.trials.size()) < count) {
                  auto trial = NewTrial(entry, v1::RUNNING, client_id);
-                 if (!trial.ok()) return done(trial.status());
-                 if (!trial->has_value()) break;
+                 if (!trial.ok() && result.trials.empty()) {
+                   return done(trial.status());
+                 }
+                 // The trials created before a store error are durable
+                 // and this client's: hand them over rather than orphan
+                 // them.
+                 if (!trial.ok() || !trial->has_value()) break;
                  result.trials.push_back(std::move(**trial));
                }
                absl::Status status;
@@ -711,6 +738,9 @@ absl::StatusOr<v1::Decision> SchedulerCore::ReportIntermediate(
   if (stored->state() != v1::RUNNING) {
     return NotRunning(*stored, "reports are taken only while RUNNING");
   }
+  DIAL_ASSIGN_OR_RETURN(std::optional<v1::Decision> retried,
+                        SaveUnsavedDecision(*entry, number, step));
+  if (retried) return *retried;
   if (step <= stored->last_step()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "step: ", step, " is not after the last reported step ",
@@ -773,6 +803,7 @@ absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
   *point.mutable_time() = Now();
   DIAL_RETURN_IF_ERROR(store_->RecordReport(trial, point));
   Mirror(*entry, trial);
+  entry->unsaved_decisions.erase(trial.number());
   if (entry->wants_reports) {
     entry->unobserved_reports.push_back({trial, step, metrics});
   }
@@ -811,22 +842,39 @@ absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
     decision = entry->trial_scheduler->OnReport(trial, step, metrics);
   }
   entry->last_decision[trial.number()] = {step, decision};
+  absl::Status applied = ApplyDecision(*entry, trial, step, decision);
+  if (!applied.ok()) {
+    // The report is on disk (the trial scheduler has seen it and a restart
+    // replays it); the decision's effect is not. A retry of this report
+    // saves it instead of recording the report twice.
+    entry->unsaved_decisions[trial.number()] = {step, decision};
+    return applied;
+  }
+  return decision;
+}
+
+absl::Status SchedulerCore::ApplyDecision(StudyEntry& entry, v1::Trial trial,
+                                          int64_t step,
+                                          const v1::Decision& decision) {
   if (decision.action() == v1::Decision::STOP) {
     trial.set_state(v1::STOPPED);
     *trial.mutable_end_time() = Now();
-    DIAL_RETURN_IF_ERROR(Finalize(*entry, trial));
-  } else if (decision.action() == v1::Decision::PAUSE) {
+    return Finalize(entry, trial);
+  }
+  if (decision.action() == v1::Decision::PAUSE) {
     // Frees the worker slot; the trial resumes from this step's checkpoint
     // if the trial scheduler promotes it.
     trial.set_state(v1::PAUSED);
-    DIAL_RETURN_IF_ERROR(SaveTrial(*entry, trial));
+    DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
     dispatched_.erase({trial.study(), trial.number()});
-    Emit(*entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
-    ScheduleFill(entry->study.name());
-    DIAL_RETURN_IF_ERROR(MaybeFinish(*entry));
-  } else if (decision.action() == v1::Decision::EXPLOIT) {
+    Emit(entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
+    ScheduleFill(entry.study.name());
+    FinishIfDone(entry);
+    return absl::OkStatus();
+  }
+  if (decision.action() == v1::Decision::EXPLOIT) {
     // Keep the source checkpoint until this trial's worker has copied it.
-    entry->pins[decision.source_checkpoint()].insert(trial.number());
+    entry.pins[decision.source_checkpoint()].insert(trial.number());
     // The trial goes on from the source's weights with new params: record
     // the change so the schedule can be replayed.
     v1::LineageEntry* lineage = trial.add_lineage();
@@ -836,12 +884,26 @@ absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
     *lineage->mutable_old_params() = trial.params();
     *lineage->mutable_new_params() = decision.new_params();
     *trial.mutable_params() = decision.new_params();
-    DIAL_RETURN_IF_ERROR(SaveTrial(*entry, trial));
-    Emit(*entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
-  } else {
-    Emit(*entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
+    DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
   }
-  return decision;
+  Emit(entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<v1::Decision>> SchedulerCore::SaveUnsavedDecision(
+    StudyEntry& entry, int64_t number, int64_t step) {
+  auto unsaved = entry.unsaved_decisions.find(number);
+  auto trial = entry.trials.find(number);
+  if (unsaved == entry.unsaved_decisions.end() ||
+      unsaved->second.first != step || trial == entry.trials.end() ||
+      trial->second.state() != v1::RUNNING ||
+      trial->second.last_step() != step) {
+    return std::optional<v1::Decision>();
+  }
+  const v1::Decision decision = unsaved->second.second;
+  DIAL_RETURN_IF_ERROR(ApplyDecision(entry, trial->second, step, decision));
+  entry.unsaved_decisions.erase(number);
+  return std::optional<v1::Decision>(decision);
 }
 
 absl::Status SchedulerCore::Finalize(StudyEntry& entry, v1::Trial trial) {
@@ -850,7 +912,9 @@ absl::Status SchedulerCore::Finalize(StudyEntry& entry, v1::Trial trial) {
   entry.unobserved.push_back(trial);  // for the searcher, off this thread
   entry.trial_scheduler->OnTrialFinished(trial);
   Emit(entry, v1::StudyEvent::TRIAL_FINISHED, &trial);
-  DIAL_RETURN_IF_ERROR(MaybeFinish(entry));
+  // The trial's end is on disk: acknowledge it even if the study's cannot
+  // be saved yet.
+  FinishIfDone(entry);
   ScheduleFill(entry.study.name());
   Dispatch();
   return absl::OkStatus();
@@ -1001,14 +1065,15 @@ void SchedulerCore::FillPending(const std::shared_ptr<StudyEntry>& entry) {
     auto trial = NewTrial(entry, v1::PENDING, "");
     absl::MutexLock lock(&mu_);
     if (!trial.ok()) {
+      // E.g. the disk is full: the next AcquireTrial asks again.
       spdlog::error("study {}: cannot queue a trial: {}", entry->study.name(),
                     trial.status().ToString());
+      entry->fill_failed = true;
       return;
     }
     Dispatch();
     if (!trial->has_value()) {
-      absl::Status status = MaybeFinish(*entry);
-      if (!status.ok()) spdlog::error("{}", status.ToString());
+      FinishIfDone(*entry);
       return;
     }
   }
@@ -1163,6 +1228,14 @@ void SchedulerCore::AcquireTrial(const std::string& worker_id,
   absl::MutexLock lock(&mu_);
   absl::Status touched = Touch(worker_id);
   if (!touched.ok()) return done(touched);
+  // Top-ups that failed on the store (a full disk) are retried while
+  // workers ask for work, so the studies move again once the store heals.
+  for (auto& [name, entry] : studies_) {
+    if (entry->fill_failed) {
+      entry->fill_failed = false;
+      ScheduleFill(name);
+    }
+  }
   auto assignment = Assign(worker_id, free_gpus);
   if (!assignment.ok() || assignment->has_value() ||
       wait <= absl::ZeroDuration() || stopping_) {
@@ -1299,6 +1372,54 @@ absl::Status SchedulerCore::LoseWorker(const std::string& worker_id) {
     }
   }
   return absl::OkStatus();
+}
+
+void SchedulerCore::BackupDatabaseAsync(
+    const std::string& path,
+    std::function<void(absl::StatusOr<int64_t>)> done) {
+  absl::Status refused;
+  std::thread previous;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      refused = absl::UnavailableError("the scheduler is shutting down");
+    } else if (backup_running_) {
+      refused = absl::AbortedError(
+          "another backup is in progress; retry when it has finished");
+    } else {
+      backup_running_ = true;
+      previous = std::move(backup_thread_);  // finished: joined below
+      // Its own thread: a copy takes as long as the database is large, and
+      // the store's backup needs neither the core's lock nor the store's.
+      backup_thread_ = std::thread([this, path, done = std::move(done)] {
+        absl::StatusOr<int64_t> bytes = store_->Backup(path);
+        if (bytes.ok()) {
+          spdlog::info("database backed up to {} ({} bytes)", path, *bytes);
+        } else if (!absl::IsInvalidArgument(bytes.status())) {
+          spdlog::warn("backup to {} failed: {}", path,
+                       bytes.status().ToString());
+        }
+        {
+          absl::MutexLock lock(&mu_);
+          backup_running_ = false;
+        }
+        done(std::move(bytes));
+      });
+    }
+  }
+  if (previous.joinable()) previous.join();
+  if (!refused.ok()) done(refused);
+}
+
+absl::StatusOr<int64_t> SchedulerCore::BackupDatabase(const std::string& path) {
+  absl::Notification ready;
+  absl::StatusOr<int64_t> result;
+  BackupDatabaseAsync(path, [&](absl::StatusOr<int64_t> r) {
+    result = std::move(r);
+    ready.Notify();
+  });
+  ready.WaitForNotification();
+  return result;
 }
 
 void SchedulerCore::Tick() {

@@ -7,10 +7,15 @@
 //
 // Thread-safe: one mutex guards the in-memory state. It is held across
 // StudyStore calls on purpose: the store is the source of truth and must see
-// changes in the same order as memory. The store never calls back into the
-// core, and watch callbacks must only enqueue (they run under the lock).
-// Searchers run on one suggestion thread of the core's own, without that
-// lock, so a slow model fit never blocks reports, RPC threads or leases.
+// changes in the same order as memory. Memory changes only after the store
+// write it mirrors succeeded, so when the store fails (UNAVAILABLE: disk
+// full, I/O error) the call fails with nothing changed and the same call
+// succeeds once the store works again; background work that failed (topping
+// up a worker-run study, finishing a study) is retried later. The store never
+// calls back into the core, and watch callbacks must only enqueue (they run
+// under the lock). Searchers run on one suggestion thread of the core's own,
+// without that lock, so a slow model fit never blocks reports, RPC threads or
+// leases.
 #pragma once
 
 #include <cstdint>
@@ -128,7 +133,9 @@ class SchedulerCore {
   void WaitIdle();
   // Tell, during the run: durable before the decision is returned.
   // FAILED_PRECONDITION unless the trial is RUNNING; INVALID_ARGUMENT for a
-  // step not after the last one or empty metrics.
+  // step not after the last one or empty metrics. A report that was recorded
+  // but whose decision could not be saved (UNAVAILABLE) is not recorded
+  // again when retried: the retry saves and returns that decision.
   absl::StatusOr<v1::Decision> ReportIntermediate(
       const std::string& name, int64_t number, int64_t step,
       const searchers::Metrics& metrics, const std::string& checkpoint);
@@ -167,6 +174,17 @@ class SchedulerCore {
       const v1::ReportProgressRequest& request);
   absl::Status FinishTrial(const v1::FinishTrialRequest& request);
 
+  // Writes a consistent copy of the database to `path` on this machine
+  // while the core goes on serving; `done` gets its size in bytes. Codes as
+  // StudyStore::Backup, plus ABORTED while another backup runs and
+  // UNAVAILABLE once the core shuts down. `done` is called once, without the
+  // core's lock: at once for those two, else on a thread of the backup's
+  // own. Not to be called from `done`.
+  void BackupDatabaseAsync(const std::string& path,
+                           std::function<void(absl::StatusOr<int64_t>)> done);
+  // The same, waiting for the answer.
+  absl::StatusOr<int64_t> BackupDatabase(const std::string& path);
+
   // Expires long polls and worker leases; the background thread calls it.
   void Tick();
   // Ends every parked long poll (empty) and parks no more; for shutdown.
@@ -190,6 +208,9 @@ class SchedulerCore {
     bool wants_reports = false;
     std::vector<Report> unobserved_reports;
     bool fill_queued = false;
+    // The last top-up or finish check failed on the store; the next
+    // AcquireTrial queues it again.
+    bool fill_failed = false;
     bool deleted = false;
     std::unique_ptr<searchers::TrialScheduler> trial_scheduler;
     std::map<int64_t, v1::Trial> trials;
@@ -201,6 +222,9 @@ class SchedulerCore {
     // The decision given for each trial's latest report, returned again
     // when a worker retries that report.
     std::map<int64_t, std::pair<int64_t, v1::Decision>> last_decision;
+    // Decisions whose report is recorded but whose effect (STOP, PAUSE,
+    // EXPLOIT) failed to save, by trial: (step, decision).
+    std::map<int64_t, std::pair<int64_t, v1::Decision>> unsaved_decisions;
     int open_trials = 0;    // PENDING, RUNNING or PAUSED
     int active_trials = 0;  // PENDING or RUNNING: what max_parallel counts
     bool exhausted = false;  // the searcher has no more points
@@ -255,6 +279,9 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status MaybeFinish(StudyEntry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // MaybeFinish after a change that is already durable: a store error is
+  // logged and the check retried later instead of failing that change.
+  void FinishIfDone(StudyEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Finalize(StudyEntry& entry, v1::Trial trial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the budget lets one more trial start now.
@@ -281,6 +308,18 @@ class SchedulerCore {
                                             v1::Trial trial, int64_t step,
                                             const searchers::Metrics& metrics,
                                             const std::string& checkpoint)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves what `decision`, given for `trial`'s report at `step`, changes
+  // (STOP, PAUSE, EXPLOIT) and emits the event. `trial` is as recorded with
+  // that report.
+  absl::Status ApplyDecision(StudyEntry& entry, v1::Trial trial, int64_t step,
+                             const v1::Decision& decision)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // For a retried report: if the effect of the decision given to trial
+  // `number`'s report at `step` could not be saved, saves it now and returns
+  // that decision; nullopt if there is none.
+  absl::StatusOr<std::optional<v1::Decision>> SaveUnsavedDecision(
+      StudyEntry& entry, int64_t number, int64_t step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The trial of a worker call, if `attempt` of `worker_id` still owns it.
   absl::StatusOr<v1::Trial*> Fence(StudyEntry& entry,
@@ -323,6 +362,9 @@ class SchedulerCore {
   std::map<std::pair<std::string, int64_t>, absl::Time> dispatched_
       ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The latest backup's thread; joined by the next backup or at the end.
+  std::thread backup_thread_ ABSL_GUARDED_BY(mu_);
+  bool backup_running_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Open trials still hold a place in max_parallel_trials.

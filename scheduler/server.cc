@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/message_limits.h"
 #include "common/status.h"
 #include "scheduler/services.h"
 
@@ -53,7 +54,10 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
                            &server->port_);
   builder.RegisterService(server->study_service_.get());
   builder.RegisterService(server->worker_service_.get());
-  builder.SetMaxReceiveMessageSize(16 << 20);
+  // Explicit limits (see common/message_limits.h): gRPC's defaults (4 MiB
+  // in, unlimited out) are not what Dial's clients are built to expect.
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+  builder.SetMaxSendMessageSize(kMaxResponseBytes);
   // Never share a port with another scheduler (gRPC sets SO_REUSEPORT by
   // default, which would split clients between two processes).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -256,6 +256,24 @@ grpc::ServerUnaryReactor* StudyServiceImpl::CompleteTrial(
   });
 }
 
+grpc::ServerUnaryReactor* StudyServiceImpl::BackupDatabase(
+    grpc::CallbackServerContext* ctx, const v1::BackupDatabaseRequest* request,
+    v1::BackupDatabaseResponse* response) {
+  // A copy takes as long as the database is large: the core answers from
+  // the backup's thread and this reactor finishes then.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  core_->BackupDatabaseAsync(
+      request->path(), [reactor, response,
+                        path = request->path()](absl::StatusOr<int64_t> bytes) {
+        if (bytes.ok()) {
+          response->set_path(path);
+          response->set_bytes(*bytes);
+        }
+        reactor->Finish(ToGrpcStatus(bytes.status()));
+      });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterWorker(
     grpc::CallbackServerContext* ctx, const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {

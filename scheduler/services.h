@@ -56,6 +56,11 @@ class StudyServiceImpl final : public v1::StudyService::CallbackService {
   grpc::ServerUnaryReactor* CompleteTrial(
       grpc::CallbackServerContext* ctx, const v1::CompleteTrialRequest* request,
       v1::CompleteTrialResponse* response) override;
+  // Parks the reactor while the core copies the database.
+  grpc::ServerUnaryReactor* BackupDatabase(
+      grpc::CallbackServerContext* ctx,
+      const v1::BackupDatabaseRequest* request,
+      v1::BackupDatabaseResponse* response) override;
 
  private:
   SchedulerCore* core_;

@@ -3,14 +3,17 @@
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
-
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <limits>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
@@ -82,6 +85,75 @@ CREATE TABLE workers(
 constexpr int kSchemaVersion =
     sizeof(kMigrations) / sizeof(kMigrations[0]);
 
+// The canonical code for an SQLite result, chosen by what the caller should
+// do. A full disk, a failed read or write, a busy or locked file and a file
+// that became read-only are conditions an operator fixes while the scheduler
+// runs, so callers retry (UNAVAILABLE). A damaged file will not heal.
+absl::StatusCode CodeFor(int rc) {
+  switch (rc & 0xff) {
+    case SQLITE_CONSTRAINT:
+      return absl::StatusCode::kAlreadyExists;
+    case SQLITE_FULL:
+    case SQLITE_IOERR:
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_READONLY:
+    case SQLITE_CANTOPEN:
+    case SQLITE_NOMEM:
+    case SQLITE_PROTOCOL:
+      return absl::StatusCode::kUnavailable;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return absl::StatusCode::kDataLoss;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+// `rc` from the last call on `db` as a status whose message names the
+// database file and the cause, with the operating system's reason for I/O
+// failures where SQLite kept it ("database /var/lib/dial/dial.db: database
+// or disk is full; free disk space and retry").
+absl::Status SqliteError(sqlite3* db, int rc, const char* message = nullptr) {
+  const char* file = db ? sqlite3_db_filename(db, "main") : nullptr;
+  std::string msg =
+      absl::StrCat("database ", file && *file ? file : "(unnamed)", ": ",
+                   message ? message
+                   : db    ? sqlite3_errmsg(db)
+                           : sqlite3_errstr(rc));
+  const int primary = rc & 0xff;
+  const int os_error = db ? sqlite3_system_errno(db) : 0;
+  if ((primary == SQLITE_FULL || primary == SQLITE_IOERR ||
+       primary == SQLITE_CANTOPEN) &&
+      os_error != 0) {
+    absl::StrAppend(&msg, " (", std::strerror(os_error), ")");
+  }
+  if (primary == SQLITE_FULL || os_error == ENOSPC || os_error == EDQUOT ||
+      os_error == EFBIG) {
+    absl::StrAppend(&msg, "; free disk space and retry");
+  }
+  return absl::Status(CodeFor(rc), msg);
+}
+
+// The first column of the first row of a one-off statement (a PRAGMA).
+absl::StatusOr<std::string> QueryText(sqlite3* db, const char* sql) {
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) return SqliteError(db, rc);
+  rc = sqlite3_step(stmt);
+  std::string out;
+  if (rc == SQLITE_ROW) {
+    const unsigned char* text = sqlite3_column_text(stmt, 0);
+    if (text) out = reinterpret_cast<const char*>(text);
+  }
+  absl::Status status = rc == SQLITE_ROW || rc == SQLITE_DONE
+                            ? absl::OkStatus()
+                            : SqliteError(db, rc);
+  sqlite3_finalize(stmt);
+  if (!status.ok()) return status;
+  return out;
+}
+
 int64_t ToMs(const google::protobuf::Timestamp& t) {
   return TimeUtil::TimestampToMilliseconds(t);
 }
@@ -140,17 +212,7 @@ class SqliteStudyStore::Statement {
     auto r = Step();
     return r.ok() ? absl::OkStatus() : r.status();
   }
-  absl::Status Error(int rc) const {
-    std::string msg = absl::StrCat("sqlite: ", sqlite3_errmsg(db_));
-    if (rc == SQLITE_CONSTRAINT || (rc & 0xff) == SQLITE_CONSTRAINT) {
-      return absl::AlreadyExistsError(msg);
-    }
-    if (rc == SQLITE_FULL || rc == SQLITE_IOERR || (rc & 0xff) == SQLITE_IOERR ||
-        rc == SQLITE_BUSY || rc == SQLITE_READONLY) {
-      return absl::UnavailableError(msg);
-    }
-    return absl::InternalError(msg);
-  }
+  absl::Status Error(int rc) const { return SqliteError(db_, rc); }
   int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
   bool IsNull(int col) const {
     return sqlite3_column_type(stmt_, col) == SQLITE_NULL;
@@ -198,9 +260,22 @@ absl::StatusOr<std::unique_ptr<SqliteStudyStore>> SqliteStudyStore::Create(
         absl::StrCat("cannot open database ", options.path, ": ", msg));
   }
   sqlite3_busy_timeout(db, 5000);
-  std::unique_ptr<SqliteStudyStore> store(new SqliteStudyStore(db, lock_fd));
+  const char* full_path = sqlite3_db_filename(db, "main");
+  std::unique_ptr<SqliteStudyStore> store(new SqliteStudyStore(
+      db, lock_fd, full_path && *full_path ? full_path : options.path));
   absl::MutexLock lock(&store->mu_);
-  DIAL_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  // journal_mode answers with the mode it is in, which stays the old one
+  // (without an error) where WAL is impossible, e.g. on some network
+  // filesystems.
+  DIAL_ASSIGN_OR_RETURN(std::string mode,
+                        QueryText(db, "PRAGMA journal_mode=WAL"));
+  if (mode != "wal") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("database ", store->path_,
+                     " cannot use write-ahead logging (its "
+                     "journal mode stays '",
+                     mode, "'); put it on a local filesystem"));
+  }
   DIAL_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON"));
   DIAL_RETURN_IF_ERROR(store->Exec(options.full_sync
                                        ? "PRAGMA synchronous=FULL"
@@ -220,13 +295,9 @@ absl::Status SqliteStudyStore::Exec(const char* sql) {
   char* err = nullptr;
   int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
   if (rc != SQLITE_OK) {
-    std::string msg = err ? err : sqlite3_errmsg(db_);
+    absl::Status status = SqliteError(db_, rc, err);
     sqlite3_free(err);
-    if (rc == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR || rc == SQLITE_BUSY ||
-        rc == SQLITE_READONLY || rc == SQLITE_CANTOPEN) {
-      return absl::UnavailableError(absl::StrCat("sqlite: ", msg));
-    }
-    return absl::InternalError(absl::StrCat("sqlite: ", msg));
+    return status;
   }
   return absl::OkStatus();
 }
@@ -244,23 +315,27 @@ SqliteStudyStore::Statement SqliteStudyStore::Prepare(const char* sql) {
 }
 
 // Runs `body` in a transaction, committing on OK and rolling back otherwise.
-#define DIAL_SQL_TRANSACTION(body)                            \
-  do {                                                        \
-    DIAL_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));            \
-    absl::Status dial_txn_ = [&]() -> absl::Status body();    \
-    if (!dial_txn_.ok()) {                                    \
-      Exec("ROLLBACK").IgnoreError();                         \
-      return dial_txn_;                                       \
-    }                                                         \
-    DIAL_RETURN_IF_ERROR(Exec("COMMIT"));                     \
+// A failed COMMIT (disk full, I/O error, busy) may leave the transaction
+// open: it is rolled back too, or the next BEGIN would fail and a later
+// COMMIT would write this transaction's changes after its caller was told
+// they failed. SQLite may already have rolled back on its own, in which case
+// ROLLBACK fails harmlessly.
+#define DIAL_SQL_TRANSACTION(body)                         \
+  do {                                                     \
+    DIAL_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));         \
+    absl::Status dial_txn_ = [&]() -> absl::Status body(); \
+    if (dial_txn_.ok()) dial_txn_ = Exec("COMMIT");        \
+    if (!dial_txn_.ok()) {                                 \
+      if (!sqlite3_get_autocommit(db_)) {                  \
+        Exec("ROLLBACK").IgnoreError();                    \
+      }                                                    \
+      return dial_txn_;                                    \
+    }                                                      \
   } while (0)
 
-#define DIAL_PREPARE(var, sql)                                         \
-  Statement var = Prepare(sql);                                        \
-  if (!var.ok()) {                                                     \
-    return absl::InternalError(                                        \
-        absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));        \
-  }
+#define DIAL_PREPARE(var, sql)  \
+  Statement var = Prepare(sql); \
+  if (!var.ok()) return SqliteError(db_, sqlite3_errcode(db_));
 
 int SqliteStudyStore::schema_version() {
   absl::MutexLock lock(&mu_);
@@ -268,6 +343,13 @@ int SqliteStudyStore::schema_version() {
   if (!stmt.ok()) return 0;
   auto row = stmt.Step();
   return row.ok() && *row ? static_cast<int>(stmt.Int(0)) : 0;
+}
+
+int SqliteStudyStore::synchronous() {
+  absl::MutexLock lock(&mu_);
+  auto level = QueryText(db_, "PRAGMA synchronous");
+  int out = 0;
+  return level.ok() && absl::SimpleAtoi(*level, &out) ? out : -1;
 }
 
 absl::Status SqliteStudyStore::Migrate() {
@@ -696,6 +778,165 @@ absl::StatusOr<std::vector<v1::Worker>> SqliteStudyStore::ListWorkers() {
     *w.mutable_last_seen() = FromMs(stmt.Int(3));
   }
   return out;
+}
+
+namespace {
+
+// An errno from a file operation for the backup, with the code a caller acts
+// on: fix permissions, fix the path, or retry once the disk has room.
+absl::Status BackupErrno(int err, const std::string& what) {
+  absl::StatusCode code = absl::StatusCode::kUnavailable;  // ENOSPC, EIO, ...
+  if (err == EACCES || err == EPERM || err == EROFS) {
+    code = absl::StatusCode::kPermissionDenied;
+  } else if (err == ENOENT || err == ENOTDIR) {
+    code = absl::StatusCode::kFailedPrecondition;
+  }
+  return absl::Status(code, absl::StrCat(what, ": ", std::strerror(err)));
+}
+
+absl::Status Fsync(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return BackupErrno(errno, "cannot open " + path);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return BackupErrno(err, "cannot fsync " + path);
+  return absl::OkStatus();
+}
+
+// Whether `path` is a regular file that starts with SQLite's header.
+bool IsSqliteFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  char header[16];
+  const ssize_t n = ::read(fd, header, sizeof(header));
+  ::close(fd);
+  return n == sizeof(header) &&
+         std::memcmp(header, "SQLite format 3", sizeof(header)) == 0;
+}
+
+// Copies the committed snapshot of `source` into the empty file `target`
+// with SQLite's backup API, through connections of its own.
+absl::Status CopyDatabase(const std::string& source, const std::string& target,
+                          const std::string& named) {
+  sqlite3* src = nullptr;
+  sqlite3* dst = nullptr;
+  absl::Status status;
+  int rc = sqlite3_open_v2(source.c_str(), &src, SQLITE_OPEN_READONLY, nullptr);
+  if (rc != SQLITE_OK) {
+    status = SqliteError(src, rc);
+  } else {
+    sqlite3_busy_timeout(src, 5000);
+    rc = sqlite3_open_v2(target.c_str(), &dst, SQLITE_OPEN_READWRITE, nullptr);
+    // The copy is a scratch file until the rename: no journal, and one
+    // fsync by the caller instead of SQLite's.
+    if (rc == SQLITE_OK) {
+      rc = sqlite3_exec(dst, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF",
+                        nullptr, nullptr, nullptr);
+    }
+    if (rc != SQLITE_OK) {
+      status = SqliteError(dst, rc);
+    } else if (sqlite3_backup* backup =
+                   sqlite3_backup_init(dst, "main", src, "main")) {
+      // One step: the whole copy reads one snapshot, and in WAL mode the
+      // scheduler's writes go on meanwhile.
+      sqlite3_backup_step(backup, -1);
+      rc = sqlite3_backup_finish(backup);
+      if (rc != SQLITE_OK) status = SqliteError(dst, rc);
+    } else {
+      status = SqliteError(dst, sqlite3_errcode(dst));
+    }
+  }
+  sqlite3_close(dst);
+  sqlite3_close(src);
+  if (!status.ok()) {
+    return absl::Status(
+        status.code(),
+        absl::StrCat("backup to ", named, " failed: ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> SqliteStudyStore::Backup(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty() || path.front() != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "path: must be absolute (a path on the scheduler's machine), got '",
+        path, "'"));
+  }
+  const fs::path target = fs::path(path).lexically_normal();
+  if (!target.has_filename() || target.filename() == "." ||
+      target.filename() == "..") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("path: '", path, "' names a directory, not a file"));
+  }
+  const fs::path dir = target.parent_path();
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("path: directory ", dir.string(),
+                     " does not exist on the scheduler's machine"));
+  }
+  // Never the live database, nor the files SQLite keeps next to it, under
+  // any name (symbolic or hard links included).
+  std::error_code ec;
+  const fs::path resolved = fs::weakly_canonical(target, ec);
+  const fs::path live = fs::weakly_canonical(path_, ec);
+  struct stat target_st;
+  const bool target_exists = ::stat(target.c_str(), &target_st) == 0;
+  for (const char* suffix : {"", "-wal", "-shm", "-lock", "-journal"}) {
+    const std::string file = live.string() + suffix;
+    struct stat file_st;
+    if (resolved == fs::path(file) ||
+        (target_exists && ::stat(file.c_str(), &file_st) == 0 &&
+         file_st.st_dev == target_st.st_dev &&
+         file_st.st_ino == target_st.st_ino)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("path: ", path, " is the live database",
+                       *suffix ? absl::StrCat("'s ", suffix + 1, " file") : "",
+                       file == path ? "" : absl::StrCat(" (", file, ")"),
+                       "; back up to another file"));
+    }
+  }
+  if (::lstat(target.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "path: ", path, " is a directory; name the backup file in it"));
+    }
+    if (!S_ISREG(st.st_mode) || !IsSqliteFile(target)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path,
+          " exists and is not an SQLite database; refusing to replace "
+          "it"));
+    }
+  }
+
+  std::string temp =
+      (dir / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  int fd = ::mkostemp(temp.data(), O_CLOEXEC);
+  if (fd < 0) {
+    return BackupErrno(errno,
+                       absl::StrCat("cannot create a file in ", dir.string()));
+  }
+  ::close(fd);
+  absl::Status status = CopyDatabase(path_, temp, target.string());
+  if (status.ok()) status = Fsync(temp, O_RDONLY);
+  if (status.ok() && ::rename(temp.c_str(), target.c_str()) != 0) {
+    status = BackupErrno(
+        errno, absl::StrCat("cannot rename ", temp, " to ", target.string()));
+  }
+  if (!status.ok()) {
+    ::unlink(temp.c_str());
+    return status;
+  }
+  // The rename itself is durable once the directory is.
+  DIAL_RETURN_IF_ERROR(Fsync(dir.string(), O_RDONLY | O_DIRECTORY));
+  if (::stat(target.c_str(), &st) != 0) {
+    return BackupErrno(errno, "cannot stat " + target.string());
+  }
+  return static_cast<int64_t>(st.st_size);
 }
 
 }  // namespace dial::storage

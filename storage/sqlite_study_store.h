@@ -1,12 +1,19 @@
 // StudyStore on SQLite: WAL mode, foreign keys on, prepared statements only
 // (cached), forward migrations recorded in `schema_version`. Only one
 // process may open a database (the scheduler). Thread-safe: one mutex
-// serialises access to the connection.
+// serialises access to the connection; Backup reads through a connection of
+// its own and does not take it.
+//
+// Errors carry the database's path and the cause. A full disk, an I/O error
+// and a busy, locked or read-only file are UNAVAILABLE: the transaction is
+// rolled back, nothing of it is on disk, and the same call succeeds once the
+// condition is gone. A damaged file is DATA_LOSS.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/synchronization/mutex.h"
 #include "storage/study_store.h"
@@ -18,16 +25,20 @@ namespace dial::storage {
 
 struct SqliteStudyStoreOptions {
   std::string path;  // database file; created if missing
-  // synchronous=FULL: a commit survives power loss, at the cost of one more
-  // fsync per transaction. NORMAL survives process crashes only.
+  // synchronous=FULL (the default): every commit fsyncs the write-ahead log
+  // before it returns, so an acknowledged change survives power loss or an
+  // OS crash. NORMAL skips that fsync (the log is synced at checkpoints
+  // only): commits are faster and survive a crash of the process, but the
+  // last ones before a power loss can vanish after they were acknowledged.
+  // The file stays consistent either way.
   bool full_sync = true;
 };
 
 class SqliteStudyStore : public StudyStore {
  public:
   // Opens (creating and migrating as needed). UNAVAILABLE if the file cannot
-  // be opened; FAILED_PRECONDITION if it is from a newer Dial or another
-  // process has it open.
+  // be opened; FAILED_PRECONDITION if it is from a newer Dial, another
+  // process has it open, or it cannot be put in WAL mode.
   static absl::StatusOr<std::unique_ptr<SqliteStudyStore>> Create(
       const SqliteStudyStoreOptions& options);
   ~SqliteStudyStore() override;
@@ -53,13 +64,22 @@ class SqliteStudyStore : public StudyStore {
                                 int64_t step) override;
   absl::Status PutWorker(const v1::Worker& worker) override;
   absl::StatusOr<std::vector<v1::Worker>> ListWorkers() override;
+  // An online backup (SQLite's backup API) through a read-only connection
+  // of its own: in WAL mode it sees one committed snapshot and blocks no
+  // writer. See StudyStore::Backup for the contract; the copy has mode 0600.
+  absl::StatusOr<int64_t> Backup(const std::string& path) override;
 
   // Schema version of the open database.
   int schema_version();
+  // The connection's PRAGMA synchronous: 2 (FULL) or 1 (NORMAL).
+  int synchronous();
+  // Absolute path of the database file.
+  const std::string& path() const { return path_; }
 
  private:
   class Statement;
-  SqliteStudyStore(sqlite3* db, int lock_fd) : db_(db), lock_fd_(lock_fd) {}
+  SqliteStudyStore(sqlite3* db, int lock_fd, std::string path)
+      : db_(db), lock_fd_(lock_fd), path_(std::move(path)) {}
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Statement Prepare(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -76,6 +96,7 @@ class SqliteStudyStore : public StudyStore {
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
   // flock on "<path>-lock": one process per database.
   int lock_fd_;
+  const std::string path_;
   std::map<const char*, sqlite3_stmt*> statements_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -69,6 +69,23 @@ class StudyStore {
 
   virtual absl::Status PutWorker(const v1::Worker& worker) = 0;
   virtual absl::StatusOr<std::vector<v1::Worker>> ListWorkers() = 0;
+
+  // Writes a consistent copy of everything committed to the file `path`
+  // (absolute, on this machine) while the store stays in use, and returns
+  // its size in bytes. The copy is written under a temporary name in the
+  // same directory, fsynced and renamed over `path`, so `path` never holds a
+  // partial copy, even after a crash. A file already at `path` is replaced
+  // only if it is an SQLite database (an earlier backup).
+  // INVALID_ARGUMENT: `path` is relative, names a directory, or is the live
+  // database or one of its companion files. FAILED_PRECONDITION: the
+  // directory does not exist, or `path` is some other kind of file.
+  // PERMISSION_DENIED: the directory is not writable. UNAVAILABLE: the copy
+  // could not be written (disk full, I/O error); retry. UNIMPLEMENTED:
+  // stores with nothing on disk.
+  virtual absl::StatusOr<int64_t> Backup(const std::string& /*path*/) {
+    return absl::UnimplementedError(
+        "this study store keeps nothing on disk to back up");
+  }
 };
 
 }  // namespace dial::storage

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -315,6 +316,7 @@ class Run {
     }
     DIAL_RETURN_IF_ERROR(ParseSchedule());
     if (ctx_.restore_checkpoint.empty()) return 0;
+    restored_id_ = ctx_.restore_checkpoint;
     return Restore(ctx_.restore_checkpoint);
   }
 
@@ -323,7 +325,7 @@ class Run {
     if (step > 0) {
       std::fprintf(stderr,
                    "dial-train: resuming from checkpoint %s at step %lld\n",
-                   ctx_.restore_checkpoint.c_str(),
+                   restored_id_.c_str(),
                    static_cast<long long>(step));
       // A resumed run takes the scheduled knobs in force at its step.
       if (auto it = schedule_.upper_bound(step); it != schedule_.begin()) {
@@ -384,7 +386,38 @@ class Run {
       return absl::InvalidArgumentError(
           "restoring a checkpoint needs a checkpoint root");
     }
-    DIAL_ASSIGN_OR_RETURN(auto files, store_->Read(id));
+    auto read = store_->Read(id);
+    if (absl::IsDataLoss(read.status())) {
+      // A damaged checkpoint (checksum mismatch): fall back to the newest
+      // earlier one of this trial that verifies. The steps in between are
+      // trained again; the scheduler ignores the reports it already has.
+      std::fprintf(stderr, "dial-train: checkpoint %s is damaged (%s)\n",
+                   id.c_str(), std::string(read.status().message()).c_str());
+      int64_t bad_step = std::numeric_limits<int64_t>::max();
+      (void)absl::SimpleAtoi(id.substr(id.rfind('/') + 1), &bad_step);
+      auto steps = store_->ListSteps(ctx_.study, ctx_.trial);
+      if (steps.ok()) {
+        for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
+          if (*it >= bad_step) continue;
+          const std::string earlier =
+              storage::CheckpointStore::MakeId(ctx_.study, ctx_.trial, *it);
+          read = store_->Read(earlier);
+          if (read.ok()) {
+            std::fprintf(stderr, "dial-train: falling back to checkpoint %s\n",
+                         earlier.c_str());
+            restored_id_ = earlier;
+            break;
+          }
+        }
+      }
+      if (!read.ok()) {
+        return absl::DataLossError(absl::StrCat(
+            "checkpoint ", id, " is damaged and no earlier checkpoint of trial ",
+            ctx_.trial, " verifies"));
+      }
+    }
+    if (!read.ok()) return read.status();
+    auto& files = *read;
     if (!files.count("step") || !files.count("rng.pt")) {
       return absl::DataLossError(
           absl::StrCat("checkpoint ", id, " has no step or rng state"));
@@ -500,8 +533,13 @@ class Run {
     files["step"] = std::to_string(step);
     auto info = store_->Write(ctx_.study, ctx_.trial, step, files);
     if (absl::IsAlreadyExists(info.status())) {
-      // Written by an earlier attempt that got this far: same state.
-      return storage::CheckpointStore::MakeId(ctx_.study, ctx_.trial, step);
+      // Written by an earlier attempt that got this far: the same state,
+      // unless it was damaged since; then this one replaces it.
+      const std::string id =
+          storage::CheckpointStore::MakeId(ctx_.study, ctx_.trial, step);
+      if (!absl::IsDataLoss(store_->Verify(id).status())) return id;
+      DIAL_RETURN_IF_ERROR(store_->Delete(id));
+      info = store_->Write(ctx_.study, ctx_.trial, step, files);
     }
     if (!info.ok()) return info.status();
     last_checkpoint_step_ = step;
@@ -670,6 +708,7 @@ class Run {
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<storage::FileCheckpointStore> store_;
   int64_t last_checkpoint_step_ = -1;
+  std::string restored_id_;  // the checkpoint actually resumed from
   std::map<int64_t, google::protobuf::Struct> schedule_;
 };
 

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/grpc_status.h"
+#include "common/message_limits.h"
 #include "dial/v1/service.grpc.pb.h"
 
 namespace dial::worker {
@@ -12,7 +13,9 @@ class GrpcSchedulerClient : public SchedulerClient {
  public:
   GrpcSchedulerClient(std::shared_ptr<grpc::Channel> channel,
                       absl::Duration timeout)
-      : stub_(v1::WorkerService::NewStub(channel)), timeout_(timeout) {}
+      : channel_(channel),
+        stub_(v1::WorkerService::NewStub(channel)),
+        timeout_(timeout) {}
 
   absl::StatusOr<v1::RegisterWorkerResponse> Register(
       const v1::RegisterWorkerRequest& request) override {
@@ -49,10 +52,16 @@ class GrpcSchedulerClient : public SchedulerClient {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     grpc::Status status = ((*stub_).*method)(&ctx, request, &response);
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // An idle channel fails fast without reconnecting by itself; ask it to
+      // connect now, so a restarted scheduler is found within a backoff.
+      channel_->GetState(/*try_to_connect=*/true);
+    }
     if (!status.ok()) return FromGrpcStatus(status);
     return response;
   }
 
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   absl::Duration timeout_;
 };
@@ -64,8 +73,19 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> NewGrpcSchedulerClient(
   if (options.target.empty()) {
     return absl::InvalidArgumentError("--scheduler: address is required");
   }
-  auto channel = grpc::CreateChannel(options.target,
-                                     grpc::InsecureChannelCredentials());
+  // The scheduler's limits: accept every response it may send, and refuse
+  // locally a request it would refuse.
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxResponseBytes);
+  args.SetMaxSendMessageSize(kMaxRequestBytes);
+  // After a scheduler restart, reconnect within a second: gRPC's default
+  // backoff grows to two minutes, longer than a worker's lease.
+  // (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS stays at its default: gRPC also
+  // uses it as the connection timeout.)
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel = grpc::CreateCustomChannel(
+      options.target, grpc::InsecureChannelCredentials(), args);
   return std::unique_ptr<SchedulerClient>(
       new GrpcSchedulerClient(std::move(channel), options.timeout));
 }

@@ -1,5 +1,7 @@
 #include "worker/trial_process.h"
 
+#include <poll.h>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -112,13 +114,28 @@ TrialProcess::~TrialProcess() {
   if (decision_fd_ >= 0) close(decision_fd_);
 }
 
-std::optional<std::string> TrialProcess::ReadLine() {
+std::optional<std::string> TrialProcess::ReadLine(absl::Duration timeout,
+                                                  bool* timed_out) {
+  const absl::Time deadline = absl::Now() + timeout;
+  if (timed_out) *timed_out = false;
   while (true) {
     size_t nl = buffer_.find('\n');
     if (nl != std::string::npos) {
       std::string line = buffer_.substr(0, nl);
       buffer_.erase(0, nl + 1);
       return line;
+    }
+    if (timeout != absl::InfiniteDuration()) {
+      const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+      pollfd fd{report_fd_, POLLIN, 0};
+      const int ready =
+          left_ms <= 0 ? 0 : poll(&fd, 1, static_cast<int>(std::min<int64_t>(
+                                              left_ms, 1 << 30)));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {
+        if (timed_out) *timed_out = true;
+        return std::nullopt;
+      }
     }
     char chunk[4096];
     ssize_t n = read(report_fd_, chunk, sizeof(chunk));
@@ -182,6 +199,7 @@ std::string TrialProcess::StderrTail(int lines) const {
   std::string text((std::istreambuf_iterator<char>(in)),
                    std::istreambuf_iterator<char>());
   while (!text.empty() && text.back() == '\n') text.pop_back();
+  if (text.empty()) return text;  // a trial that wrote nothing
   size_t pos = text.size();
   for (int i = 0; i < lines && pos != std::string::npos && pos > 0; ++i) {
     pos = text.rfind('\n', pos - 1);

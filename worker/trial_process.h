@@ -34,7 +34,11 @@ class TrialProcess {
   ~TrialProcess();  // SIGKILLs the group if it still runs, and reaps it
 
   // The next line the process reported; nullopt once it closed its end.
-  std::optional<std::string> ReadLine();
+  // With a finite `timeout`, gives up when no full line arrives in time
+  // and sets *timed_out.
+  std::optional<std::string> ReadLine(
+      absl::Duration timeout = absl::InfiniteDuration(),
+      bool* timed_out = nullptr);
   absl::Status WriteLine(const std::string& line);
   // Sends `signal` to the whole process group.
   void Signal(int signal);

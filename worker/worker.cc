@@ -1,5 +1,6 @@
 #include "worker/worker.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -12,11 +13,21 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "spdlog/spdlog.h"
+#include "worker/report_buffer.h"
 #include "worker/trial_process.h"
 #include "absl/strings/str_cat.h"
 
 namespace dial::worker {
 namespace {
+
+// One line appended with O_APPEND: whole lines even with several writers.
+void AppendLine(const std::string& path, const std::string& line) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return;
+  const std::string data = line + "\n";
+  (void)!write(fd, data.data(), data.size());
+  close(fd);
+}
 
 bool Retryable(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
@@ -150,7 +161,19 @@ void Worker::HeartbeatLoop() {
       period = std::max(absl::Milliseconds(100),
                         absl::Milliseconds(response->lease_ms()) / 4);
     } else if (absl::IsNotFound(response.status())) {
-      spdlog::warn("the scheduler no longer knows this worker; registering again");
+      spdlog::warn("the scheduler no longer knows this worker; registering "
+                   "again and killing the trials it handed to the old id");
+      {
+        // Their leases are gone and the scheduler has requeued them: they
+        // must not advance in two places.
+        absl::MutexLock lock(&mu_);
+        for (auto& [slot, r] : running_) {
+          if (r.worker_id == id) {
+            r.lost = true;
+            r.process->Signal(SIGKILL);
+          }
+        }
+      }
       ForgetRegistration(id);
       continue;
     }
@@ -288,14 +311,60 @@ void Worker::RunTrial(const std::string& worker_id,
   {
     absl::MutexLock lock(&mu_);
     running_[next_run_++] =
-        Running{trial.study(), trial.number(), a.attempt(), process->get()};
+        Running{trial.study(), trial.number(), a.attempt(), process->get(),
+                worker_id};
     if (stopping_) (*process)->Signal(SIGTERM);  // raced with Shutdown
   }
   std::map<std::string, double> last_metrics;
   std::string protocol_error;
   bool lost = false;
   bool stop_sent = false;
-  while (auto line = (*process)->ReadLine()) {
+  // Reports not yet acknowledged. While the scheduler is unreachable the
+  // trial goes on with a provisional CONTINUE and its reports wait here, to
+  // be replayed in order (each once: the scheduler ignores steps it has)
+  // when the scheduler is back.
+  ReportBuffer pending(absl::StrCat(options_.work_dir, "/", trial.study(), "-",
+                                    trial.number(), "-a", a.attempt(),
+                                    ".reports"),
+                       options_.report_buffer);
+  // A replayed report's STOP, PAUSE or EXPLOIT, for the trial's next report.
+  std::optional<v1::Decision> held;
+  // Sends what is pending, oldest first. OK: all acknowledged, `*current`
+  // is the newest report's decision. UNAVAILABLE: the scheduler is not
+  // reachable now (the rest stays pending). Anything else ends the trial.
+  auto drain = [&](v1::Decision* current) -> absl::Status {
+    while (!pending.empty()) {
+      auto response = options_.client->Report(pending.Front());
+      if (!response.ok()) {
+        return Retryable(response.status())
+                   ? absl::UnavailableError(response.status().message())
+                   : response.status();
+      }
+      if (!options_.ack_log.empty()) {
+        const auto& r = pending.Front();
+        AppendLine(options_.ack_log,
+                   absl::StrCat(r.worker_id(), " ", r.study(), " ", r.trial(),
+                                " ", r.attempt(), " ", r.step()));
+      }
+      pending.Pop();
+      const v1::Decision& d = response->decision();
+      if (pending.empty()) {
+        *current = d;
+      } else if (d.action() != v1::Decision::CONTINUE && !held) {
+        held = d;
+        if (d.action() != v1::Decision::EXPLOIT) {
+          // Stopped or paused at a replayed step: later ones are moot.
+          while (!pending.empty()) pending.Pop();
+        }
+      }
+    }
+    return absl::OkStatus();
+  };
+  const absl::Duration timeout = a.run().timeout_s() > 0
+                                     ? absl::Seconds(a.run().timeout_s())
+                                     : absl::InfiniteDuration();
+  bool hung = false;
+  while (auto line = (*process)->ReadLine(timeout, &hung)) {
     auto report = ParseReport(*line);
     if (!report.ok()) {
       protocol_error = std::string(report.status().message());
@@ -311,26 +380,34 @@ void Worker::RunTrial(const std::string& worker_id,
       (*request.mutable_metrics())[k] = v;
     }
     request.set_checkpoint(report->checkpoint);
-    absl::StatusOr<v1::ReportProgressResponse> response;
-    absl::Duration backoff = absl::Milliseconds(200);
-    for (int i = 0; i < 120; ++i) {
-      response = options_.client->Report(request);
-      if (response.ok() || !Retryable(response.status())) break;
-      absl::SleepFor(backoff);
-      backoff = std::min(backoff * 2, absl::Seconds(5));
+    absl::Status buffered = pending.Push(request);
+    if (!buffered.ok()) {
+      protocol_error = std::string(buffered.message());
+      break;
     }
-    if (!response.ok()) {
-      if (absl::IsInvalidArgument(response.status())) {
-        protocol_error = std::string(response.status().message());
+    v1::Decision decision;
+    absl::Status sent = drain(&decision);
+    if (absl::IsUnavailable(sent)) {
+      spdlog::warn("{}: scheduler unreachable ({}); {} report(s) buffered, "
+                   "training goes on", name, std::string(sent.message()),
+                   pending.size());
+      decision.set_action(v1::Decision::CONTINUE);
+      decision.set_reason("scheduler unreachable; report buffered");
+    } else if (!sent.ok()) {
+      if (absl::IsInvalidArgument(sent)) {
+        protocol_error = std::string(sent.message());
       } else {
         // Stale attempt or lost lease: the trial is someone else's now.
-        spdlog::warn("{}: {}; killing it", name, response.status().ToString());
+        spdlog::warn("{}: {}; killing it", name, sent.ToString());
         lost = true;
       }
       break;
     }
+    if (held) {
+      decision = *held;
+      held.reset();
+    }
     last_metrics = report->metrics;
-    const auto& decision = response->decision();
     TrialDecision out{ActionName(decision.action()), decision.reason(), "",
                       ""};
     if (decision.action() == v1::Decision::EXPLOIT) {
@@ -359,14 +436,43 @@ void Worker::RunTrial(const std::string& worker_id,
       break;
     }
   }
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [slot, r] : running_) {
+      if (r.process == process->get() && r.lost) lost = true;
+    }
+  }
   bool shutting_down;
   {
     absl::MutexLock lock(&mu_);
     shutting_down = stopping_;
   }
+  if (hung) {
+    protocol_error = absl::StrCat("no report for ", a.run().timeout_s(),
+                                  " s (trial.timeout_s): hung, killed");
+  }
   if (lost || !protocol_error.empty()) (*process)->Signal(SIGKILL);
   const int status = (*process)->WaitOrKill(
       shutting_down || stop_sent ? options_.grace : absl::Seconds(30));
+  // What the trial reported while the scheduler was away goes first, in
+  // order, for as long as the scheduler may take to come back. The trial
+  // stays in the heartbeat's running list meanwhile, so a restarted
+  // scheduler keeps it attached.
+  absl::Duration backoff = absl::Milliseconds(200);
+  const absl::Time give_up = absl::Now() + options_.outage_limit;
+  while (!lost && !pending.empty()) {
+    v1::Decision ignored;
+    absl::Status sent = drain(&ignored);
+    if (sent.ok()) break;
+    if (!absl::IsUnavailable(sent) || absl::Now() > give_up) {
+      spdlog::warn("{}: {} buffered report(s) dropped: {}", name,
+                   pending.size(), sent.ToString());
+      lost = true;
+      break;
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+  }
   {
     absl::MutexLock lock(&mu_);
     for (auto it = running_.begin(); it != running_.end(); ++it) {
@@ -382,7 +488,8 @@ void Worker::RunTrial(const std::string& worker_id,
   if (shutting_down) {
     finish.set_requeue(true);
   } else if (!protocol_error.empty()) {
-    finish.set_error("trial protocol error: " + protocol_error);
+    finish.set_error(hung ? protocol_error
+                          : "trial protocol error: " + protocol_error);
     finish.set_stderr_tail((*process)->StderrTail(20));
   } else if (stop_sent || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
     for (const auto& [k, v] : last_metrics) {

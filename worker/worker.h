@@ -37,6 +37,14 @@ struct WorkerOptions {
   std::string checkpoint_root;    // shared with the scheduler and trials
   absl::Duration acquire_wait = absl::Seconds(10);
   absl::Duration grace = absl::Seconds(30);  // SIGTERM -> SIGKILL
+  // Reports kept in memory per trial while the scheduler is unreachable;
+  // more spill to a file in work_dir.
+  size_t report_buffer = 256;
+  // How long a finished trial's buffered reports wait for the scheduler to
+  // come back before they are dropped.
+  absl::Duration outage_limit = absl::Minutes(30);
+  // Audit log of acknowledged reports (one line each); empty: none.
+  std::string ack_log;
 };
 
 class Worker {
@@ -59,6 +67,8 @@ class Worker {
     int64_t trial = 0;
     int32_t attempt = 0;
     TrialProcess* process = nullptr;
+    std::string worker_id;  // the id it was acquired under
+    bool lost = false;      // that id's lease is gone: killed, not finished
   };
   void SlotLoop(int slot);
   void HeartbeatLoop();

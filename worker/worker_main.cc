@@ -36,6 +36,9 @@ ABSL_FLAG(int32_t, grace_s, 30,
           "Seconds a trial gets to checkpoint and exit on shutdown");
 ABSL_FLAG(int32_t, acquire_wait_ms, 5000, "Long-poll wait of AcquireTrial");
 ABSL_FLAG(std::string, host, "", "Host name to register (default: hostname)");
+ABSL_FLAG(std::string, ack_log, "",
+          "Audit log: append a line 'worker study trial attempt step' for "
+          "every report the scheduler acknowledged (default: none)");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 namespace fs = std::filesystem;
@@ -104,6 +107,7 @@ int main(int argc, char** argv) {
   options.checkpoint_root =
       fs::absolute(absl::GetFlag(FLAGS_checkpoint_root)).string();
   options.grace = absl::Seconds(absl::GetFlag(FLAGS_grace_s));
+  options.ack_log = absl::GetFlag(FLAGS_ack_log);
   options.acquire_wait = absl::Milliseconds(absl::GetFlag(FLAGS_acquire_wait_ms));
 
   dial::worker::Worker worker(options);

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 namespace dial {
@@ -207,11 +208,134 @@ INSTANTIATE_TEST_SUITE_P(
                        "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
                        "searcher: {grid: {default_points: 1}}",
                        "searcher.grid.default_points", "at least 2"},
+        // Bounds that keep CreateStudy's work proportional to the spec
+        // (each of these used to hang CreateStudy or overflow).
+        ValidationCase{"GridDefaultPointsHuge",
+                       "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
+                       "searcher: {grid: {default_points: 2147483647}}",
+                       "searcher.grid.default_points", "at most 10000"},
+        ValidationCase{"GridPointsHuge",
+                       "search_space: [{name: x, float: {min: 0, max: 1, "
+                       "grid_points: 10001}}]",
+                       "search_space[0].float.grid_points", "at most 10000"},
+        ValidationCase{"IntBeyondDoubles",
+                       "search_space: [{name: n, int: {min: "
+                       "-9223372036854775808, max: 9223372036854775807}}]",
+                       "search_space[0].int", "between -2^53 and 2^53"},
+        ValidationCase{"AshaReductionFactorNearOne",
+                       "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
+                       "scheduler: {asha: {min_steps: 3, max_steps: 27, "
+                       "reduction_factor: 1.0000000000000002}}",
+                       "scheduler.asha.reduction_factor",
+                       "more than 1000 rungs"},
         ValidationCase{"EmptyCommand",
                        "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
                        "trial: {command: {argv: []}}",
                        "trial.command.argv", "must name the program"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+TEST(SpecTest, ReductionFactorMustBeFinite) {
+  // Text specs cannot spell infinity, but gRPC clients can send it.
+  auto spec = ParseStudySpec(
+      "name: t\nobjective: {metric: loss, goal: MINIMIZE}\n"
+      "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
+      "scheduler: {hyperband: {min_steps: 1, max_steps: 9, "
+      "reduction_factor: 3}}\nbudget: {max_trials: 2}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->mutable_scheduler()->mutable_hyperband()->set_reduction_factor(
+      std::numeric_limits<double>::infinity());
+  EXPECT_THAT(
+      ValidateStudySpec(*spec).message(),
+      HasSubstr("scheduler.hyperband.reduction_factor: must be finite"));
+}
+
+TEST(SpecTest, EnumNumbersWithoutANameAreRefused) {
+  // Text specs name enum values, but gRPC clients send numbers.
+  auto spec = ParseStudySpec(
+      "name: t\nobjective: {metric: loss, goal: MINIMIZE}\n"
+      "search_space: [{name: x, float: {min: 1, max: 2}}, "
+      "{name: n, int: {min: 1, max: 2}}]\nbudget: {max_trials: 2}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(ValidateStudySpec(*spec).ok());
+  v1::StudySpec goal = *spec;
+  goal.mutable_objective()->set_goal(static_cast<v1::Goal>(3));
+  EXPECT_THAT(ValidateStudySpec(goal).message(),
+              HasSubstr("objective.goal: must be MAXIMIZE or MINIMIZE, got 3"));
+  v1::StudySpec scale = *spec;
+  scale.mutable_search_space(1)->mutable_int_()->set_scale(
+      static_cast<v1::Scale>(-1));
+  EXPECT_THAT(ValidateStudySpec(scale).message(),
+              HasSubstr("search_space[1].int.scale: must be LINEAR or LOG"));
+  scale = *spec;
+  scale.mutable_search_space(0)->mutable_float_()->set_scale(
+      static_cast<v1::Scale>(9));
+  EXPECT_THAT(ValidateStudySpec(scale).message(),
+              HasSubstr("search_space[0].float.scale: must be LINEAR or LOG"));
+}
+
+TEST(SpecTest, CommandsAndLabelsMustSurviveExecAndJson) {
+  auto parsed = ParseStudySpec(
+      "name: t\nobjective: {metric: loss, goal: MINIMIZE}\n"
+      "search_space: [{name: x, float: {min: 1, max: 2}}]\n"
+      "budget: {max_trials: 2}\nlabels: {team: a}\n"
+      "trial: {command: {argv: [run, --x], env: {PYTHONUNBUFFERED: '1', "
+      "my.var-2: x}}}");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(ValidateStudySpec(*parsed).ok()) << ValidateStudySpec(*parsed);
+  auto refused = [&](auto change) {
+    v1::StudySpec spec = *parsed;
+    change(spec);
+    return std::string(ValidateStudySpec(spec).message());
+  };
+  auto env = [](v1::StudySpec& s) {
+    return s.mutable_trial()->mutable_command()->mutable_env();
+  };
+  EXPECT_THAT(refused([&](v1::StudySpec& s) { (*env(s))["A=B"] = "c"; }),
+              HasSubstr("trial.command.env: 'A=B' is not a variable name"));
+  EXPECT_THAT(refused([&](v1::StudySpec& s) { (*env(s))["9LIVES"] = "c"; }),
+              HasSubstr("'9LIVES' is not a variable name"));
+  EXPECT_THAT(refused([&](v1::StudySpec& s) { (*env(s))[""] = "c"; }),
+              HasSubstr("trial.command.env: names must be 1-128 characters"));
+  EXPECT_THAT(refused([&](v1::StudySpec& s) {
+                (*env(s))["A"] = std::string("x\0y", 3);
+              }),
+              HasSubstr("trial.command.env.A: must not contain a NUL"));
+  EXPECT_THAT(refused([](v1::StudySpec& s) {
+                s.mutable_trial()->mutable_command()->set_argv(
+                    1, std::string("--x\0", 4));
+              }),
+              HasSubstr("trial.command.argv[1]: must not contain a NUL"));
+  EXPECT_THAT(refused([](v1::StudySpec& s) {
+                (*s.mutable_labels())[std::string(129, 'k')] = "v";
+              }),
+              HasSubstr("labels: keys must be 1-128 characters"));
+}
+
+TEST(SpecTest, ConditionsOnIntsAreCheckedWithoutListingTheRange) {
+  const std::string base =
+      "name: t\nobjective: {metric: loss, goal: MINIMIZE}\n"
+      "budget: {max_trials: 2}\n";
+  auto spec = [&](const std::string& range, const std::string& value) {
+    auto s = ParseStudySpec(base + "search_space: [{name: n, int: " + range +
+                            "}, {name: x, float: {min: 0, max: 1}, when: "
+                            "{n: [" +
+                            value + "]}}]");
+    EXPECT_TRUE(s.ok()) << s.status();
+    return ValidateStudySpec(*s);
+  };
+  EXPECT_TRUE(spec("{min: 1, max: 8}", "8").ok());
+  EXPECT_THAT(spec("{min: 1, max: 8}", "9").message(),
+              HasSubstr("search_space[1].when.n: '9' is not a value of n"));
+  EXPECT_THAT(spec("{min: 1, max: 8}", "2.5").message(),
+              HasSubstr("'2.5' is not a value of n"));
+  EXPECT_TRUE(spec("{min: -10000, max: 0}", "-10000").ok());
+  // At the top of the int64 range (before the 2^53 bound existed this
+  // looped forever); wider ranges are not checked.
+  EXPECT_THAT(
+      spec("{min: 9007199254740000, max: 9007199254740992}", "1").message(),
+      HasSubstr("'1' is not a value of n"));
+  EXPECT_TRUE(spec("{min: 0, max: 100000}", "77777").ok());
+}
 
 TEST(SpecTest, TrainerKnobsAreCheckedAtCreation) {
   const std::string base =

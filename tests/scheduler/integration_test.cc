@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "client/client.h"
+#include "common/message_limits.h"
 #include "common/spec.h"
 #include "scheduler/server.h"
 #include "storage/sqlite_study_store.h"
@@ -177,6 +178,51 @@ TEST_F(IntegrationTest, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
   auto s = client_->SuggestTrials("quad", 1, "c");
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->trials_size(), 1);
+}
+
+TEST_F(IntegrationTest, OversizedRequestsAreRefusedAndTheServerKeepsServing) {
+  // A channel without Dial's send limit, so that the server itself must
+  // refuse what is too big.
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(-1);
+  auto channel = grpc::CreateCustomChannel(
+      server_->address(), grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::StudyService::NewStub(channel);
+  auto call = [&](const v1::CreateStudyRequest& request) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(30));
+    v1::CreateStudyResponse response;
+    return stub->CreateStudy(&ctx, request, &response);
+  };
+  v1::CreateStudyRequest request;
+  *request.mutable_spec() = Spec();
+
+  // Over the limit: refused before any handler runs.
+  request.mutable_spec()->set_name(std::string(kMaxRequestBytes, 'a'));
+  grpc::Status status = call(request);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("larger than max"));
+  // Just under it: it reaches the handler, which names the bad field.
+  request.mutable_spec()->set_name(std::string(kMaxRequestBytes - 4096, 'a'));
+  status = call(request);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("name: must be at most 64"));
+
+  // Dial's own client refuses to send it in the first place, same code.
+  v1::StudySpec big = Spec();
+  big.set_name(std::string(kMaxRequestBytes, 'a'));
+  absl::Status refused = client_->CreateStudy(big).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+
+  // The same connection and the server go on serving.
+  request.mutable_spec()->set_name("quad");
+  status = call(request);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  auto got = client_->GetStudy("quad");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->state(), v1::STUDY_ACTIVE);
 }
 
 TEST_F(IntegrationTest, HealthCheckingIsServed) {

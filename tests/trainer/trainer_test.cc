@@ -259,6 +259,62 @@ TEST_F(TrainerTest, ValidationComesFromTrainingDataAndTestOnlyFromEvaluate) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(TrainerTest, ADamagedCheckpointFallsBackToTheLastGoodOne) {
+  TrainerConfig c = Config(Knobs({{"steps", 150}, {"eval_every", 50},
+                                  {"batch_size", 32}, {"seed", 8}}));
+  RunContext whole;
+  whole.checkpoint_root = (root_ / "whole").string();
+  Recorder uninterrupted;
+  ASSERT_TRUE(Train(c, whole, uninterrupted).ok());
+
+  RunContext ctx;
+  ctx.checkpoint_root = (root_ / "split").string();
+  Recorder first(100);
+  ASSERT_TRUE(Train(c, ctx, first).ok());
+  ASSERT_EQ(first.reports.back().checkpoint, "local/0/100");
+  // Flip one byte of the step-100 weights: the manifest's CRC no longer
+  // matches.
+  auto store = storage::FileCheckpointStore::Create({ctx.checkpoint_root});
+  ASSERT_TRUE(store.ok());
+  auto dir = (*store)->PathOf("local/0/100");
+  ASSERT_TRUE(dir.ok());
+  {
+    std::fstream f(*dir + "/model.pt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char byte = 0;
+    f.read(&byte, 1);
+    byte ^= 0x5a;
+    f.seekp(100);
+    f.write(&byte, 1);
+  }
+  ASSERT_EQ((*store)->Verify("local/0/100").status().code(),
+            absl::StatusCode::kDataLoss);
+
+  ctx.restore_checkpoint = "local/0/100";
+  Recorder resumed;
+  auto rest = Train(c, ctx, resumed);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  // Resumed from step 50: steps 100 and 150 again, as the uninterrupted run.
+  ASSERT_EQ(resumed.reports.size(), 2u);
+  EXPECT_EQ(resumed.reports[0].step, 100);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NEAR(resumed.reports[i].metrics.at("val_loss"),
+                uninterrupted.reports[i + 1].metrics.at("val_loss"), 1e-6);
+  }
+  // The damaged checkpoint was replaced by a good one.
+  EXPECT_TRUE((*store)->Verify("local/0/100").ok());
+  EXPECT_EQ(resumed.reports[0].checkpoint, "local/0/100");
+
+  // With nothing good to fall back to, the error says so.
+  ASSERT_TRUE((*store)->Delete("local/0/50").ok());
+  dir = (*store)->PathOf("local/0/100");
+  std::ofstream(*dir + "/model.pt", std::ios::app) << "garbage";
+  Recorder none;
+  auto failed = Train(c, ctx, none);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(failed.status().message(), HasSubstr("no earlier checkpoint"));
+}
+
 TEST(TrainerConfigTest, UnusableCombinationsFailWithTheReason) {
   auto fails = [](google::protobuf::Struct knobs, const char* why) {
     Recorder sink;

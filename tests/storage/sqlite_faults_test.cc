@@ -1,0 +1,390 @@
+// SqliteStudyStore against a real file that cannot be written (a file-size
+// limit in a forked child, as on a full disk), its durability settings, and
+// its online backup.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "google/protobuf/util/time_util.h"
+#include "storage/memory_study_store.h"
+#include "storage/sqlite_study_store.h"
+
+namespace dial::storage {
+namespace {
+
+namespace fs = std::filesystem;
+using google::protobuf::util::MessageDifferencer;
+using google::protobuf::util::TimeUtil;
+using ::testing::HasSubstr;
+
+class SqliteFaultsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("dial-faults-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    path_ = (dir_ / "dial.db").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static v1::Study MakeStudy(const std::string& name, size_t padding = 0) {
+    v1::Study study;
+    study.set_name(name);
+    study.mutable_spec()->set_name(name);
+    study.mutable_spec()->mutable_objective()->set_metric("loss");
+    // Bulk that needs many new pages: a long categorical parameter.
+    if (padding > 0) {
+      auto* values = study.mutable_spec()
+                         ->add_search_space()
+                         ->mutable_categorical()
+                         ->mutable_values();
+      for (size_t i = 0; i * 16 < padding; ++i) {
+        values->Add(absl::StrCat("value-", i, "-padding"));
+      }
+    }
+    study.set_state(v1::STUDY_ACTIVE);
+    *study.mutable_create_time() = TimeUtil::MillisecondsToTimestamp(1000);
+    *study.mutable_update_time() = TimeUtil::MillisecondsToTimestamp(1000);
+    return study;
+  }
+  static v1::Trial MakeTrial(const std::string& study, int64_t number,
+                             size_t padding = 0) {
+    v1::Trial t;
+    t.set_study(study);
+    t.set_number(number);
+    t.set_state(v1::RUNNING);
+    (*t.mutable_params())["lr"].set_double_value(0.01 * (number + 1));
+    t.set_last_step(-1);
+    t.set_attempt(1);
+    t.set_error(std::string(padding, 'e'));  // bulk for the write
+    *t.mutable_create_time() = TimeUtil::MillisecondsToTimestamp(2000);
+    return t;
+  }
+  static v1::MetricPoint Point(int64_t step, int metrics) {
+    v1::MetricPoint p;
+    p.set_step(step);
+    for (int i = 0; i < metrics; ++i) {
+      (*p.mutable_metrics())[absl::StrCat("metric_", i, "_with_a_long_name")] =
+          i;
+    }
+    *p.mutable_time() = TimeUtil::MillisecondsToTimestamp(3000);
+    return p;
+  }
+
+  // Runs `body` in a forked child and returns its report: empty when every
+  // check in it passed. The child ignores SIGXFSZ, so a write past
+  // RLIMIT_FSIZE fails with EFBIG the way a full disk fails with ENOSPC.
+  // No store may be open in the parent: the child must take the lock.
+  static std::string InChild(const std::function<std::string()>& body) {
+    int fds[2];
+    if (::pipe(fds) != 0) return "pipe failed";
+    const pid_t pid = ::fork();
+    if (pid < 0) return "fork failed";
+    if (pid == 0) {
+      ::close(fds[0]);
+      ::signal(SIGXFSZ, SIG_IGN);
+      const std::string report = body();
+      if (::write(fds[1], report.data(), report.size()) < 0) ::_exit(3);
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    std::string report;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fds[0], buf, sizeof(buf))) > 0) report.append(buf, n);
+    ::close(fds[0]);
+    int wstatus = 0;
+    ::waitpid(pid, &wstatus, 0);
+    if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+      absl::StrAppend(&report, "child died: status ", wstatus);
+    }
+    return report;
+  }
+
+  // Lets this process's files grow to `bytes` at most (the soft limit);
+  // returns the limit it replaced.
+  static rlimit LimitFileSize(rlim_t bytes) {
+    rlimit old;
+    ::getrlimit(RLIMIT_FSIZE, &old);
+    rlimit limited = old;
+    limited.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &limited);
+    return old;
+  }
+
+  fs::path dir_;
+  std::string path_;
+};
+
+// Collects failed checks in a child process, where gtest cannot report.
+struct Checks {
+  std::string failures;
+  void Expect(bool ok, const std::string& what) {
+    if (!ok) absl::StrAppend(&failures, what, "\n");
+  }
+  void ExpectCode(const absl::Status& status, absl::StatusCode code,
+                  const std::string& what) {
+    Expect(status.code() == code,
+           absl::StrCat(what, ": expected ", absl::StatusCodeToString(code),
+                        ", got ", status.ToString()));
+  }
+};
+
+TEST_F(SqliteFaultsTest, AFullDiskIsUnavailableLosesNothingAndHeals) {
+  {
+    auto store = SqliteStudyStore::Create({path_});
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->CreateStudy(MakeStudy("kept")).ok());
+    ASSERT_TRUE((*store)->PutTrial(MakeTrial("kept", 0)).ok());
+    ASSERT_TRUE((*store)->RecordReport(MakeTrial("kept", 0), Point(1, 2)).ok());
+  }
+  const std::string path = path_;
+  std::string report = InChild([&] {
+    Checks c;
+    auto store = SqliteStudyStore::Create({path});
+    if (!store.ok()) return "open: " + store.status().ToString();
+    StudyStore& s = **store;
+    // Maps the shared-memory index before files stop growing.
+    c.Expect(s.ListStudies().ok(), "list before the limit");
+    const rlimit old = LimitFileSize(16 << 10);
+
+    const v1::Trial big = MakeTrial("kept", 1, 256 << 10);
+    absl::Status put = s.PutTrial(big);  // a transaction: fails at COMMIT
+    c.ExpectCode(put, absl::StatusCode::kUnavailable, "PutTrial");
+    c.Expect(absl::StrContains(put.message(), path),
+             "the message names the database: " + put.ToString());
+    absl::Status create = s.CreateStudy(MakeStudy("big", 256 << 10));
+    c.ExpectCode(create, absl::StatusCode::kUnavailable, "CreateStudy");
+    v1::Trial reported = MakeTrial("kept", 0);
+    reported.set_last_step(10);
+    c.ExpectCode(s.RecordReport(reported, Point(10, 4000)),
+                 absl::StatusCode::kUnavailable, "RecordReport");
+
+    // Nothing of the failed calls is visible; what was there still reads.
+    c.ExpectCode(s.GetTrial("kept", 1).status(), absl::StatusCode::kNotFound,
+                 "GetTrial of the failed trial");
+    c.ExpectCode(s.GetStudy("big").status(), absl::StatusCode::kNotFound,
+                 "GetStudy of the failed study");
+    auto kept = s.GetTrial("kept", 0);
+    c.Expect(kept.ok() && kept->last_step() == -1,
+             "trial 0 unchanged after the failed report");
+    auto history = s.GetMetricHistory("kept", 0);
+    c.Expect(history.ok() && history->size() == 1, "history unchanged");
+
+    // Space returns: the same calls succeed, on the same connection.
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    c.ExpectCode(s.PutTrial(big), absl::StatusCode::kOk, "PutTrial again");
+    c.ExpectCode(s.CreateStudy(MakeStudy("big", 256 << 10)),
+                 absl::StatusCode::kOk, "CreateStudy again");
+    c.ExpectCode(s.RecordReport(reported, Point(10, 4000)),
+                 absl::StatusCode::kOk, "RecordReport again");
+    return c.failures;
+  });
+  EXPECT_EQ(report, "");
+
+  auto store = SqliteStudyStore::Create({path_});
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto kept = (*store)->GetTrial("kept", 0);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->last_step(), 10);
+  auto history = (*store)->GetMetricHistory("kept", 0);
+  ASSERT_TRUE(history.ok());
+  ASSERT_EQ(history->size(), 2u);  // step 10 once, from the retry
+  EXPECT_EQ((*history)[1].metrics_size(), 4000);
+  auto big = (*store)->GetTrial("kept", 1);
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ(big->error().size(), 256u << 10);
+  EXPECT_TRUE((*store)->GetStudy("big").ok());
+  store->reset();
+
+  sqlite3* db;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt;
+  ASSERT_EQ(
+      sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &stmt, nullptr),
+      SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)),
+               "ok");
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+}
+
+TEST_F(SqliteFaultsTest, DefaultsSurvivePowerLoss) {
+  EXPECT_TRUE(SqliteStudyStoreOptions{}.full_sync);
+  {
+    auto store = SqliteStudyStore::Create({path_});
+    ASSERT_TRUE(store.ok());
+    EXPECT_EQ((*store)->synchronous(), 2);  // FULL: fsync at every commit
+  }
+  auto store = SqliteStudyStore::Create({path_, /*full_sync=*/false});
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->synchronous(), 1);  // NORMAL
+  sqlite3* db;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt;
+  sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &stmt, nullptr);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)),
+               "wal");
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+}
+
+TEST_F(SqliteFaultsTest, BackupIsACompleteCopyTakenWhileInUse) {
+  auto store = SqliteStudyStore::Create({path_});
+  ASSERT_TRUE(store.ok());
+  StudyStore& s = **store;
+  for (const std::string name : {"a", "b"}) {
+    ASSERT_TRUE(s.CreateStudy(MakeStudy(name)).ok());
+    for (int n = 0; n < 3; ++n) {
+      v1::Trial t = MakeTrial(name, n);
+      ASSERT_TRUE(s.PutTrial(t).ok());
+      t.set_last_step(5);
+      ASSERT_TRUE(s.RecordReport(t, Point(5, 3)).ok());
+    }
+  }
+  const std::string backup = (dir_ / "backup.db").string();
+  auto bytes = s.Backup(backup);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, static_cast<int64_t>(fs::file_size(backup)));
+  // Nothing else was left in the directory (no temporary file).
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    names.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(names.count("backup.db"), 1u);
+  for (const auto& name : names) {
+    EXPECT_THAT(name, ::testing::Not(HasSubstr(".tmp-")));
+  }
+  // The live store goes on after the backup; the copy does not see that.
+  ASSERT_TRUE(s.CreateStudy(MakeStudy("after")).ok());
+
+  auto copy = SqliteStudyStore::Create({backup});
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  auto studies = (*copy)->ListStudies();
+  ASSERT_TRUE(studies.ok());
+  ASSERT_EQ(studies->size(), 2u);
+  for (const std::string name : {"a", "b"}) {
+    auto original = s.ListTrials(name, {});
+    auto copied = (*copy)->ListTrials(name, {});
+    ASSERT_TRUE(original.ok() && copied.ok());
+    ASSERT_EQ(copied->size(), 3u);
+    for (size_t i = 0; i < copied->size(); ++i) {
+      EXPECT_TRUE(MessageDifferencer::Equals((*original)[i], (*copied)[i]));
+    }
+    auto history = (*copy)->GetMetricHistory(name, 2);
+    ASSERT_TRUE(history.ok());
+    ASSERT_EQ(history->size(), 1u);
+    EXPECT_EQ((*history)[0].metrics_size(), 3);
+  }
+  EXPECT_EQ((*copy)->GetStudy("after").status().code(),
+            absl::StatusCode::kNotFound);
+
+  // A second backup replaces the first, which was an SQLite database.
+  copy->reset();
+  ASSERT_TRUE(s.Backup(backup).ok());
+  copy = SqliteStudyStore::Create({backup});
+  ASSERT_TRUE(copy.ok());
+  EXPECT_TRUE((*copy)->GetStudy("after").ok());
+}
+
+TEST_F(SqliteFaultsTest, BackupRefusesBadPathsAndTheLiveDatabase) {
+  auto store = SqliteStudyStore::Create({path_});
+  ASSERT_TRUE(store.ok());
+  StudyStore& s = **store;
+  ASSERT_TRUE(s.CreateStudy(MakeStudy("a")).ok());
+  auto code = [&](const std::string& path) { return s.Backup(path).status(); };
+
+  absl::Status relative = code("backup.db");
+  EXPECT_EQ(relative.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(relative.message(), HasSubstr("absolute"));
+  EXPECT_EQ(code("").code(), absl::StatusCode::kInvalidArgument);
+  for (const std::string& live :
+       {path_, path_ + "-wal", path_ + "-shm", path_ + "-lock",
+        (dir_ / "." / "dial.db").string(),
+        (dir_ / "sub" / ".." / "dial.db").string()}) {
+    absl::Status status = code(live);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << live;
+    EXPECT_THAT(status.message(), HasSubstr("live database")) << live;
+  }
+  // Under other names too.
+  fs::create_directories(dir_ / "links");
+  fs::create_symlink(path_, dir_ / "links" / "symlink.db");
+  fs::create_hard_link(path_, dir_ / "links" / "hardlink.db");
+  EXPECT_EQ(code((dir_ / "links" / "symlink.db").string()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code((dir_ / "links" / "hardlink.db").string()).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  EXPECT_EQ(code((dir_ / "missing" / "b.db").string()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(code(dir_.string()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(dir_.string() + "/").code(),
+            absl::StatusCode::kInvalidArgument);
+  // Some other file is never replaced.
+  const fs::path notes = dir_ / "notes.txt";
+  std::ofstream(notes) << "keep me";
+  absl::Status other = code(notes.string());
+  EXPECT_EQ(other.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other.message(), HasSubstr("not an SQLite database"));
+  EXPECT_EQ(fs::file_size(notes), 7u);
+
+  EXPECT_EQ(MemoryStudyStore::Create()->Backup("/tmp/x.db").status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(s.GetStudy("a").ok());  // the live database is untouched
+}
+
+TEST_F(SqliteFaultsTest, ABackupThatCannotBeWrittenLeavesTheOldOneWhole) {
+  const std::string backup = (dir_ / "backup.db").string();
+  {
+    auto store = SqliteStudyStore::Create({path_});
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->CreateStudy(MakeStudy("old")).ok());
+    ASSERT_TRUE((*store)->Backup(backup).ok());
+    // Enough data that the next copy is larger than the limit below.
+    ASSERT_TRUE((*store)->CreateStudy(MakeStudy("bulk", 512 << 10)).ok());
+  }
+  const uintmax_t old_size = fs::file_size(backup);
+  const std::string path = path_;
+  std::string report = InChild([&] {
+    Checks c;
+    auto store = SqliteStudyStore::Create({path});
+    if (!store.ok()) return "open: " + store.status().ToString();
+    c.Expect((*store)->ListStudies().ok(), "list before the limit");
+    LimitFileSize(old_size + (64 << 10));
+    auto bytes = (*store)->Backup(backup);
+    c.ExpectCode(bytes.status(), absl::StatusCode::kUnavailable, "Backup");
+    c.Expect(absl::StrContains(bytes.status().message(), backup),
+             "the message names the backup: " + bytes.status().ToString());
+    return c.failures;
+  });
+  EXPECT_EQ(report, "");
+  EXPECT_EQ(fs::file_size(backup), old_size);
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    EXPECT_THAT(e.path().filename().string(),
+                ::testing::Not(HasSubstr(".tmp-")));
+  }
+  auto copy = SqliteStudyStore::Create({backup});
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_TRUE((*copy)->GetStudy("old").ok());
+  EXPECT_EQ((*copy)->GetStudy("bulk").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace dial::storage
