@@ -4,9 +4,11 @@
 // report a worker saw acknowledged is in the database exactly once, step
 // histories only move forward, and no attempt ran on two workers.
 //
-// DIAL_CHAOS_SECONDS (default 30) bounds the killing; DIAL_CHAOS_SEED
-// (default 1) fixes the victims and pauses. The long run, whose figures are
-// in bench/README.md: DIAL_CHAOS_SECONDS=600 build/tests/chaos_test
+// DIAL_CHAOS_SECONDS (default 30) bounds the killing; DIAL_CHAOS_TRIALS
+// (default 12) is the trials per study; DIAL_CHAOS_SEED (default 1) fixes
+// the victims and pauses. The long run, whose figures are in
+// bench/README.md:
+//   DIAL_CHAOS_SECONDS=600 DIAL_CHAOS_TRIALS=60 build/tests/chaos_test
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -89,6 +91,10 @@ class ChaosTest : public ::testing::Test {
 
 TEST_F(ChaosTest, KillsLoseAndDoubleNothing) {
   for (int i = 0; i < 3; ++i) StartWorker(i);
+  const int per_study = EnvInt("DIAL_CHAOS_TRIALS", 12);
+  const std::string budget =
+      "budget: {max_trials: " + std::to_string(per_study) +
+      ", max_parallel_trials: 2, max_failures_per_trial: 20}\n";
   const std::string trainer =
       "trial: {trainer: {dataset: synthetic, steps: 300, eval_every: 50, "
       "batch_size: 32, units: 32, synthetic_samples: 2048}}\n";
@@ -98,16 +104,14 @@ objective: {metric: val_accuracy, goal: MAXIMIZE}
 search_space: [{name: lr, float: {min: 1.0e-4, max: 0.05, scale: LOG}}]
 searcher: {random: {seed: 3}}
 scheduler: {asha: {min_steps: 50, max_steps: 300, reduction_factor: 3}}
-budget: {max_trials: 12, max_parallel_trials: 2, max_failures_per_trial: 20}
-)" + trainer);
+)" + budget + trainer);
   auto pbt = ParseStudySpec(R"(
 name: chaos-pbt
 objective: {metric: val_loss, goal: MINIMIZE}
 search_space: [{name: lr, float: {min: 1.0e-4, max: 0.05, scale: LOG}}]
 searcher: {random: {seed: 4}}
 scheduler: {pbt: {perturbation_interval: 100, quantile: 0.25, seed: 2}}
-budget: {max_trials: 12, max_parallel_trials: 2, max_failures_per_trial: 20}
-)" + trainer);
+)" + budget + trainer);
   ASSERT_TRUE(asha.ok()) << asha.status();
   ASSERT_TRUE(pbt.ok()) << pbt.status();
   ASSERT_TRUE(client_->CreateStudy(*asha).ok());
@@ -167,7 +171,7 @@ budget: {max_trials: 12, max_parallel_trials: 2, max_failures_per_trial: 20}
   for (const char* name : {"chaos-asha", "chaos-pbt"}) {
     auto trials = client_->ListAllTrials(name, {});
     ASSERT_TRUE(trials.ok());
-    EXPECT_EQ(trials->size(), 12u);
+    EXPECT_EQ(trials->size(), static_cast<size_t>(per_study));
     for (const auto& t : *trials) {
       EXPECT_TRUE(t.state() == v1::COMPLETED || t.state() == v1::STOPPED)
           << name << " trial " << t.number() << ": "
@@ -187,11 +191,12 @@ budget: {max_trials: 12, max_parallel_trials: 2, max_failures_per_trial: 20}
   }
   for (const auto& [key, workers] : ran_on) shared += workers.size() > 1;
   std::printf(
-      "chaos: %d s, %d worker kills, %d scheduler kills survived; %d of 24 "
+      "chaos: %d s, %d worker kills, %d scheduler kills survived; %d of %d "
       "trials completed (the rest stopped by ASHA); %d acknowledged reports "
       "checked, %d lost, %d duplicated, %d out of order; %d attempts on two "
       "workers; scheduler recovery mean %.0f ms, max %.0f ms\n",
-      seconds, worker_kills, scheduler_kills, completed, ack_lines, lost,
+      seconds, worker_kills, scheduler_kills, completed, 2 * per_study,
+      ack_lines, lost,
       duplicated, backwards, shared,
       scheduler_kills ? recover_sum_ms / scheduler_kills : 0.0, recover_max_ms);
   EXPECT_EQ(lost, 0);
