@@ -5,13 +5,13 @@
 #include <random>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "common/spec.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
-#include "absl/synchronization/notification.h"
 
 namespace dial::scheduler {
 namespace {
@@ -23,17 +23,17 @@ constexpr size_t kMaxCheckpointId = 1024;
 constexpr size_t kMaxClientId = 256;
 
 absl::Status NotRunning(const v1::Trial& trial, const char* what) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "trial ", trial.number(), " of study '", trial.study(), "' is ",
-      v1::TrialState_Name(trial.state()), "; ", what));
+  return absl::FailedPreconditionError(
+      absl::StrCat("trial ", trial.number(), " of study '", trial.study(),
+                   "' is ", v1::TrialState_Name(trial.state()), "; ", what));
 }
 
 absl::Status CheckMetrics(const searchers::Metrics& metrics,
                           const char* field) {
   for (const auto& [name, value] : metrics) {
     if (name.empty() || name.size() > 128) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": metric names must be 1-128 characters"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": metric names must be 1-128 characters"));
     }
   }
   return absl::OkStatus();
@@ -56,13 +56,13 @@ absl::Status CheckReport(int64_t step, const searchers::Metrics& metrics,
 
 // Finished trials in the order they finished.
 std::vector<v1::Trial> ByEndTime(std::vector<v1::Trial> trials) {
-  std::stable_sort(trials.begin(), trials.end(),
-                   [](const v1::Trial& a, const v1::Trial& b) {
-                     return google::protobuf::util::TimeUtil::
-                                TimestampToMilliseconds(a.end_time()) <
-                            google::protobuf::util::TimeUtil::
-                                TimestampToMilliseconds(b.end_time());
-                   });
+  std::stable_sort(
+      trials.begin(), trials.end(), [](const v1::Trial& a, const v1::Trial& b) {
+        return google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+                   a.end_time()) <
+               google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+                   b.end_time());
+      });
   return trials;
 }
 
@@ -73,22 +73,22 @@ bool IsOpen(v1::TrialState state) {
 }
 
 bool IsFinal(v1::TrialState state) {
-  return state == v1::COMPLETED || state == v1::STOPPED ||
-         state == v1::FAILED;
+  return state == v1::COMPLETED || state == v1::STOPPED || state == v1::FAILED;
 }
 
 SchedulerCore::SchedulerCore(const SchedulerCoreOptions& options)
     : store_(options.store),
       checkpoints_(options.checkpoints),
-      searcher_factory_(options.searcher_factory
-                            ? options.searcher_factory
-                            : [](const v1::StudySpec& spec) {
-                                return searchers::CreateSearcher(spec);
-                              }),
+      searcher_factory_(
+          options.searcher_factory
+              ? options.searcher_factory
+              : [](const v1::StudySpec&
+                       spec) { return searchers::CreateSearcher(spec); }),
       clock_(options.clock ? options.clock : &real_clock_),
       worker_lease_(options.worker_lease) {}
 
 SchedulerCore::~SchedulerCore() {
+  store_->SetLostHandler(nullptr);
   StopWaiting();
   if (ticker_.joinable()) ticker_.join();
   if (suggester_.joinable()) suggester_.join();
@@ -137,8 +137,8 @@ void SchedulerCore::ScheduleFill(const std::string& name) {
   auto it = studies_.find(name);
   if (it == studies_.end()) return;
   std::shared_ptr<StudyEntry> entry = it->second;
-  if (entry->fill_queued ||
-      entry->study.spec().trial().run_case() == v1::TrialTemplate::RUN_NOT_SET) {
+  if (entry->fill_queued || entry->study.spec().trial().run_case() ==
+                                v1::TrialTemplate::RUN_NOT_SET) {
     return;
   }
   entry->fill_queued = true;
@@ -163,6 +163,10 @@ absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
     absl::MutexLock lock(&core->mu_);
     DIAL_RETURN_IF_ERROR(core->Load());
   }
+  core->store_->SetLostHandler([self = core.get()] {
+    absl::MutexLock lock(&self->mu_);
+    self->Reload();
+  });
   core->suggester_ = std::thread([self = core.get()] { self->RunTasks(); });
   if (options.tick > absl::ZeroDuration()) {
     SchedulerCore* self = core.get();
@@ -179,6 +183,30 @@ absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
     });
   }
   return core;
+}
+
+void SchedulerCore::WhenDurable(std::function<void(absl::Status)> done) {
+  store_->WhenDurable(store_->WrittenSeq(), std::move(done));
+}
+
+void SchedulerCore::Reload() {
+  // Memory ran ahead of the store by the lost writes: start again from
+  // what the store holds, as a restarted scheduler would.
+  spdlog::error("a database commit failed; reloading every study from it");
+  for (auto& [name, entry] : studies_) {
+    entry->deleted = true;  // queued work for the old entries does nothing
+    entry->stale = true;
+  }
+  studies_.clear();
+  dispatched_.clear();
+  store_->Recover();
+  absl::Status status = Load();
+  reload_needed_ = !status.ok();
+  if (reload_needed_) {
+    spdlog::error("reload failed, retrying: {}", status.ToString());
+    studies_.clear();
+    dispatched_.clear();
+  }
 }
 
 google::protobuf::Timestamp SchedulerCore::Now() const {
@@ -255,8 +283,8 @@ absl::Status SchedulerCore::Load() {
       w.worker.set_id(trial.worker_id());
       // Time to notice the restart and reconnect: at least 30 s (a gRPC
       // channel can take ~10 s to reconnect), or two leases.
-      w.last_seen = clock_->Now() + std::max(worker_lease_, absl::Seconds(30) -
-                                                                worker_lease_);
+      w.last_seen = clock_->Now() +
+                    std::max(worker_lease_, absl::Seconds(30) - worker_lease_);
       dispatched_[{trial.study(), trial.number()}] = clock_->Now();
     }
     ScheduleFill(name);
@@ -267,6 +295,11 @@ absl::Status SchedulerCore::Load() {
 absl::StatusOr<SchedulerCore::StudyEntry*> SchedulerCore::Find(
     const std::string& name) {
   if (name.empty()) return absl::InvalidArgumentError("study: is required");
+  if (reload_needed_) {
+    return absl::UnavailableError(
+        "the scheduler is reloading its state after a failed database "
+        "commit; retry");
+  }
   auto it = studies_.find(name);
   if (it == studies_.end()) {
     return absl::NotFoundError(absl::StrCat("study '", name, "' not found"));
@@ -275,39 +308,59 @@ absl::StatusOr<SchedulerCore::StudyEntry*> SchedulerCore::Find(
 }
 
 absl::StatusOr<v1::Trial*> SchedulerCore::FindTrial(StudyEntry& entry,
-                                                     int64_t number) {
+                                                    int64_t number) {
   auto it = entry.trials.find(number);
   if (it == entry.trials.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "trial ", number, " of study '", entry.study.name(), "' not found"));
+    return absl::NotFoundError(absl::StrCat("trial ", number, " of study '",
+                                            entry.study.name(), "' not found"));
   }
   return &it->second;
 }
 
 void SchedulerCore::Mirror(StudyEntry& entry, const v1::Trial& trial) {
-  auto it = entry.trials.find(trial.number());
   auto active = [](v1::TrialState s) {
     return s == v1::PENDING || s == v1::RUNNING;
   };
-  if (it != entry.trials.end() && active(it->second.state())) {
-    --entry.active_trials;
-  }
-  if (it != entry.trials.end() && IsOpen(it->second.state())) {
-    --entry.open_trials;
-    if (!it->second.client_id().empty()) {
-      entry.open_by_client[it->second.client_id()].erase(trial.number());
+  const bool maximize = entry.study.spec().objective().goal() == v1::MAXIMIZE;
+  // Best first: the highest value when maximising, the lowest otherwise;
+  // the lower trial number on ties.
+  auto rank_key = [maximize](const v1::Trial& t) {
+    return std::make_pair(maximize ? -t.objective_value() : t.objective_value(),
+                          t.number());
+  };
+  auto ranked = [](const v1::Trial& t) {
+    return t.state() == v1::COMPLETED && t.has_objective_value();
+  };
+  const int64_t number = trial.number();
+  auto it = entry.trials.find(number);
+  if (it != entry.trials.end()) {
+    const v1::Trial& old = it->second;
+    if (active(old.state())) --entry.active_trials;
+    if (IsOpen(old.state())) {
+      --entry.open_trials;
+      entry.open.erase(number);
+      if (!old.client_id().empty()) {
+        entry.open_by_client[old.client_id()].erase(number);
+      }
     }
+    if (old.state() == v1::PENDING) entry.pending.erase(number);
+    if (ranked(old)) entry.ranked.erase(rank_key(old));
+    --entry.state_counts[old.state()];
   }
-  v1::Trial& stored = entry.trials[trial.number()];
+  v1::Trial& stored = entry.trials[number];
   stored = trial;
   stored.clear_metric_history();
   if (active(trial.state())) ++entry.active_trials;
   if (IsOpen(trial.state())) {
     ++entry.open_trials;
+    entry.open.insert(number);
     if (!trial.client_id().empty()) {
-      entry.open_by_client[trial.client_id()].insert(trial.number());
+      entry.open_by_client[trial.client_id()].insert(number);
     }
   }
+  if (trial.state() == v1::PENDING) entry.pending.insert(number);
+  if (ranked(trial)) entry.ranked.insert(rank_key(trial));
+  ++entry.state_counts[trial.state()];
 }
 
 absl::Status SchedulerCore::SaveTrial(StudyEntry& entry,
@@ -330,27 +383,16 @@ absl::Status SchedulerCore::SaveStudyState(StudyEntry& entry,
 v1::Study SchedulerCore::WithCounts(const StudyEntry& entry) const {
   v1::Study study = entry.study;
   auto& counts = *study.mutable_trial_counts();
-  for (const auto& [number, trial] : entry.trials) {
-    ++counts[v1::TrialState_Name(trial.state())];
+  for (const auto& [state, n] : entry.state_counts) {
+    if (n > 0) counts[v1::TrialState_Name(state)] = n;
   }
   study.set_trials_created(static_cast<int32_t>(entry.trials.size()));
   return study;
 }
 
 const v1::Trial* SchedulerCore::Best(const StudyEntry& entry) const {
-  const bool maximize = entry.study.spec().objective().goal() == v1::MAXIMIZE;
-  const v1::Trial* best = nullptr;
-  for (const auto& [number, trial] : entry.trials) {
-    if (trial.state() != v1::COMPLETED || !trial.has_objective_value()) {
-      continue;
-    }
-    if (best == nullptr ||
-        (maximize ? trial.objective_value() > best->objective_value()
-                  : trial.objective_value() < best->objective_value())) {
-      best = &trial;
-    }
-  }
-  return best;
+  if (entry.ranked.empty()) return nullptr;
+  return &entry.trials.at(entry.ranked.begin()->second);
 }
 
 void SchedulerCore::Emit(const StudyEntry& entry, v1::StudyEvent::Kind kind,
@@ -382,7 +424,8 @@ absl::Status SchedulerCore::MaybeFinish(StudyEntry& entry) {
     // Only PAUSED trials are left. Worker-run ones may still be promoted:
     // that is the suggestion thread's call; once nothing is promotable they
     // are over. Ask/tell clients finish their own.
-    if (entry.study.spec().trial().run_case() == v1::TrialTemplate::RUN_NOT_SET) {
+    if (entry.study.spec().trial().run_case() ==
+        v1::TrialTemplate::RUN_NOT_SET) {
       return absl::OkStatus();
     }
     if (entry.trial_scheduler->HasPromotion()) {
@@ -474,9 +517,9 @@ absl::StatusOr<v1::Study> SchedulerCore::UpdateStudy(
   v1::StudySpec spec = entry->study.spec();
   if (max_trials != 0) {
     if (max_trials < int64_t(entry->trials.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "max_trials: ", max_trials, " is below the ", entry->trials.size(),
-          " trials already created"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_trials: ", max_trials, " is below the ",
+                       entry->trials.size(), " trials already created"));
     }
     spec.mutable_budget()->set_max_trials(max_trials);
   }
@@ -494,53 +537,54 @@ absl::StatusOr<v1::Study> SchedulerCore::UpdateStudy(
   v1::Study updated = entry->study;
   *updated.mutable_spec() = spec;
   *updated.mutable_update_time() = Now();
-  const bool reopen = updated.state() == v1::STUDY_COMPLETED &&
-                      int64_t(entry->trials.size()) < spec.budget().max_trials();
+  const bool reopen =
+      updated.state() == v1::STUDY_COMPLETED &&
+      int64_t(entry->trials.size()) < spec.budget().max_trials();
   if (reopen) updated.set_state(v1::STUDY_ACTIVE);
   DIAL_RETURN_IF_ERROR(store_->UpdateStudy(updated));
   entry->study = std::move(updated);
   entry->exhausted = false;  // rediscovered on the next suggestion
   std::shared_ptr<StudyEntry> shared = studies_[name];
-  Enqueue({[this, shared, spec] {
-             auto searcher = searcher_factory_(spec);
-             if (!searcher.ok()) return;  // checked above
-             std::vector<v1::Trial> finished, all;
-             {
-               absl::MutexLock lock(&mu_);
-               for (const auto& [number, trial] : shared->trials) {
-                 if (IsFinal(trial.state())) finished.push_back(trial);
-                 all.push_back(trial);
-               }
-               shared->unobserved.clear();
-               shared->unobserved_reports.clear();
+  Enqueue(
+      {[this, shared, spec] {
+         auto searcher = searcher_factory_(spec);
+         if (!searcher.ok()) return;  // checked above
+         std::vector<v1::Trial> finished, all;
+         {
+           absl::MutexLock lock(&mu_);
+           for (const auto& [number, trial] : shared->trials) {
+             if (IsFinal(trial.state())) finished.push_back(trial);
+             all.push_back(trial);
+           }
+           shared->unobserved.clear();
+           shared->unobserved_reports.clear();
+         }
+         if ((*searcher)->WantsReports()) {
+           // Rung results come from the stored reports, in time order.
+           std::vector<std::pair<int64_t, StudyEntry::Report>> replay;
+           for (const auto& t : all) {
+             auto history = store_->GetMetricHistory(t.study(), t.number());
+             if (!history.ok()) continue;
+             for (const auto& p : *history) {
+               replay.push_back(
+                   {google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+                        p.time()),
+                    {t, p.step(), p.metrics()}});
              }
-             if ((*searcher)->WantsReports()) {
-               // Rung results come from the stored reports, in time order.
-               std::vector<std::pair<int64_t, StudyEntry::Report>> replay;
-               for (const auto& t : all) {
-                 auto history = store_->GetMetricHistory(t.study(), t.number());
-                 if (!history.ok()) continue;
-                 for (const auto& p : *history) {
-                   replay.push_back(
-                       {google::protobuf::util::TimeUtil::TimestampToMilliseconds(
-                            p.time()),
-                        {t, p.step(), p.metrics()}});
-                 }
-               }
-               std::stable_sort(replay.begin(), replay.end(),
-                                [](const auto& a, const auto& b) {
-                                  return a.first < b.first;
-                                });
-               for (const auto& [ms, r] : replay) {
-                 (*searcher)->ObserveReport(r.trial, r.step, r.metrics);
-               }
-             }
-             for (const auto& t : ByEndTime(std::move(finished))) {
-               (*searcher)->Observe(t);
-             }
-             shared->searcher = std::move(*searcher);
-           },
-           nullptr});
+           }
+           std::stable_sort(
+               replay.begin(), replay.end(),
+               [](const auto& a, const auto& b) { return a.first < b.first; });
+           for (const auto& [ms, r] : replay) {
+             (*searcher)->ObserveReport(r.trial, r.step, r.metrics);
+           }
+         }
+         for (const auto& t : ByEndTime(std::move(finished))) {
+           (*searcher)->Observe(t);
+         }
+         shared->searcher = std::move(*searcher);
+       },
+       nullptr});
   ScheduleFill(name);
   DIAL_RETURN_IF_ERROR(MaybeFinish(*entry));
   return WithCounts(*entry);
@@ -577,9 +621,9 @@ absl::StatusOr<TrialPage> SchedulerCore::ListTrials(
     const std::string& name, const std::vector<v1::TrialState>& states,
     int32_t page_size, const std::string& page_token) {
   if (page_size < 0 || page_size > kMaxPageSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "page_size: must be between 0 (default ", kDefaultPageSize, ") and ",
-        kMaxPageSize));
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size: must be between 0 (default ", kDefaultPageSize,
+                     ") and ", kMaxPageSize));
   }
   if (page_size == 0) page_size = kDefaultPageSize;
   int64_t after = -1;
@@ -626,22 +670,10 @@ absl::StatusOr<std::vector<v1::Trial>> SchedulerCore::GetBestTrials(
   if (count == 0) count = 1;
   absl::MutexLock lock(&mu_);
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
-  std::vector<const v1::Trial*> done;
-  for (const auto& [number, trial] : entry->trials) {
-    if (trial.state() == v1::COMPLETED && trial.has_objective_value()) {
-      done.push_back(&trial);
-    }
-  }
-  const bool maximize = entry->study.spec().objective().goal() == v1::MAXIMIZE;
-  std::stable_sort(done.begin(), done.end(),
-                   [maximize](const v1::Trial* a, const v1::Trial* b) {
-                     return maximize
-                                ? a->objective_value() > b->objective_value()
-                                : a->objective_value() < b->objective_value();
-                   });
   std::vector<v1::Trial> out;
-  for (size_t i = 0; i < done.size() && int32_t(i) < count; ++i) {
-    out.push_back(*done[i]);
+  for (auto it = entry->ranked.begin();
+       it != entry->ranked.end() && int32_t(out.size()) < count; ++it) {
+    out.push_back(entry->trials.at(it->second));
   }
   return out;
 }
@@ -650,11 +682,10 @@ absl::StatusOr<Suggestion> SchedulerCore::SuggestTrials(
     const std::string& name, int32_t count, const std::string& client_id) {
   absl::Notification ready;
   absl::StatusOr<Suggestion> result;
-  SuggestTrialsAsync(name, count, client_id,
-                     [&](absl::StatusOr<Suggestion> r) {
-                       result = std::move(r);
-                       ready.Notify();
-                     });
+  SuggestTrialsAsync(name, count, client_id, [&](absl::StatusOr<Suggestion> r) {
+    result = std::move(r);
+    ready.Notify();
+  });
   ready.WaitForNotification();
   return result;
 }
@@ -698,7 +729,12 @@ void SchedulerCore::SuggestTrialsAsync(
                  }
                }
                // `done` runs without the lock, as promised.
-               if (deleted) return done(absl::NotFoundError("the study was deleted"));
+               if (deleted && entry->stale) {
+                 return done(absl::UnavailableError(
+                     "the scheduler reloaded its state; retry"));
+               }
+               if (deleted)
+                 return done(absl::NotFoundError("the study was deleted"));
                if (reuse) return done(std::move(result));
                while (int32_t(result.trials.size()) < count) {
                  auto trial = NewTrial(entry, v1::RUNNING, client_id);
@@ -716,8 +752,9 @@ void SchedulerCore::SuggestTrialsAsync(
                  absl::MutexLock lock(&mu_);
                  status = MaybeFinish(*entry);
                  result.study_state = entry->study.state();
-                 result.done = entry->study.state() != v1::STUDY_ACTIVE ||
-                               (result.trials.empty() && entry->open_trials == 0);
+                 result.done =
+                     entry->study.state() != v1::STUDY_ACTIVE ||
+                     (result.trials.empty() && entry->open_trials == 0);
                }
                if (!status.ok()) return done(status);
                done(std::move(result));
@@ -742,9 +779,9 @@ absl::StatusOr<v1::Decision> SchedulerCore::ReportIntermediate(
                         SaveUnsavedDecision(*entry, number, step));
   if (retried) return *retried;
   if (step <= stored->last_step()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step: ", step, " is not after the last reported step ",
-        stored->last_step()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("step: ", step, " is not after the last reported step ",
+                     stored->last_step()));
   }
   return RecordReport(*entry, *stored, step, metrics, checkpoint);
 }
@@ -768,8 +805,8 @@ void SchedulerCore::Retain(StudyEntry& entry, int64_t trial) {
   }
   std::vector<std::string> doomed;
   for (auto s = scores.begin(); s != scores.end();) {
-    const std::string id = storage::CheckpointStore::MakeId(
-        entry.study.name(), trial, s->first);
+    const std::string id =
+        storage::CheckpointStore::MakeId(entry.study.name(), trial, s->first);
     if (keep.count(s->first) || entry.pins.count(id)) {
       ++s;
       continue;
@@ -927,9 +964,9 @@ absl::StatusOr<v1::Trial> SchedulerCore::CompleteTrial(
   absl::MutexLock lock(&mu_);
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
   DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
-  const bool stopped_open =
-      stored->state() == v1::STOPPED && stored->final_metrics().empty() &&
-      stored->error().empty();
+  const bool stopped_open = stored->state() == v1::STOPPED &&
+                            stored->final_metrics().empty() &&
+                            stored->error().empty();
   if (stored->state() != v1::RUNNING && !stopped_open) {
     return NotRunning(*stored, "it cannot be completed again");
   }
@@ -942,9 +979,9 @@ absl::StatusOr<v1::Trial> SchedulerCore::CompleteTrial(
   } else {
     auto it = final_metrics.find(metric);
     if (it == final_metrics.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "final_metrics: must hold the objective metric '", metric,
-          "' (or set error if the evaluation failed)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("final_metrics: must hold the objective metric '",
+                       metric, "' (or set error if the evaluation failed)"));
     }
     if (!std::isfinite(it->second)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -1003,9 +1040,8 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
     if (!CanCreate(*entry)) return std::optional<v1::Trial>();
     reports.swap(entry->unobserved_reports);
     number = static_cast<int64_t>(entry->trials.size());
-    for (const auto& [n, t] : entry->trials) {
-      if (IsOpen(t.state())) pending.push_back(t.params());
-    }
+    for (int64_t n : entry->open)
+      pending.push_back(entry->trials.at(n).params());
     observe.swap(entry->unobserved);
   }
   // Only this thread creates trials, so `number` stays free meanwhile.
@@ -1098,9 +1134,10 @@ absl::Status SchedulerCore::Requeue(StudyEntry& entry, v1::Trial trial) {
 absl::Status SchedulerCore::Touch(const std::string& worker_id) {
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "worker '", worker_id, "' is not registered (or its lease expired); "
-        "register again"));
+    return absl::NotFoundError(
+        absl::StrCat("worker '", worker_id,
+                     "' is not registered (or its lease expired); "
+                     "register again"));
   }
   it->second.last_seen = clock_->Now();
   return absl::OkStatus();
@@ -1138,7 +1175,8 @@ absl::StatusOr<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
   absl::MutexLock lock(&mu_);
   DIAL_RETURN_IF_ERROR(Touch(request.worker_id()));
   std::set<std::pair<std::string, int64_t>> running;
-  for (const auto& r : request.running()) running.insert({r.study(), r.trial()});
+  for (const auto& r : request.running())
+    running.insert({r.study(), r.trial()});
   // Trials handed to this worker that it does not run (e.g. the reply to its
   // long poll was lost) go back to the queue after a lease of grace.
   const absl::Time now = clock_->Now();
@@ -1154,7 +1192,8 @@ absl::StatusOr<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
       lost.push_back({study->second.get(), trial->second});
     }
   }
-  for (auto& [entry, trial] : lost) DIAL_RETURN_IF_ERROR(Requeue(*entry, trial));
+  for (auto& [entry, trial] : lost)
+    DIAL_RETURN_IF_ERROR(Requeue(*entry, trial));
   if (!lost.empty()) Dispatch();
   v1::HeartbeatResponse response;
   response.set_lease_ms(absl::ToInt64Milliseconds(worker_lease_));
@@ -1173,17 +1212,16 @@ absl::StatusOr<std::optional<Assignment>> SchedulerCore::Assign(
         entry->study.spec().trial().resources().gpus() > free_gpus) {
       continue;
     }
-    for (const auto& [number, trial] : entry->trials) {
-      if (trial.state() != v1::PENDING) continue;
-      const int64_t ms =
-          google::protobuf::util::TimeUtil::TimestampToMilliseconds(
-              trial.create_time());
-      if (best == nullptr || ms < best_ms) {
-        best = &trial;
-        best_entry = entry.get();
-        best_ms = ms;
-      }
-      break;  // trials are in number order: the first PENDING is the oldest
+    // Trials are in number order: the first PENDING is the oldest.
+    if (entry->pending.empty()) continue;
+    const v1::Trial& trial = entry->trials.at(*entry->pending.begin());
+    const int64_t ms =
+        google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+            trial.create_time());
+    if (best == nullptr || ms < best_ms) {
+      best = &trial;
+      best_entry = entry.get();
+      best_ms = ms;
     }
   }
   if (best == nullptr) return std::optional<Assignment>();
@@ -1255,7 +1293,9 @@ absl::StatusOr<v1::Trial*> SchedulerCore::Fence(StudyEntry& entry,
     return absl::FailedPreconditionError(absl::StrCat(
         "attempt ", attempt, " of trial ", number, " on worker '", worker_id,
         "' is stale: the trial now belongs to attempt ", trial->attempt(),
-        trial->worker_id().empty() ? "" : " on worker '" + trial->worker_id() + "'"));
+        trial->worker_id().empty()
+            ? ""
+            : " on worker '" + trial->worker_id() + "'"));
   }
   return trial;
 }
@@ -1324,8 +1364,10 @@ absl::Status SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request) {
   auto objective = request.final_metrics().find(metric);
   if (error.empty() && (objective == request.final_metrics().end() ||
                         !std::isfinite(objective->second))) {
-    error = absl::StrCat("the trial finished without a finite value of the "
-                         "objective metric '", metric, "'");
+    error = absl::StrCat(
+        "the trial finished without a finite value of the "
+        "objective metric '",
+        metric, "'");
   }
   *trial.mutable_final_metrics() = request.final_metrics();
   if (error.empty()) {
@@ -1341,7 +1383,8 @@ absl::Status SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request) {
   }
   trial.set_error(error.substr(0, 16384));
   trial.set_failures(trial.failures() + 1);
-  if (trial.failures() <= entry->study.spec().budget().max_failures_per_trial()) {
+  if (trial.failures() <=
+      entry->study.spec().budget().max_failures_per_trial()) {
     DIAL_RETURN_IF_ERROR(Requeue(*entry, trial));
     Dispatch();
     return absl::OkStatus();
@@ -1360,7 +1403,8 @@ absl::Status SchedulerCore::LoseWorker(const std::string& worker_id) {
       }
     }
   }
-  for (auto& [entry, trial] : lost) DIAL_RETURN_IF_ERROR(Requeue(*entry, trial));
+  for (auto& [entry, trial] : lost)
+    DIAL_RETURN_IF_ERROR(Requeue(*entry, trial));
   workers_.erase(worker_id);
   // Its parked long polls must not be handed the trials just requeued.
   for (auto it = waiters_.begin(); it != waiters_.end();) {
@@ -1424,6 +1468,7 @@ absl::StatusOr<int64_t> SchedulerCore::BackupDatabase(const std::string& path) {
 
 void SchedulerCore::Tick() {
   absl::MutexLock lock(&mu_);
+  if (reload_needed_) Reload();
   const absl::Time now = clock_->Now();
   std::vector<std::string> expired;
   for (const auto& [id, w] : workers_) {

@@ -106,10 +106,9 @@ class SchedulerCore {
   absl::Status DeleteStudy(const std::string& name);
 
   // Trials in number order; `page_token` from the previous page.
-  absl::StatusOr<TrialPage> ListTrials(const std::string& name,
-                                       const std::vector<v1::TrialState>& states,
-                                       int32_t page_size,
-                                       const std::string& page_token);
+  absl::StatusOr<TrialPage> ListTrials(
+      const std::string& name, const std::vector<v1::TrialState>& states,
+      int32_t page_size, const std::string& page_token);
   // With metric history.
   absl::StatusOr<v1::Trial> GetTrial(const std::string& name, int64_t number);
   // COMPLETED trials, best objective first.
@@ -121,9 +120,9 @@ class SchedulerCore {
   // done=true once the study will never suggest again. `done` is called
   // once, on the suggestion thread (or at once for bad arguments), without
   // the core's lock; UNAVAILABLE if the core shuts down first.
-  void SuggestTrialsAsync(
-      const std::string& name, int32_t count, const std::string& client_id,
-      std::function<void(absl::StatusOr<Suggestion>)> done);
+  void SuggestTrialsAsync(const std::string& name, int32_t count,
+                          const std::string& client_id,
+                          std::function<void(absl::StatusOr<Suggestion>)> done);
   // The same, waiting for the answer (not from the suggestion thread).
   absl::StatusOr<Suggestion> SuggestTrials(const std::string& name,
                                            int32_t count,
@@ -185,6 +184,13 @@ class SchedulerCore {
   // The same, waiting for the answer.
   absl::StatusOr<int64_t> BackupDatabase(const std::string& path);
 
+  // Calls `done` once every change made so far is durable (OK), or lost
+  // (UNAVAILABLE; the core then reloads from the store). Every answer to a
+  // client goes through it, so nothing is acknowledged before its commit
+  // (group commit: see StudyStore::WhenDurable). `done` may run at once, on
+  // the caller's thread, or on the store's committer thread.
+  void WhenDurable(std::function<void(absl::Status)> done);
+
   // Expires long polls and worker leases; the background thread calls it.
   void Tick();
   // Ends every parked long poll (empty) and parks no more; for shutdown.
@@ -212,8 +218,15 @@ class SchedulerCore {
     // AcquireTrial queues it again.
     bool fill_failed = false;
     bool deleted = false;
+    bool stale = false;  // dropped by Reload
     std::unique_ptr<searchers::TrialScheduler> trial_scheduler;
     std::map<int64_t, v1::Trial> trials;
+    // Indexes over `trials` that Mirror keeps, so no call scans them all:
+    // open and PENDING trial numbers, counts by state, and COMPLETED trials
+    // best first as (value with the sign that makes lower better, number).
+    std::set<int64_t> open, pending;
+    std::map<v1::TrialState, int64_t> state_counts;
+    std::set<std::pair<double, int64_t>> ranked;
     std::map<std::string, std::set<int64_t>> open_by_client;
     // Retention: trial -> checkpoint step -> objective (higher is better),
     // and checkpoint ids pinned by the trial whose exploit copies them.
@@ -225,8 +238,8 @@ class SchedulerCore {
     // Decisions whose report is recorded but whose effect (STOP, PAUSE,
     // EXPLOIT) failed to save, by trial: (step, decision).
     std::map<int64_t, std::pair<int64_t, v1::Decision>> unsaved_decisions;
-    int open_trials = 0;    // PENDING, RUNNING or PAUSED
-    int active_trials = 0;  // PENDING or RUNNING: what max_parallel counts
+    int open_trials = 0;     // PENDING, RUNNING or PAUSED
+    int active_trials = 0;   // PENDING or RUNNING: what max_parallel counts
     bool exhausted = false;  // the searcher has no more points
   };
   struct Watcher {
@@ -251,6 +264,8 @@ class SchedulerCore {
 
   explicit SchedulerCore(const SchedulerCoreOptions& options);
   absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the store lost writes: drops every study and loads them again.
+  void Reload() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<StudyEntry*> Find(const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The suggestion thread's loop, and its queue.
@@ -274,7 +289,8 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes (on the suggestion thread) the trial's checkpoints that the
   // study's policy no longer keeps.
-  void Retain(StudyEntry& entry, int64_t trial) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Retain(StudyEntry& entry, int64_t trial)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SaveStudyState(StudyEntry& entry, v1::StudyState state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status MaybeFinish(StudyEntry& entry)
@@ -285,8 +301,7 @@ class SchedulerCore {
   absl::Status Finalize(StudyEntry& entry, v1::Trial trial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the budget lets one more trial start now.
-  bool CanCreate(const StudyEntry& entry) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool CanCreate(const StudyEntry& entry) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Suggestion thread only: a new trial from the searcher (run without the
   // lock), saved; nullopt when the space is exhausted or the budget closed
   // meanwhile.
@@ -299,13 +314,13 @@ class SchedulerCore {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Requeue(StudyEntry& entry, v1::Trial trial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::optional<Assignment>> Assign(
-      const std::string& worker_id, int32_t free_gpus)
+  absl::StatusOr<std::optional<Assignment>> Assign(const std::string& worker_id,
+                                                   int32_t free_gpus)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands PENDING trials to parked AcquireTrial calls.
   void Dispatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<v1::Decision> RecordReport(StudyEntry& entry,
-                                            v1::Trial trial, int64_t step,
+  absl::StatusOr<v1::Decision> RecordReport(StudyEntry& entry, v1::Trial trial,
+                                            int64_t step,
                                             const searchers::Metrics& metrics,
                                             const std::string& checkpoint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -323,8 +338,8 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The trial of a worker call, if `attempt` of `worker_id` still owns it.
   absl::StatusOr<v1::Trial*> Fence(StudyEntry& entry,
-                                   const std::string& worker_id,
-                                   int64_t number, int32_t attempt)
+                                   const std::string& worker_id, int64_t number,
+                                   int32_t attempt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Touch(const std::string& worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -362,6 +377,7 @@ class SchedulerCore {
   std::map<std::pair<std::string, int64_t>, absl::Time> dispatched_
       ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool reload_needed_ ABSL_GUARDED_BY(mu_) = false;  // a Reload failed
   // The latest backup's thread; joined by the next backup or at the end.
   std::thread backup_thread_ ABSL_GUARDED_BY(mu_);
   bool backup_running_ ABSL_GUARDED_BY(mu_) = false;

@@ -9,14 +9,22 @@
 namespace dial::scheduler {
 namespace {
 
-template <typename F>
-grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, F&& body) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  absl::Status status = body();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+// Finishes `reactor` with `status` once everything the answer could
+// reflect is durable; with UNAVAILABLE instead if it was lost.
+void FinishDurable(SchedulerCore* core, grpc::ServerUnaryReactor* reactor,
+                   absl::Status status) {
+  core->WhenDurable([reactor, status](absl::Status durable) {
+    reactor->Finish(ToGrpcStatus(durable.ok() ? status : durable));
+  });
 }
 
+template <typename F>
+grpc::ServerUnaryReactor* Unary(SchedulerCore* core,
+                                grpc::CallbackServerContext* ctx, F&& body) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  FinishDurable(core, reactor, body());
+  return reactor;
+}
 
 // Streams a study's events: the snapshot first, then every event the core
 // emits, ending after STUDY_FINISHED or when the client goes away.
@@ -112,7 +120,7 @@ class WatchReactor final
 grpc::ServerUnaryReactor* StudyServiceImpl::CreateStudy(
     grpc::CallbackServerContext* ctx, const v1::CreateStudyRequest* request,
     v1::CreateStudyResponse* response) {
-  return Unary(ctx, [&]() -> absl::Status {
+  return Unary(core_, ctx, [&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(*response->mutable_study(),
                           core_->CreateStudy(request->spec()));
     return absl::OkStatus();
@@ -122,7 +130,7 @@ grpc::ServerUnaryReactor* StudyServiceImpl::CreateStudy(
 grpc::ServerUnaryReactor* StudyServiceImpl::GetStudy(
     grpc::CallbackServerContext* ctx, const v1::GetStudyRequest* request,
     v1::GetStudyResponse* response) {
-  return Unary(ctx, [&]() -> absl::Status {
+  return Unary(core_, ctx, [&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(*response->mutable_study(),
                           core_->GetStudy(request->study()));
     return absl::OkStatus();
@@ -132,7 +140,7 @@ grpc::ServerUnaryReactor* StudyServiceImpl::GetStudy(
 grpc::ServerUnaryReactor* StudyServiceImpl::ListStudies(
     grpc::CallbackServerContext* ctx, const v1::ListStudiesRequest* request,
     v1::ListStudiesResponse* response) {
-  return Unary(ctx, [&]() -> absl::Status {
+  return Unary(core_, ctx, [&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(auto studies, core_->ListStudies());
     for (auto& s : studies) *response->add_studies() = std::move(s);
     return absl::OkStatus();
@@ -142,7 +150,7 @@ grpc::ServerUnaryReactor* StudyServiceImpl::ListStudies(
 grpc::ServerUnaryReactor* StudyServiceImpl::UpdateStudy(
     grpc::CallbackServerContext* ctx, const v1::UpdateStudyRequest* request,
     v1::UpdateStudyResponse* response) {
-  return Unary(ctx, [&]() -> absl::Status {
+  return Unary(core_, ctx, [&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(
         *response->mutable_study(),
         core_->UpdateStudy(request->study(), request->max_trials(),
@@ -154,7 +162,7 @@ grpc::ServerUnaryReactor* StudyServiceImpl::UpdateStudy(
 grpc::ServerUnaryReactor* StudyServiceImpl::StopStudy(
     grpc::CallbackServerContext* ctx, const v1::StopStudyRequest* request,
     v1::StopStudyResponse* response) {
-  return Unary(ctx, [&]() -> absl::Status {
+  return Unary(core_, ctx, [&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(*response->mutable_study(),
                           core_->StopStudy(request->study()));
     return absl::OkStatus();
@@ -164,13 +172,14 @@ grpc::ServerUnaryReactor* StudyServiceImpl::StopStudy(
 grpc::ServerUnaryReactor* StudyServiceImpl::DeleteStudy(
     grpc::CallbackServerContext* ctx, const v1::DeleteStudyRequest* request,
     v1::DeleteStudyResponse* response) {
-  return Unary(ctx, [&] { return core_->DeleteStudy(request->study()); });
+  return Unary(core_, ctx,
+               [&] { return core_->DeleteStudy(request->study()); });
 }
 
 grpc::ServerUnaryReactor* StudyServiceImpl::ListTrials(
     grpc::CallbackServerContext* ctx, const v1::ListTrialsRequest* request,
     v1::ListTrialsResponse* response) {
-  return Unary(ctx, [&]() -> absl::Status {
+  return Unary(core_, ctx, [&]() -> absl::Status {
     std::vector<v1::TrialState> states;
     for (int s : request->states()) {
       states.push_back(static_cast<v1::TrialState>(s));
@@ -188,7 +197,7 @@ grpc::ServerUnaryReactor* StudyServiceImpl::ListTrials(
 grpc::ServerUnaryReactor* StudyServiceImpl::GetTrial(
     grpc::CallbackServerContext* ctx, const v1::GetTrialRequest* request,
     v1::GetTrialResponse* response) {
-  return Unary(ctx, [&]() -> absl::Status {
+  return Unary(core_, ctx, [&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(*response->mutable_trial(),
                           core_->GetTrial(request->study(), request->trial()));
     return absl::OkStatus();
@@ -198,7 +207,7 @@ grpc::ServerUnaryReactor* StudyServiceImpl::GetTrial(
 grpc::ServerUnaryReactor* StudyServiceImpl::GetBestTrials(
     grpc::CallbackServerContext* ctx, const v1::GetBestTrialsRequest* request,
     v1::GetBestTrialsResponse* response) {
-  return Unary(ctx, [&]() -> absl::Status {
+  return Unary(core_, ctx, [&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(
         auto trials, core_->GetBestTrials(request->study(), request->count()));
     for (auto& t : trials) *response->add_trials() = std::move(t);
@@ -219,13 +228,13 @@ grpc::ServerUnaryReactor* StudyServiceImpl::SuggestTrials(
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   core_->SuggestTrialsAsync(
       request->study(), request->count(), request->client_id(),
-      [reactor, response](absl::StatusOr<Suggestion> s) {
+      [this, reactor, response](absl::StatusOr<Suggestion> s) {
         if (s.ok()) {
           for (auto& t : s->trials) *response->add_trials() = std::move(t);
           response->set_done(s->done);
           response->set_study_state(s->study_state);
         }
-        reactor->Finish(ToGrpcStatus(s.status()));
+        FinishDurable(core_, reactor, s.status());
       });
   return reactor;
 }
@@ -234,7 +243,7 @@ grpc::ServerUnaryReactor* StudyServiceImpl::ReportIntermediate(
     grpc::CallbackServerContext* ctx,
     const v1::ReportIntermediateRequest* request,
     v1::ReportIntermediateResponse* response) {
-  return Unary(ctx, [&]() -> absl::Status {
+  return Unary(core_, ctx, [&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(
         *response->mutable_decision(),
         core_->ReportIntermediate(request->study(), request->trial(),
@@ -247,7 +256,7 @@ grpc::ServerUnaryReactor* StudyServiceImpl::ReportIntermediate(
 grpc::ServerUnaryReactor* StudyServiceImpl::CompleteTrial(
     grpc::CallbackServerContext* ctx, const v1::CompleteTrialRequest* request,
     v1::CompleteTrialResponse* response) {
-  return Unary(ctx, [&]() -> absl::Status {
+  return Unary(core_, ctx, [&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(
         *response->mutable_trial(),
         core_->CompleteTrial(request->study(), request->trial(),
@@ -277,9 +286,10 @@ grpc::ServerUnaryReactor* StudyServiceImpl::BackupDatabase(
 grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterWorker(
     grpc::CallbackServerContext* ctx, const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
-  return Unary(ctx, [&]() -> absl::Status {
+  return Unary(core_, ctx, [&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(
-        *response, core_->RegisterWorker(request->host(), request->resources()));
+        *response,
+        core_->RegisterWorker(request->host(), request->resources()));
     return absl::OkStatus();
   });
 }
@@ -287,7 +297,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterWorker(
 grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(
     grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
-  return Unary(ctx, [&]() -> absl::Status {
+  return Unary(core_, ctx, [&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(*response, core_->Heartbeat(*request));
     return absl::OkStatus();
   });
@@ -301,9 +311,10 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::AcquireTrial(
       request->worker_id(), request->free_gpus(),
       absl::Milliseconds(request->wait_ms()),
       [ctx] { return !ctx->IsCancelled(); },
-      [reactor, response](absl::StatusOr<std::optional<Assignment>> result) {
+      [this, reactor,
+       response](absl::StatusOr<std::optional<Assignment>> result) {
         if (!result.ok()) {
-          reactor->Finish(ToGrpcStatus(result.status()));
+          FinishDurable(core_, reactor, result.status());
           return;
         }
         if (result->has_value()) {
@@ -314,7 +325,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::AcquireTrial(
           response->set_start_step(a.start_step);
           response->set_attempt(a.attempt);
         }
-        reactor->Finish(grpc::Status::OK);
+        FinishDurable(core_, reactor, absl::OkStatus());
       });
   return reactor;
 }
@@ -322,7 +333,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::AcquireTrial(
 grpc::ServerUnaryReactor* WorkerServiceImpl::ReportProgress(
     grpc::CallbackServerContext* ctx, const v1::ReportProgressRequest* request,
     v1::ReportProgressResponse* response) {
-  return Unary(ctx, [&]() -> absl::Status {
+  return Unary(core_, ctx, [&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(*response->mutable_decision(),
                           core_->ReportProgress(*request));
     return absl::OkStatus();
@@ -332,7 +343,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ReportProgress(
 grpc::ServerUnaryReactor* WorkerServiceImpl::FinishTrial(
     grpc::CallbackServerContext* ctx, const v1::FinishTrialRequest* request,
     v1::FinishTrialResponse* response) {
-  return Unary(ctx, [&] { return core_->FinishTrial(*request); });
+  return Unary(core_, ctx, [&] { return core_->FinishTrial(*request); });
 }
 
 }  // namespace dial::scheduler

@@ -65,10 +65,13 @@ v1::Decision MedianStoppingScheduler::OnReport(const v1::Trial& trial,
   const double median = Quantile(averages, 0.5);
   if (mine.best >= median) return Continue();
   return Stop(absl::StrCat("best ", objective_.metric(), " ",
-                           objective_.Value(mine.best), " is worse than the "
-                           "median ", objective_.Value(median), " of ",
-                           averages.size(), " other trials' running averages "
-                           "at step ", step));
+                           objective_.Value(mine.best),
+                           " is worse than the "
+                           "median ",
+                           objective_.Value(median), " of ", averages.size(),
+                           " other trials' running averages "
+                           "at step ",
+                           step));
 }
 
 AshaScheduler::AshaScheduler(const v1::StudySpec& spec, int64_t min_steps,
@@ -78,19 +81,21 @@ AshaScheduler::AshaScheduler(const v1::StudySpec& spec, int64_t min_steps,
     rungs_.push_back(static_cast<int64_t>(std::llround(r)));
   }
   recorded_.resize(rungs_.size());
+  ranked_.resize(rungs_.size());
   promoted_.resize(rungs_.size());
 }
 
 std::optional<std::pair<size_t, int64_t>> AshaScheduler::FindPromotion() const {
+  // Without the promotion variant no trial waits to be promoted.
+  if (!promotion_) return std::nullopt;
   for (size_t k = rungs_.size(); k-- > 0;) {
-    std::vector<std::pair<double, int64_t>> ranked;
-    for (const auto& [n, v] : recorded_[k]) ranked.push_back({v, n});
-    std::sort(ranked.rbegin(), ranked.rend());  // best first
+    const RankedScores& ranked = ranked_[k];
     const size_t top = static_cast<size_t>(std::floor(ranked.size() / eta_));
+    // Best first: highest score, then the higher trial number on ties.
+    auto it = ranked.end();
     for (size_t i = 0; i < top; ++i) {
-      if (!promoted_[k].count(ranked[i].second)) {
-        return std::make_pair(k, ranked[i].second);
-      }
+      --it;
+      if (!promoted_[k].count(it->second)) return std::make_pair(k, it->second);
     }
   }
   return std::nullopt;
@@ -118,23 +123,31 @@ v1::Decision AshaScheduler::OnReport(const v1::Trial& trial, int64_t step,
     if (rungs_[k] < step) promoted_[k].insert(trial.number());
     if (rung.count(trial.number())) continue;
     rung[trial.number()] = *score;
+    RankedScores& ranked = ranked_[k];
+    ranked.insert({*score, trial.number()});
     reached_new_rung = true;
     rung_step = rungs_[k];
     if (promotion_) continue;
-    std::vector<double> values;
-    for (const auto& [n, v] : rung) values.push_back(v);
-    const double cutoff = Quantile(values, 1.0 - 1.0 / eta_);
+    // Quantile(values, 1 - 1/eta) of the rung, from its ranks.
+    const double pos = (1.0 - 1.0 / eta_) * (ranked.size() - 1);
+    const size_t lo = static_cast<size_t>(std::floor(pos));
+    const size_t hi = std::min(lo + 1, ranked.size() - 1);
+    const double v_lo = ranked.find_by_order(lo)->first;
+    const double cutoff =
+        v_lo + (pos - lo) * (ranked.find_by_order(hi)->first - v_lo);
     if (*score < cutoff) {
       return Stop(absl::StrCat(
           objective_.metric(), " ", objective_.Value(*score), " at rung ",
-          rungs_[k], " is outside the top 1/", eta_, " of ", values.size(),
+          rungs_[k], " is outside the top 1/", eta_, " of ", ranked.size(),
           " trials (cut-off ", objective_.Value(cutoff), ")"));
     }
   }
-  if (promotion_ && reached_new_rung && !promoted_[std::min<size_t>(
-      rungs_.size() - 1,
-      std::upper_bound(rungs_.begin(), rungs_.end(), step) - rungs_.begin() - 1)]
-                                               .count(trial.number())) {
+  if (promotion_ && reached_new_rung &&
+      !promoted_[std::min<size_t>(
+                     rungs_.size() - 1,
+                     std::upper_bound(rungs_.begin(), rungs_.end(), step) -
+                         rungs_.begin() - 1)]
+           .count(trial.number())) {
     v1::Decision d;
     d.set_action(v1::Decision::PAUSE);
     d.set_reason(absl::StrCat("waiting at rung ", rung_step, " for promotion"));
@@ -146,8 +159,8 @@ v1::Decision AshaScheduler::OnReport(const v1::Trial& trial, int64_t step,
 AsyncHyperbandScheduler::AsyncHyperbandScheduler(const v1::StudySpec& spec) {
   const auto& hb = spec.scheduler().hyperband();
   const double eta = hb.reduction_factor();
-  for (double first = static_cast<double>(hb.min_steps()); first < hb.max_steps();
-       first *= eta) {
+  for (double first = static_cast<double>(hb.min_steps());
+       first < hb.max_steps(); first *= eta) {
     brackets_.push_back(std::make_unique<AshaScheduler>(
         spec, static_cast<int64_t>(std::llround(first)), hb.max_steps(), eta));
   }
@@ -163,8 +176,8 @@ v1::Decision AsyncHyperbandScheduler::OnReport(const v1::Trial& trial,
 SyncHyperbandScheduler::SyncHyperbandScheduler(const v1::StudySpec& spec)
     : objective_(spec), eta_(spec.scheduler().hyperband().reduction_factor()) {
   const auto& hb = spec.scheduler().hyperband();
-  for (double first = static_cast<double>(hb.min_steps()); first < hb.max_steps();
-       first *= eta_) {
+  for (double first = static_cast<double>(hb.min_steps());
+       first < hb.max_steps(); first *= eta_) {
     Bracket b;
     for (double r = first; r < hb.max_steps(); r *= eta_) {
       b.rungs.push_back(static_cast<int64_t>(std::llround(r)));
@@ -183,7 +196,8 @@ v1::Decision SyncHyperbandScheduler::OnReport(const v1::Trial& trial,
                                               const Metrics& metrics) {
   auto score = objective_.Score(metrics);
   if (!score) return Continue();
-  Bracket& b = brackets_[static_cast<size_t>(trial.number()) % brackets_.size()];
+  Bracket& b =
+      brackets_[static_cast<size_t>(trial.number()) % brackets_.size()];
   bool new_rung = false;
   bool passed_last = false;
   for (size_t k = 0; k < b.rungs.size() && b.rungs[k] <= step; ++k) {

@@ -6,6 +6,8 @@
 // trial_scheduler.h).
 #pragma once
 
+#include <ext/pb_ds/assoc_container.hpp>
+#include <ext/pb_ds/tree_policy.hpp>
 #include <map>
 #include <memory>
 #include <optional>
@@ -60,10 +62,17 @@ class MedianStoppingScheduler : public TrialScheduler {
 //  - Promotion variant (the ASHA paper's): every trial PAUSEs at each rung;
 //    NextPromotion resumes the best not-yet-promoted trial that is in the
 //    top 1/eta of its rung, highest rung first; otherwise a new trial starts.
+// (score, trial) pairs in ascending order with ranks: the k-th in O(log n).
+using RankedScores =
+    __gnu_pbds::tree<std::pair<double, int64_t>, __gnu_pbds::null_type,
+                     std::less<std::pair<double, int64_t>>,
+                     __gnu_pbds::rb_tree_tag,
+                     __gnu_pbds::tree_order_statistics_node_update>;
+
 class AshaScheduler : public TrialScheduler {
  public:
-  AshaScheduler(const v1::StudySpec& spec, int64_t min_steps,
-                int64_t max_steps, double eta, bool promotion = false);
+  AshaScheduler(const v1::StudySpec& spec, int64_t min_steps, int64_t max_steps,
+                double eta, bool promotion = false);
   v1::Decision OnReport(const v1::Trial& trial, int64_t step,
                         const Metrics& metrics) override;
   std::optional<int64_t> NextPromotion() override;
@@ -80,6 +89,9 @@ class AshaScheduler : public TrialScheduler {
   std::vector<int64_t> rungs_;
   // rung index -> trial -> value recorded there
   std::vector<std::map<int64_t, double>> recorded_;
+  // rung index -> the same values in order, for the cut-off and the top
+  // 1/eta in O(log n) however full the rung is
+  std::vector<RankedScores> ranked_;
   // rung index -> trials that went on past it
   std::vector<std::set<int64_t>> promoted_;
 };

@@ -118,8 +118,9 @@ absl::Status MemoryStudyStore::RecordReport(const v1::Trial& trial,
         "step ", point.step(), " of trial ", trial.number(), " is recorded"));
   }
   (*t)->history[point.step()] = point;
-  (*t)->trial = trial;
-  (*t)->trial.clear_metric_history();
+  (*t)->trial.set_last_step(trial.last_step());
+  (*t)->trial.set_checkpoint(trial.checkpoint());
+  (*t)->trial.set_checkpoint_step(trial.checkpoint_step());
   return absl::OkStatus();
 }
 

@@ -15,6 +15,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -82,8 +83,7 @@ CREATE TABLE workers(
   last_seen_ms INTEGER NOT NULL);
 )sql",
 };
-constexpr int kSchemaVersion =
-    sizeof(kMigrations) / sizeof(kMigrations[0]);
+constexpr int kSchemaVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 
 // The canonical code for an SQLite result, chosen by what the caller should
 // do. A full disk, a failed read or write, a busy or locked file and a file
@@ -237,8 +237,8 @@ absl::StatusOr<std::unique_ptr<SqliteStudyStore>> SqliteStudyStore::Create(
   const std::string lock_path = options.path + "-lock";
   int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock_fd < 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot open ", lock_path, ": ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot open ", lock_path, ": ", std::strerror(errno)));
   }
   if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     ::close(lock_fd);
@@ -248,10 +248,10 @@ absl::StatusOr<std::unique_ptr<SqliteStudyStore>> SqliteStudyStore::Create(
         "it)"));
   }
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(options.path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                               SQLITE_OPEN_FULLMUTEX,
-                           nullptr);
+  int rc = sqlite3_open_v2(
+      options.path.c_str(), &db,
+      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+      nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);
@@ -281,13 +281,30 @@ absl::StatusOr<std::unique_ptr<SqliteStudyStore>> SqliteStudyStore::Create(
                                        ? "PRAGMA synchronous=FULL"
                                        : "PRAGMA synchronous=NORMAL"));
   DIAL_RETURN_IF_ERROR(store->Migrate());
+  if (options.group_commit) {
+    // The committer syncs the log itself, outside the lock (CommitLoop);
+    // checkpoints still sync the log and the database file as in FULL.
+    DIAL_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=NORMAL"));
+    store->full_sync_ = options.full_sync;
+    store->group_commit_ = true;
+    store->committer_ = std::thread([s = store.get()] { s->CommitLoop(); });
+  }
   return store;
 }
 
 SqliteStudyStore::~SqliteStudyStore() {
+  if (committer_.joinable()) {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+      commit_cv_.Signal();
+    }
+    committer_.join();  // commits what was applied first
+  }
   absl::MutexLock lock(&mu_);
   for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
   sqlite3_close(db_);
+  if (wal_fd_ >= 0) ::close(wal_fd_);
   ::close(lock_fd_);
 }
 
@@ -314,28 +331,189 @@ SqliteStudyStore::Statement SqliteStudyStore::Prepare(const char* sql) {
   return Statement(db_, stmt);
 }
 
-// Runs `body` in a transaction, committing on OK and rolling back otherwise.
-// A failed COMMIT (disk full, I/O error, busy) may leave the transaction
-// open: it is rolled back too, or the next BEGIN would fail and a later
-// COMMIT would write this transaction's changes after its caller was told
-// they failed. SQLite may already have rolled back on its own, in which case
-// ROLLBACK fails harmlessly.
-#define DIAL_SQL_TRANSACTION(body)                         \
-  do {                                                     \
-    DIAL_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));         \
-    absl::Status dial_txn_ = [&]() -> absl::Status body(); \
-    if (dial_txn_.ok()) dial_txn_ = Exec("COMMIT");        \
-    if (!dial_txn_.ok()) {                                 \
-      if (!sqlite3_get_autocommit(db_)) {                  \
-        Exec("ROLLBACK").IgnoreError();                    \
-      }                                                    \
-      return dial_txn_;                                    \
-    }                                                      \
-  } while (0)
+// Runs `body` as one atomic write. Without group commit: its own
+// transaction, committed before returning. A failed COMMIT (disk full, I/O
+// error, busy) may leave the transaction open: it is rolled back too, or the
+// next BEGIN would fail and a later COMMIT would write this transaction's
+// changes after its caller was told they failed. SQLite may already have
+// rolled back on its own, in which case ROLLBACK fails harmlessly.
+//
+// With group commit: a savepoint inside the shared open transaction, which
+// the committer thread commits (see WhenDurable). A failing `body` is
+// rolled back to its savepoint, leaving the group's other writes in place;
+// if SQLite rolled back the whole transaction itself (it may on I/O errors
+// and a full disk), every write of the group is lost, and the store is
+// marked lost until Recover().
+absl::Status SqliteStudyStore::Transaction(
+    const std::function<absl::Status()>& body) {
+  if (!group_commit_) {
+    DIAL_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    absl::Status status = body();
+    if (status.ok()) status = Exec("COMMIT");
+    if (!status.ok() && !sqlite3_get_autocommit(db_)) {
+      Exec("ROLLBACK").IgnoreError();
+    }
+    return status;
+  }
+  if (!lost_.ok()) return lost_;
+  if (!txn_open_) {
+    DIAL_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    txn_open_ = true;
+  }
+  absl::Status status = Exec("SAVEPOINT write");
+  if (status.ok()) status = body();
+  if (status.ok()) status = Exec("RELEASE write");
+  if (status.ok()) {
+    applied_seq_.fetch_add(1);
+    commit_cv_.Signal();
+    return status;
+  }
+  if (sqlite3_get_autocommit(db_)) {
+    // SQLite ended the whole transaction: the group's earlier writes too.
+    txn_open_ = false;
+    LoseGroup(status);
+    return status;
+  }
+  if (Exec("ROLLBACK TO write").ok() && Exec("RELEASE write").ok()) {
+    return status;
+  }
+  Exec("ROLLBACK").IgnoreError();
+  txn_open_ = false;
+  LoseGroup(status);
+  return status;
+}
+
+// Marks the writes applied since the last commit as lost (mu_ held); the
+// committer tells their waiters and the lost handler.
+void SqliteStudyStore::LoseGroup(const absl::Status& cause) {
+  lost_ = absl::UnavailableError(absl::StrCat(
+      cause.message(),
+      "; the uncommitted writes before it are lost too, and writes are "
+      "refused until the scheduler reloads its state"));
+  lost_pending_ = true;
+  commit_cv_.Signal();
+}
 
 #define DIAL_PREPARE(var, sql)  \
   Statement var = Prepare(sql); \
   if (!var.ok()) return SqliteError(db_, sqlite3_errcode(db_));
+
+void SqliteStudyStore::CommitLoop() {
+  while (true) {
+    uint64_t seq = 0;
+    absl::Status status;
+    bool lost = false, stop = false, committed = false;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!txn_open_ && !lost_pending_ && !stop_) commit_cv_.Wait(&mu_);
+      stop = stop_;
+      seq = applied_seq_.load();
+      if (lost_pending_) {
+        lost_pending_ = false;
+        lost = true;
+        status = lost_;
+      } else if (txn_open_) {
+        status = Exec("COMMIT");
+        if (!status.ok()) {
+          if (!sqlite3_get_autocommit(db_)) Exec("ROLLBACK").IgnoreError();
+          LoseGroup(status);
+          lost_pending_ = false;
+          lost = true;
+          status = lost_;
+        }
+        txn_open_ = false;
+        committed = !lost;
+      }
+    }
+    // The commit wrote the group's frames to the write-ahead log without
+    // syncing it (synchronous=NORMAL); syncing here, outside the lock, lets
+    // the next group's writes go on meanwhile. An acknowledged write is in
+    // the synced log, which SQLite replays after a crash.
+    if (committed && full_sync_) status = SyncWal();
+    std::vector<std::function<void(absl::Status)>> ok, failed;
+    std::function<void()> handler;
+    {
+      absl::MutexLock lock(&durable_mu_);
+      if (lost) {
+        lost_ranges_.push_back({durable_seq_, seq});
+        lost_status_ = status;
+        handler = lost_handler_;
+      } else if (!status.ok()) {
+        // Committed but maybe not on disk: not acknowledged. The state in
+        // memory and in the file agree, so nothing is reloaded.
+        lost_ranges_.push_back({durable_seq_, seq});
+        lost_status_ = status;
+      }
+      durable_seq_ = seq;  // answered, one way or the other
+      for (auto it = waiters_.begin(); it != waiters_.end();) {
+        if (it->first > seq) {
+          ++it;
+          continue;
+        }
+        (status.ok() ? ok : failed).push_back(std::move(it->second));
+        it = waiters_.erase(it);
+      }
+    }
+    for (auto& done : ok) done(absl::OkStatus());
+    for (auto& done : failed) done(status);
+    if (handler) handler();
+    if (stop) return;
+  }
+}
+
+absl::Status SqliteStudyStore::SyncWal() {
+  if (wal_fd_ < 0) {
+    wal_fd_ = ::open((path_ + "-wal").c_str(), O_RDONLY | O_CLOEXEC);
+    if (wal_fd_ < 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "database ", path_,
+          ": cannot open its log to sync it: ", std::strerror(errno)));
+    }
+  }
+  if (::fdatasync(wal_fd_) != 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "database ", path_, ": cannot sync its log: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+void SqliteStudyStore::WhenDurable(uint64_t seq,
+                                   std::function<void(absl::Status)> done) {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&durable_mu_);
+    if (seq > durable_seq_) {
+      waiters_.push_back({seq, std::move(done)});
+      return;
+    }
+    for (const auto& [first, last] : lost_ranges_) {
+      if (seq > first && seq <= last) status = lost_status_;
+    }
+  }
+  done(status);
+}
+
+void SqliteStudyStore::SetLostHandler(std::function<void()> handler) {
+  absl::MutexLock lock(&durable_mu_);
+  lost_handler_ = std::move(handler);
+}
+
+void SqliteStudyStore::Recover() {
+  absl::MutexLock lock(&mu_);
+  lost_ = absl::OkStatus();
+}
+
+absl::Status SqliteStudyStore::Flush() {
+  if (!group_commit_) return absl::OkStatus();
+  absl::Notification done;
+  absl::Status result;
+  WhenDurable(WrittenSeq(), [&](absl::Status s) {
+    result = s;
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
 
 int SqliteStudyStore::schema_version() {
   absl::MutexLock lock(&mu_);
@@ -368,12 +546,12 @@ absl::Status SqliteStudyStore::Migrate() {
         kSchemaVersion, "); upgrade Dial"));
   }
   for (int v = version; v < kSchemaVersion; ++v) {
-    DIAL_SQL_TRANSACTION({
+    DIAL_RETURN_IF_ERROR(Transaction([&]() -> absl::Status {
       DIAL_RETURN_IF_ERROR(Exec(kMigrations[v]));
       DIAL_RETURN_IF_ERROR(Exec("DELETE FROM schema_version"));
       DIAL_PREPARE(set, "INSERT INTO schema_version(version) VALUES (?)");
       return set.Bind(1, int64_t{v + 1}).Run();
-    });
+    }));
   }
   return absl::OkStatus();
 }
@@ -391,8 +569,7 @@ absl::StatusOr<int64_t> SqliteStudyStore::StudyId(const std::string& name) {
 absl::StatusOr<int64_t> SqliteStudyStore::TrialId(const std::string& study,
                                                   int64_t number) {
   DIAL_ASSIGN_OR_RETURN(int64_t study_id, StudyId(study));
-  DIAL_PREPARE(stmt,
-               "SELECT id FROM trials WHERE study_id = ? AND number = ?");
+  DIAL_PREPARE(stmt, "SELECT id FROM trials WHERE study_id = ? AND number = ?");
   stmt.Bind(1, study_id).Bind(2, number);
   DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
   if (!row) {
@@ -404,20 +581,22 @@ absl::StatusOr<int64_t> SqliteStudyStore::TrialId(const std::string& study,
 
 absl::Status SqliteStudyStore::CreateStudy(const v1::Study& study) {
   absl::MutexLock lock(&mu_);
-  DIAL_PREPARE(stmt,
-               "INSERT INTO studies(name, spec, state, create_ms, update_ms) "
-               "VALUES (?, ?, ?, ?, ?)");
-  stmt.Bind(1, study.name())
-      .BindBlob(2, study.spec().SerializeAsString())
-      .Bind(3, int64_t{study.state()})
-      .Bind(4, ToMs(study.create_time()))
-      .Bind(5, ToMs(study.update_time()));
-  absl::Status status = stmt.Run();
-  if (absl::IsAlreadyExists(status)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("study '", study.name(), "' already exists"));
-  }
-  return status;
+  return Transaction([&]() -> absl::Status {
+    DIAL_PREPARE(stmt,
+                 "INSERT INTO studies(name, spec, state, create_ms, update_ms) "
+                 "VALUES (?, ?, ?, ?, ?)");
+    stmt.Bind(1, study.name())
+        .BindBlob(2, study.spec().SerializeAsString())
+        .Bind(3, int64_t{study.state()})
+        .Bind(4, ToMs(study.create_time()))
+        .Bind(5, ToMs(study.update_time()));
+    absl::Status status = stmt.Run();
+    if (absl::IsAlreadyExists(status)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("study '", study.name(), "' already exists"));
+    }
+    return status;
+  });
 }
 
 namespace {
@@ -464,30 +643,34 @@ absl::StatusOr<std::vector<v1::Study>> SqliteStudyStore::ListStudies() {
 
 absl::Status SqliteStudyStore::UpdateStudy(const v1::Study& study) {
   absl::MutexLock lock(&mu_);
-  DIAL_PREPARE(stmt,
-               "UPDATE studies SET spec = ?, state = ?, update_ms = ? WHERE "
-               "name = ?");
-  stmt.BindBlob(1, study.spec().SerializeAsString())
-      .Bind(2, int64_t{study.state()})
-      .Bind(3, ToMs(study.update_time()))
-      .Bind(4, study.name());
-  DIAL_RETURN_IF_ERROR(stmt.Run());
-  if (sqlite3_changes(db_) == 0) {
-    return absl::NotFoundError(
-        absl::StrCat("study '", study.name(), "' not found"));
-  }
-  return absl::OkStatus();
+  return Transaction([&]() -> absl::Status {
+    DIAL_PREPARE(stmt,
+                 "UPDATE studies SET spec = ?, state = ?, update_ms = ? WHERE "
+                 "name = ?");
+    stmt.BindBlob(1, study.spec().SerializeAsString())
+        .Bind(2, int64_t{study.state()})
+        .Bind(3, ToMs(study.update_time()))
+        .Bind(4, study.name());
+    DIAL_RETURN_IF_ERROR(stmt.Run());
+    if (sqlite3_changes(db_) == 0) {
+      return absl::NotFoundError(
+          absl::StrCat("study '", study.name(), "' not found"));
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::Status SqliteStudyStore::DeleteStudy(const std::string& name) {
   absl::MutexLock lock(&mu_);
-  DIAL_PREPARE(stmt, "DELETE FROM studies WHERE name = ?");
-  stmt.Bind(1, name);
-  DIAL_RETURN_IF_ERROR(stmt.Run());
-  if (sqlite3_changes(db_) == 0) {
-    return absl::NotFoundError(absl::StrCat("study '", name, "' not found"));
-  }
-  return absl::OkStatus();
+  return Transaction([&]() -> absl::Status {
+    DIAL_PREPARE(stmt, "DELETE FROM studies WHERE name = ?");
+    stmt.Bind(1, name);
+    DIAL_RETURN_IF_ERROR(stmt.Run());
+    if (sqlite3_changes(db_) == 0) {
+      return absl::NotFoundError(absl::StrCat("study '", name, "' not found"));
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::Status SqliteStudyStore::PutTrialLocked(const v1::Trial& trial) {
@@ -497,16 +680,17 @@ absl::Status SqliteStudyStore::PutTrialLocked(const v1::Trial& trial) {
   *detail.mutable_final_metrics() = trial.final_metrics();
   *detail.mutable_lineage() = trial.lineage();
   detail.set_checkpoint_step(trial.checkpoint_step());
-  DIAL_PREPARE(stmt,
-               "INSERT INTO trials(study_id, number, state, client_id, "
-               "objective, error, last_step, checkpoint, attempt, failures, "
-               "worker_id, create_ms, start_ms, end_ms, detail) VALUES "
-               "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
-               "?15) ON CONFLICT(study_id, number) DO UPDATE SET "
-               "state = ?3, client_id = ?4, objective = ?5, error = ?6, "
-               "last_step = ?7, checkpoint = ?8, attempt = ?9, failures = ?10, "
-               "worker_id = ?11, create_ms = ?12, start_ms = ?13, end_ms = ?14, "
-               "detail = ?15 RETURNING id");
+  DIAL_PREPARE(
+      stmt,
+      "INSERT INTO trials(study_id, number, state, client_id, "
+      "objective, error, last_step, checkpoint, attempt, failures, "
+      "worker_id, create_ms, start_ms, end_ms, detail) VALUES "
+      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+      "?15) ON CONFLICT(study_id, number) DO UPDATE SET "
+      "state = ?3, client_id = ?4, objective = ?5, error = ?6, "
+      "last_step = ?7, checkpoint = ?8, attempt = ?9, failures = ?10, "
+      "worker_id = ?11, create_ms = ?12, start_ms = ?13, end_ms = ?14, "
+      "detail = ?15 RETURNING id");
   stmt.Bind(1, study_id)
       .Bind(2, trial.number())
       .Bind(3, int64_t{trial.state()})
@@ -563,13 +747,12 @@ absl::Status SqliteStudyStore::PutTrialLocked(const v1::Trial& trial) {
 
 absl::Status SqliteStudyStore::PutTrial(const v1::Trial& trial) {
   absl::MutexLock lock(&mu_);
-  DIAL_SQL_TRANSACTION({ return PutTrialLocked(trial); });
-  return absl::OkStatus();
+  return Transaction([&] { return PutTrialLocked(trial); });
 }
 
-#define DIAL_TRIAL_COLUMNS                                                \
-  "t.id, s.name, t.number, t.state, t.client_id, t.objective, t.error, "  \
-  "t.last_step, t.checkpoint, t.attempt, t.failures, t.worker_id, "       \
+#define DIAL_TRIAL_COLUMNS                                               \
+  "t.id, s.name, t.number, t.state, t.client_id, t.objective, t.error, " \
+  "t.last_step, t.checkpoint, t.attempt, t.failures, t.worker_id, "      \
   "t.create_ms, t.start_ms, t.end_ms, t.detail"
 
 absl::StatusOr<v1::Trial> SqliteStudyStore::ReadTrial(Statement& stmt) {
@@ -656,7 +839,7 @@ absl::StatusOr<std::vector<v1::Trial>> SqliteStudyStore::ListTrials(
 absl::Status SqliteStudyStore::RecordReport(const v1::Trial& trial,
                                             const v1::MetricPoint& point) {
   absl::MutexLock lock(&mu_);
-  DIAL_SQL_TRANSACTION({
+  return Transaction([&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(int64_t trial_id,
                           TrialId(trial.study(), trial.number()));
     {
@@ -683,13 +866,24 @@ absl::Status SqliteStudyStore::RecordReport(const v1::Trial& trial,
           .Bind(5, time_ms);
       DIAL_RETURN_IF_ERROR(insert.Run());
     }
-    return PutTrialLocked(trial);
+    // Only what a report changes: the params stay as they are.
+    v1::Trial detail;
+    *detail.mutable_final_metrics() = trial.final_metrics();
+    *detail.mutable_lineage() = trial.lineage();
+    detail.set_checkpoint_step(trial.checkpoint_step());
+    DIAL_PREPARE(update,
+                 "UPDATE trials SET last_step = ?, checkpoint = ?, detail = ? "
+                 "WHERE id = ?");
+    return update.Bind(1, trial.last_step())
+        .Bind(2, trial.checkpoint())
+        .BindBlob(3, detail.SerializeAsString())
+        .Bind(4, trial_id)
+        .Run();
   });
-  return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::MetricPoint>>
-SqliteStudyStore::GetMetricHistory(const std::string& study, int64_t number) {
+absl::StatusOr<std::vector<v1::MetricPoint>> SqliteStudyStore::GetMetricHistory(
+    const std::string& study, int64_t number) {
   absl::MutexLock lock(&mu_);
   DIAL_ASSIGN_OR_RETURN(int64_t trial_id, TrialId(study, number));
   DIAL_PREPARE(stmt,
@@ -711,20 +905,23 @@ SqliteStudyStore::GetMetricHistory(const std::string& study, int64_t number) {
 
 absl::Status SqliteStudyStore::PutCheckpoint(const CheckpointRecord& record) {
   absl::MutexLock lock(&mu_);
-  DIAL_ASSIGN_OR_RETURN(int64_t trial_id, TrialId(record.study, record.trial));
-  DIAL_PREPARE(stmt,
-               "INSERT OR REPLACE INTO checkpoints(trial_id, step, "
-               "checkpoint_id, size_bytes, checksum) VALUES (?, ?, ?, ?, ?)");
-  stmt.Bind(1, trial_id)
-      .Bind(2, record.step)
-      .Bind(3, record.id)
-      .Bind(4, record.size_bytes)
-      .Bind(5, record.checksum);
-  return stmt.Run();
+  return Transaction([&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(int64_t trial_id,
+                          TrialId(record.study, record.trial));
+    DIAL_PREPARE(stmt,
+                 "INSERT OR REPLACE INTO checkpoints(trial_id, step, "
+                 "checkpoint_id, size_bytes, checksum) VALUES (?, ?, ?, ?, ?)");
+    stmt.Bind(1, trial_id)
+        .Bind(2, record.step)
+        .Bind(3, record.id)
+        .Bind(4, record.size_bytes)
+        .Bind(5, record.checksum);
+    return stmt.Run();
+  });
 }
 
-absl::StatusOr<std::vector<CheckpointRecord>>
-SqliteStudyStore::ListCheckpoints(const std::string& study, int64_t number) {
+absl::StatusOr<std::vector<CheckpointRecord>> SqliteStudyStore::ListCheckpoints(
+    const std::string& study, int64_t number) {
   absl::MutexLock lock(&mu_);
   DIAL_ASSIGN_OR_RETURN(int64_t trial_id, TrialId(study, number));
   DIAL_PREPARE(stmt,
@@ -735,8 +932,8 @@ SqliteStudyStore::ListCheckpoints(const std::string& study, int64_t number) {
   while (true) {
     DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
     if (!row) break;
-    out.push_back({study, number, stmt.Int(0), stmt.Text(1), stmt.Int(2),
-                   stmt.Text(3)});
+    out.push_back(
+        {study, number, stmt.Int(0), stmt.Text(1), stmt.Int(2), stmt.Text(3)});
   }
   return out;
 }
@@ -744,22 +941,26 @@ SqliteStudyStore::ListCheckpoints(const std::string& study, int64_t number) {
 absl::Status SqliteStudyStore::DeleteCheckpoint(const std::string& study,
                                                 int64_t number, int64_t step) {
   absl::MutexLock lock(&mu_);
-  DIAL_ASSIGN_OR_RETURN(int64_t trial_id, TrialId(study, number));
-  DIAL_PREPARE(stmt,
-               "DELETE FROM checkpoints WHERE trial_id = ? AND step = ?");
-  return stmt.Bind(1, trial_id).Bind(2, step).Run();
+  return Transaction([&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(int64_t trial_id, TrialId(study, number));
+    DIAL_PREPARE(stmt,
+                 "DELETE FROM checkpoints WHERE trial_id = ? AND step = ?");
+    return stmt.Bind(1, trial_id).Bind(2, step).Run();
+  });
 }
 
 absl::Status SqliteStudyStore::PutWorker(const v1::Worker& worker) {
   absl::MutexLock lock(&mu_);
-  DIAL_PREPARE(stmt,
-               "INSERT OR REPLACE INTO workers(id, host, resources, "
-               "last_seen_ms) VALUES (?, ?, ?, ?)");
-  stmt.Bind(1, worker.id())
-      .Bind(2, worker.host())
-      .BindBlob(3, worker.resources().SerializeAsString())
-      .Bind(4, ToMs(worker.last_seen()));
-  return stmt.Run();
+  return Transaction([&]() -> absl::Status {
+    DIAL_PREPARE(stmt,
+                 "INSERT OR REPLACE INTO workers(id, host, resources, "
+                 "last_seen_ms) VALUES (?, ?, ?, ?)");
+    stmt.Bind(1, worker.id())
+        .Bind(2, worker.host())
+        .BindBlob(3, worker.resources().SerializeAsString())
+        .Bind(4, ToMs(worker.last_seen()));
+    return stmt.Run();
+  });
 }
 
 absl::StatusOr<std::vector<v1::Worker>> SqliteStudyStore::ListWorkers() {

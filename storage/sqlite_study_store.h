@@ -10,10 +10,14 @@
 // condition is gone. A damaged file is DATA_LOSS.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "storage/study_store.h"
@@ -32,6 +36,11 @@ struct SqliteStudyStoreOptions {
   // last ones before a power loss can vanish after they were acknowledged.
   // The file stays consistent either way.
   bool full_sync = true;
+  // Group commit: writes join one open transaction that a committer thread
+  // commits as soon as the previous commit is done, so one fsync covers
+  // every write that arrived meanwhile. Callers learn when theirs is
+  // durable through WhenDurable. Off: every call commits before returning.
+  bool group_commit = false;
 };
 
 class SqliteStudyStore : public StudyStore {
@@ -69,6 +78,15 @@ class SqliteStudyStore : public StudyStore {
   // writer. See StudyStore::Backup for the contract; the copy has mode 0600.
   absl::StatusOr<int64_t> Backup(const std::string& path) override;
 
+  uint64_t WrittenSeq() const override { return applied_seq_.load(); }
+  void WhenDurable(uint64_t seq,
+                   std::function<void(absl::Status)> done) override;
+  void SetLostHandler(std::function<void()> handler) override;
+  void Recover() override;
+  // Commits what is applied now and waits for it (group commit); the
+  // commit's status.
+  absl::Status Flush();
+
   // Schema version of the open database.
   int schema_version();
   // The connection's PRAGMA synchronous: 2 (FULL) or 1 (NORMAL).
@@ -80,6 +98,13 @@ class SqliteStudyStore : public StudyStore {
   class Statement;
   SqliteStudyStore(sqlite3* db, int lock_fd, std::string path)
       : db_(db), lock_fd_(lock_fd), path_(std::move(path)) {}
+  absl::Status Transaction(const std::function<absl::Status()>& body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LoseGroup(const absl::Status& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The committer thread's loop.
+  void CommitLoop();
+  // fdatasync of the write-ahead log (committer thread only).
+  absl::Status SyncWal();
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Statement Prepare(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -98,6 +123,28 @@ class SqliteStudyStore : public StudyStore {
   int lock_fd_;
   const std::string path_;
   std::map<const char*, sqlite3_stmt*> statements_ ABSL_GUARDED_BY(mu_);
+
+  // Group commit (all unused without it).
+  bool group_commit_ = false;
+  bool full_sync_ = true;
+  int wal_fd_ = -1;  // the committer's handle on "<path>-wal"
+  bool txn_open_ ABSL_GUARDED_BY(mu_) = false;
+  // Set when a group is lost; writes fail with it until Recover().
+  absl::Status lost_ ABSL_GUARDED_BY(mu_);
+  bool lost_pending_ ABSL_GUARDED_BY(mu_) = false;  // not yet reported
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar commit_cv_;  // with mu_: work for the committer
+  std::atomic<uint64_t> applied_seq_{0};
+  // Who waits for what; durable_seq_ and the lost ranges answer them.
+  absl::Mutex durable_mu_;
+  uint64_t durable_seq_ ABSL_GUARDED_BY(durable_mu_) = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> lost_ranges_
+      ABSL_GUARDED_BY(durable_mu_);  // (first, last] sequence numbers
+  absl::Status lost_status_ ABSL_GUARDED_BY(durable_mu_);
+  std::vector<std::pair<uint64_t, std::function<void(absl::Status)>>> waiters_
+      ABSL_GUARDED_BY(durable_mu_);
+  std::function<void()> lost_handler_ ABSL_GUARDED_BY(durable_mu_);
+  std::thread committer_;
 };
 
 }  // namespace dial::storage

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,8 +55,10 @@ class StudyStore {
   virtual absl::StatusOr<std::vector<v1::Trial>> ListTrials(
       const std::string& study, const TrialQuery& query) = 0;
 
-  // Appends one report and replaces the trial (e.g. its last_step) in one
-  // transaction. ALREADY_EXISTS if the step is already recorded.
+  // Appends one report and updates what a report changes in the trial
+  // (last_step, checkpoint, checkpoint_step; its other fields must be as
+  // stored) in one transaction. ALREADY_EXISTS if the step is already
+  // recorded.
   virtual absl::Status RecordReport(const v1::Trial& trial,
                                     const v1::MetricPoint& point) = 0;
   virtual absl::StatusOr<std::vector<v1::MetricPoint>> GetMetricHistory(
@@ -86,6 +89,23 @@ class StudyStore {
     return absl::UnimplementedError(
         "this study store keeps nothing on disk to back up");
   }
+
+  // Group commit. A store may apply writes at once (later reads see them)
+  // but make them durable later, many in one commit. WrittenSeq() numbers
+  // the writes applied so far; WhenDurable(seq, done) calls `done` once
+  // every write up to `seq` is durable (OK), or with UNAVAILABLE once they
+  // are lost (their commit failed): then the store refuses writes until
+  // Recover(), and the lost handler runs (once per loss, on a thread of the
+  // store's, holding none of its locks) so the owner can re-read the
+  // store, which holds none of the lost writes. Stores that commit every
+  // call keep these defaults: everything is durable when the call returns.
+  virtual uint64_t WrittenSeq() const { return 0; }
+  virtual void WhenDurable(uint64_t /*seq*/,
+                           std::function<void(absl::Status)> done) {
+    done(absl::OkStatus());
+  }
+  virtual void SetLostHandler(std::function<void()> /*handler*/) {}
+  virtual void Recover() {}
 };
 
 }  // namespace dial::storage

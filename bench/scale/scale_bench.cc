@@ -1,0 +1,709 @@
+// Load generator for the scheduler: W simulated workers and C ask/tell
+// clients over real gRPC on loopback against a real dial-scheduler process
+// (started here on a fresh SQLite file, or --address). Workers register,
+// long-poll AcquireTrial, send ReportProgress at the set rate and
+// FinishTrial; clients SuggestTrials, ReportIntermediate and CompleteTrial.
+// Every report gets a decision from the chosen trial scheduler (fifo, asha,
+// pbt). Prints throughput and latency percentiles of every RPC kind.
+//
+//   scale_bench --workers=200 --clients=8 --seconds=20              # max rate
+//   scale_bench --workers=200 --rate=2000 --seconds=20              # paced
+//   scale_bench --mode=asktell --clients=8 --trials=10000           # trivial
+//   trials
+//
+// All calls are asynchronous (gRPC's callback API): a handful of threads
+// drive hundreds of simulated workers, so the generator leaves most of the
+// machine to the scheduler.
+#include <grpcpp/grpcpp.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <queue>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/spec.h"
+#include "dial/v1/service.grpc.pb.h"
+#include "tests/e2e/subprocess.h"
+
+ABSL_FLAG(std::string, mode, "load", "load | asktell");
+ABSL_FLAG(std::string, address, "",
+          "a running scheduler; empty: start dial-scheduler here");
+ABSL_FLAG(std::string, scheduler_binary, "",
+          "dial-scheduler to start (default: next to this build)");
+ABSL_FLAG(std::string, scheduler_args, "",
+          "extra flags for the started scheduler, space separated");
+ABSL_FLAG(std::string, db_dir, "",
+          "directory for its database (default: a "
+          "fresh one under /tmp, removed after)");
+ABSL_FLAG(int32_t, workers, 100, "simulated worker daemons (mode load)");
+ABSL_FLAG(int32_t, clients, 4, "simulated ask/tell clients");
+ABSL_FLAG(double, rate, 0,
+          "total reports/s to aim at, spread over workers and clients; 0: as "
+          "fast as the scheduler answers (each simulator keeps one call out)");
+ABSL_FLAG(double, seconds, 10, "measured time (mode load)");
+ABSL_FLAG(double, warmup, 2, "seconds before measuring (mode load)");
+ABSL_FLAG(int32_t, steps, 27, "reports per trial at most (mode load)");
+ABSL_FLAG(int32_t, trials, 10000, "trivial trials in all (mode asktell)");
+ABSL_FLAG(std::string, trial_scheduler, "asha", "fifo | asha | pbt");
+ABSL_FLAG(bool, json, false, "also print one JSON line of results");
+
+namespace dial::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// Latency samples (microseconds) and counts of one RPC kind.
+struct Series {
+  std::vector<float> us;
+  int64_t errors = 0;
+  std::map<std::string, int64_t> error_codes;
+};
+
+class Stats {
+ public:
+  void Start() {
+    std::lock_guard<std::mutex> lock(mu_);
+    series_.clear();
+    start_ = Clock::now();
+  }
+  void Record(const std::string& kind, Clock::time_point sent,
+              const grpc::Status& status) {
+    const Clock::time_point now = Clock::now();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sent < start_) return;  // warm-up
+    Series& s = series_[kind];
+    if (status.ok()) {
+      s.us.push_back(
+          std::chrono::duration<float, std::micro>(now - sent).count());
+    } else {
+      ++s.errors;
+      ++s.error_codes[absl::StrCat(status.error_code(), ": ",
+                                   status.error_message().substr(0, 80))];
+    }
+  }
+  // Prints one line per kind and returns the JSON fields.
+  std::string Report(double seconds) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string json;
+    std::printf("%-20s %9s %9s %8s %8s %8s %8s %7s\n", "rpc", "calls", "per_s",
+                "p50_ms", "p90_ms", "p99_ms", "max_ms", "errors");
+    for (auto& [kind, s] : series_) {
+      std::sort(s.us.begin(), s.us.end());
+      auto pct = [&](double p) {
+        if (s.us.empty()) return 0.0;
+        size_t i = std::min(s.us.size() - 1, size_t(p * s.us.size()));
+        return s.us[i] / 1000.0;
+      };
+      const double per_s = s.us.size() / seconds;
+      std::printf("%-20s %9zu %9.0f %8.2f %8.2f %8.2f %8.2f %7" PRId64 "\n",
+                  kind.c_str(), s.us.size(), per_s, pct(0.5), pct(0.9),
+                  pct(0.99), pct(1.0), s.errors);
+      for (const auto& [code, n] : s.error_codes) {
+        std::printf("    error %s x%" PRId64 "\n", code.c_str(), n);
+      }
+      absl::StrAppend(&json, ",\"", kind, "\":{\"calls\":", s.us.size(),
+                      ",\"per_s\":", per_s, ",\"p50_ms\":", pct(0.5),
+                      ",\"p99_ms\":", pct(0.99), ",\"max_ms\":", pct(1.0),
+                      ",\"errors\":", s.errors, "}");
+    }
+    return json;
+  }
+  int64_t Count(const std::string& kind) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return series_[kind].us.size();
+  }
+
+ private:
+  std::mutex mu_;
+  Clock::time_point start_ = Clock::now();
+  std::map<std::string, Series> series_;
+};
+
+// Runs callbacks at a time: the pacing of reports at a set rate.
+class Timer {
+ public:
+  Timer() : thread_([this] { Loop(); }) {}
+  ~Timer() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  void At(Clock::time_point when, std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push({when, seq_++, std::move(fn)});
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  struct Item {
+    Clock::time_point when;
+    uint64_t seq;
+    std::function<void()> fn;
+    bool operator>(const Item& o) const {
+      return when != o.when ? when > o.when : seq > o.seq;
+    }
+  };
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!done_) {
+      if (queue_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      if (queue_.top().when > Clock::now()) {
+        cv_.wait_until(lock, queue_.top().when);
+        continue;
+      }
+      std::function<void()> fn = std::move(const_cast<Item&>(queue_.top()).fn);
+      queue_.pop();
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue_;
+  uint64_t seq_ = 0;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// Calls in flight, so the run can end with none outstanding.
+class InFlight {
+ public:
+  void Add() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++n_;
+  }
+  void Done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--n_ == 0) cv_.notify_all();
+  }
+  void WaitZero() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return n_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t n_ = 0;
+};
+
+struct Shared {
+  v1::StudyService::Stub* study = nullptr;
+  v1::WorkerService::Stub* worker = nullptr;
+  Stats stats;
+  Timer timer;
+  InFlight in_flight;
+  std::atomic<bool> stopping{false};
+  std::atomic<int64_t> trials_done{0};
+  Clock::duration interval{};  // between one simulator's reports; 0: none
+  int steps = 27;
+  std::string worker_study, asktell_study;
+};
+
+// A cost-free learning curve: trial q in (0, 1) approaches q as it trains,
+// so the trial schedulers have something to rank.
+double Loss(int64_t trial, int64_t step) {
+  const double q = ((trial * 2654435761u) % 10007) / 10007.0;
+  return q + 1.0 / (1.0 + step);
+}
+
+// One asynchronous unary call with its own context and messages.
+template <typename Req, typename Resp>
+struct Call {
+  grpc::ClientContext ctx;
+  Req req;
+  Resp resp;
+  Clock::time_point sent;
+};
+
+template <typename Req, typename Resp, typename Method>
+void Send(Shared& s, const std::string& kind,
+          std::shared_ptr<Call<Req, Resp>> c, Method method,
+          std::function<void(const grpc::Status&, Resp&)> then) {
+  s.in_flight.Add();
+  c->ctx.set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::seconds(60));
+  c->sent = Clock::now();
+  method(&c->ctx, &c->req, &c->resp, [&s, kind, c, then](grpc::Status st) {
+    s.stats.Record(kind, c->sent, st);
+    then(st, c->resp);
+    s.in_flight.Done();
+  });
+}
+
+// A worker daemon that runs one trial at a time.
+class SimWorker : public std::enable_shared_from_this<SimWorker> {
+ public:
+  SimWorker(Shared& s, std::string id) : s_(s), id_(std::move(id)) {}
+
+  void Acquire() {
+    if (s_.stopping) return;
+    auto c = std::make_shared<
+        Call<v1::AcquireTrialRequest, v1::AcquireTrialResponse>>();
+    c->req.set_worker_id(id_);
+    c->req.set_free_slots(1);
+    c->req.set_wait_ms(500);
+    auto self = shared_from_this();
+    Send<v1::AcquireTrialRequest, v1::AcquireTrialResponse>(
+        s_, "AcquireTrial", c,
+        [this](auto* ctx, auto* req, auto* resp, auto cb) {
+          s_.worker->async()->AcquireTrial(ctx, req, resp, std::move(cb));
+        },
+        [self](const grpc::Status& st, v1::AcquireTrialResponse& resp) {
+          if (!st.ok() || !resp.has_trial()) {
+            self->Later([self] { self->Acquire(); });
+            return;
+          }
+          self->study_ = resp.trial().study();
+          self->trial_ = resp.trial().number();
+          self->attempt_ = resp.attempt();
+          self->step_ = resp.start_step();
+          self->due_ = Clock::now();
+          self->Next();
+        });
+  }
+
+ private:
+  void Later(std::function<void()> fn) {
+    s_.timer.At(Clock::now() + std::chrono::milliseconds(20), std::move(fn));
+  }
+  // The next report, paced.
+  void Next() {
+    if (s_.interval == Clock::duration::zero()) return Report();
+    due_ += s_.interval;
+    auto self = shared_from_this();
+    s_.timer.At(std::max(due_, Clock::now()), [self] { self->Report(); });
+  }
+  void Report() {
+    if (s_.stopping) return;
+    auto c = std::make_shared<
+        Call<v1::ReportProgressRequest, v1::ReportProgressResponse>>();
+    c->req.set_worker_id(id_);
+    c->req.set_study(study_);
+    c->req.set_trial(trial_);
+    c->req.set_attempt(attempt_);
+    c->req.set_step(step_ + 1);
+    (*c->req.mutable_metrics())["loss"] = Loss(trial_, step_ + 1);
+    auto self = shared_from_this();
+    Send<v1::ReportProgressRequest, v1::ReportProgressResponse>(
+        s_, "ReportProgress", c,
+        [this](auto* ctx, auto* req, auto* resp, auto cb) {
+          s_.worker->async()->ReportProgress(ctx, req, resp, std::move(cb));
+        },
+        [self](const grpc::Status& st, v1::ReportProgressResponse& resp) {
+          if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+            return self->Later([self] { self->Report(); });
+          }
+          if (!st.ok()) return self->Acquire();  // fenced: drop the trial
+          ++self->step_;
+          const auto action = resp.decision().action();
+          if ((action == v1::Decision::CONTINUE ||
+               action == v1::Decision::EXPLOIT) &&
+              self->step_ < self->s_.steps) {
+            return self->Next();
+          }
+          self->Finish();
+        });
+  }
+  void Finish() {
+    if (s_.stopping) return;
+    auto c = std::make_shared<
+        Call<v1::FinishTrialRequest, v1::FinishTrialResponse>>();
+    c->req.set_worker_id(id_);
+    c->req.set_study(study_);
+    c->req.set_trial(trial_);
+    c->req.set_attempt(attempt_);
+    (*c->req.mutable_final_metrics())["loss"] = Loss(trial_, step_);
+    auto self = shared_from_this();
+    Send<v1::FinishTrialRequest, v1::FinishTrialResponse>(
+        s_, "FinishTrial", c,
+        [this](auto* ctx, auto* req, auto* resp, auto cb) {
+          s_.worker->async()->FinishTrial(ctx, req, resp, std::move(cb));
+        },
+        [self](const grpc::Status& st, v1::FinishTrialResponse&) {
+          if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+            return self->Later([self] { self->Finish(); });
+          }
+          ++self->s_.trials_done;
+          self->Acquire();
+        });
+  }
+
+  Shared& s_;
+  const std::string id_;
+  std::string study_;
+  int64_t trial_ = 0;
+  int32_t attempt_ = 0;
+  int64_t step_ = 0;
+  Clock::time_point due_;
+};
+
+// An ask/tell client: one trial at a time, `steps` reports each.
+class SimClient : public std::enable_shared_from_this<SimClient> {
+ public:
+  SimClient(Shared& s, std::string id, int steps, std::atomic<int64_t>* quota)
+      : s_(s), id_(std::move(id)), steps_(steps), quota_(quota) {}
+
+  void Suggest() {
+    if (s_.stopping) return;
+    if (quota_ != nullptr && quota_->fetch_sub(1) <= 0) return;
+    auto c = std::make_shared<
+        Call<v1::SuggestTrialsRequest, v1::SuggestTrialsResponse>>();
+    c->req.set_study(s_.asktell_study);
+    c->req.set_count(1);
+    c->req.set_client_id(id_);
+    auto self = shared_from_this();
+    Send<v1::SuggestTrialsRequest, v1::SuggestTrialsResponse>(
+        s_, "SuggestTrials", c,
+        [this](auto* ctx, auto* req, auto* resp, auto cb) {
+          s_.study->async()->SuggestTrials(ctx, req, resp, std::move(cb));
+        },
+        [self](const grpc::Status& st, v1::SuggestTrialsResponse& resp) {
+          if (!st.ok() || resp.trials().empty()) {
+            if (self->quota_) self->quota_->fetch_add(1);
+            if (resp.done()) return;
+            return self->s_.timer.At(
+                Clock::now() + std::chrono::milliseconds(5),
+                [self] { self->Suggest(); });
+          }
+          self->trial_ = resp.trials(0).number();
+          self->step_ =
+              resp.trials(0).last_step() < 0 ? 0 : resp.trials(0).last_step();
+          self->due_ = Clock::now();
+          self->Next();
+        });
+  }
+
+ private:
+  void Next() {
+    if (s_.interval == Clock::duration::zero()) return Report();
+    due_ += s_.interval;
+    auto self = shared_from_this();
+    s_.timer.At(std::max(due_, Clock::now()), [self] { self->Report(); });
+  }
+  void Report() {
+    if (s_.stopping) return;
+    auto c = std::make_shared<
+        Call<v1::ReportIntermediateRequest, v1::ReportIntermediateResponse>>();
+    c->req.set_study(s_.asktell_study);
+    c->req.set_trial(trial_);
+    c->req.set_step(step_ + 1);
+    (*c->req.mutable_metrics())["loss"] = Loss(trial_, step_ + 1);
+    auto self = shared_from_this();
+    Send<v1::ReportIntermediateRequest, v1::ReportIntermediateResponse>(
+        s_, "ReportIntermediate", c,
+        [this](auto* ctx, auto* req, auto* resp, auto cb) {
+          s_.study->async()->ReportIntermediate(ctx, req, resp, std::move(cb));
+        },
+        [self](const grpc::Status& st, v1::ReportIntermediateResponse& resp) {
+          if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+            return self->Report();
+          }
+          if (st.ok()) ++self->step_;
+          if (st.ok() && resp.decision().action() == v1::Decision::CONTINUE &&
+              self->step_ < self->steps_) {
+            return self->Next();
+          }
+          self->Complete();
+        });
+  }
+  void Complete() {
+    if (s_.stopping && quota_ == nullptr) return;
+    auto c = std::make_shared<
+        Call<v1::CompleteTrialRequest, v1::CompleteTrialResponse>>();
+    c->req.set_study(s_.asktell_study);
+    c->req.set_trial(trial_);
+    (*c->req.mutable_final_metrics())["loss"] = Loss(trial_, step_);
+    auto self = shared_from_this();
+    Send<v1::CompleteTrialRequest, v1::CompleteTrialResponse>(
+        s_, "CompleteTrial", c,
+        [this](auto* ctx, auto* req, auto* resp, auto cb) {
+          s_.study->async()->CompleteTrial(ctx, req, resp, std::move(cb));
+        },
+        [self](const grpc::Status& st, v1::CompleteTrialResponse&) {
+          if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
+            return self->Complete();
+          }
+          ++self->s_.trials_done;
+          self->Suggest();
+        });
+  }
+
+  Shared& s_;
+  const std::string id_;
+  const int steps_;
+  std::atomic<int64_t>* quota_;  // trials left to start; null: no limit
+  int64_t trial_ = 0;
+  int64_t step_ = 0;
+  Clock::time_point due_;
+};
+
+std::string SchedulerYaml(const std::string& kind, int steps) {
+  if (kind == "fifo") return "scheduler: {fifo: {}}\n";
+  if (kind == "pbt") {
+    return absl::StrCat("scheduler: {pbt: {perturbation_interval: ",
+                        std::max(1, steps / 3), ", quantile: 0.25}}\n");
+  }
+  return absl::StrCat("scheduler: {asha: {min_steps: 3, max_steps: ", steps,
+                      ", reduction_factor: 3}}\n");
+}
+
+v1::StudySpec Spec(const std::string& name, bool worker_run,
+                   const std::string& trial_scheduler, int steps,
+                   int64_t max_trials, int parallel) {
+  std::string yaml = absl::StrCat(
+      "name: ", name,
+      "\nobjective: {metric: loss, goal: MINIMIZE}\n"
+      "search_space:\n"
+      "  - {name: lr, float: {min: 1.0e-4, max: 1.0, scale: LOG}}\n"
+      "  - {name: units, int: {min: 16, max: 512}}\n"
+      "searcher: {random: {seed: 1}}\n",
+      SchedulerYaml(trial_scheduler, steps),
+      "budget: {max_trials: ", max_trials, ", max_parallel_trials: ", parallel,
+      "}\n");
+  if (worker_run) {
+    // Never run: the simulated workers only report.
+    absl::StrAppend(&yaml, "trial: {command: {argv: [/bin/true]}}\n");
+  }
+  auto spec = ParseStudySpec(yaml);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "spec: %s\n", spec.status().ToString().c_str());
+    std::exit(2);
+  }
+  return *spec;
+}
+
+bool CreateStudy(v1::StudyService::Stub& stub, const v1::StudySpec& spec) {
+  grpc::ClientContext ctx;
+  v1::CreateStudyRequest req;
+  *req.mutable_spec() = spec;
+  v1::CreateStudyResponse resp;
+  grpc::Status st = stub.CreateStudy(&ctx, req, &resp);
+  if (!st.ok()) {
+    std::fprintf(stderr, "CreateStudy: %s\n", st.error_message().c_str());
+  }
+  return st.ok();
+}
+
+// CPU seconds and peak resident set of a process, from /proc.
+std::pair<double, double> CpuAndPeakMb(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(stat, line);
+  const size_t close = line.rfind(')');
+  std::vector<std::string> f = absl::StrSplit(line.substr(close + 2), ' ');
+  double cpu = 0;
+  if (f.size() > 13) {
+    cpu = (std::stod(f[11]) + std::stod(f[12])) / sysconf(_SC_CLK_TCK);
+  }
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  double peak_mb = 0;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0)
+      peak_mb = std::stod(line.substr(6)) / 1024;
+  }
+  return {cpu, peak_mb};
+}
+
+int Main(const char* argv0) {
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "load" && mode != "asktell") {
+    std::fprintf(stderr, "--mode: load or asktell\n");
+    return 2;
+  }
+  std::string address = absl::GetFlag(FLAGS_address);
+  testing::Subprocess scheduler;
+  std::filesystem::path dir = absl::GetFlag(FLAGS_db_dir);
+  const bool own_dir = dir.empty();
+  if (address.empty()) {
+    if (own_dir) {
+      dir = std::filesystem::temp_directory_path() /
+            absl::StrCat("dial-scale-", getpid());
+    }
+    std::filesystem::create_directories(dir);
+    std::string binary = absl::GetFlag(FLAGS_scheduler_binary);
+    if (binary.empty()) {
+      binary = (std::filesystem::canonical("/proc/self/exe").parent_path() /
+                ".." / "scheduler" / "dial-scheduler")
+                   .lexically_normal()
+                   .string();
+    }
+    std::vector<std::string> args = {
+        binary,
+        "--db=" + (dir / "scale.db").string(),
+        "--checkpoint-root=" + (dir / "ckpt").string(),
+        "--listen=127.0.0.1:0",
+        "--worker-lease-ms=60000",
+        "--log-level=warn"};
+    for (absl::string_view a : absl::StrSplit(
+             absl::GetFlag(FLAGS_scheduler_args), ' ', absl::SkipEmpty())) {
+      args.emplace_back(a);
+    }
+    if (!scheduler.Start(args)) {
+      std::fprintf(stderr, "cannot start %s\n", binary.c_str());
+      return 1;
+    }
+    auto line = scheduler.ReadLine(std::chrono::seconds(60));
+    const std::string prefix = "dial-scheduler listening on ";
+    if (!line || line->rfind(prefix, 0) != 0) {
+      std::fprintf(stderr, "%s did not start\n", binary.c_str());
+      return 1;
+    }
+    address = line->substr(prefix.size());
+  }
+  (void)argv0;
+
+  grpc::ChannelArguments channel_args;
+  channel_args.SetMaxReceiveMessageSize(64 << 20);
+  auto channel = grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), channel_args);
+  auto study_stub = v1::StudyService::NewStub(channel);
+  auto worker_stub = v1::WorkerService::NewStub(channel);
+
+  Shared s;
+  s.study = study_stub.get();
+  s.worker = worker_stub.get();
+  s.steps = absl::GetFlag(FLAGS_steps);
+  const int workers = mode == "load" ? absl::GetFlag(FLAGS_workers) : 0;
+  const int clients = absl::GetFlag(FLAGS_clients);
+  const double rate = absl::GetFlag(FLAGS_rate);
+  if (rate > 0 && workers + clients > 0) {
+    s.interval = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>((workers + clients) / rate));
+  }
+  const std::string kind = absl::GetFlag(FLAGS_trial_scheduler);
+  s.worker_study = "scale-workers";
+  s.asktell_study = "scale-asktell";
+  const int64_t big = 1000000;
+  if (workers > 0 && !CreateStudy(*study_stub, Spec(s.worker_study, true, kind,
+                                                    s.steps, big, workers))) {
+    return 1;
+  }
+  const bool asktell = mode == "asktell";
+  if (clients > 0 &&
+      !CreateStudy(
+          *study_stub,
+          Spec(s.asktell_study, false, asktell ? "fifo" : kind,
+               asktell ? 1 : s.steps,
+               asktell ? absl::GetFlag(FLAGS_trials) : big, clients))) {
+    return 1;
+  }
+
+  std::vector<std::shared_ptr<SimWorker>> sim_workers;
+  for (int i = 0; i < workers; ++i) {
+    grpc::ClientContext ctx;
+    v1::RegisterWorkerRequest req;
+    req.set_host(absl::StrCat("sim-", i));
+    req.mutable_resources()->set_slots(1);
+    v1::RegisterWorkerResponse resp;
+    grpc::Status st = worker_stub->RegisterWorker(&ctx, req, &resp);
+    if (!st.ok()) {
+      std::fprintf(stderr, "RegisterWorker: %s\n", st.error_message().c_str());
+      return 1;
+    }
+    sim_workers.push_back(std::make_shared<SimWorker>(s, resp.worker_id()));
+  }
+  std::atomic<int64_t> quota(absl::GetFlag(FLAGS_trials));
+  std::vector<std::shared_ptr<SimClient>> sim_clients;
+  for (int i = 0; i < clients; ++i) {
+    sim_clients.push_back(std::make_shared<SimClient>(
+        s, absl::StrCat("client-", i), asktell ? 1 : s.steps,
+        asktell ? &quota : nullptr));
+  }
+
+  std::string json =
+      absl::StrCat("{\"mode\":\"", mode, "\",\"workers\":", workers,
+                   ",\"clients\":", clients, ",\"rate\":", rate,
+                   ",\"scheduler\":\"", kind, "\"");
+  const double cpu0 =
+      scheduler.pid() > 0 ? CpuAndPeakMb(scheduler.pid()).first : 0;
+  double elapsed = 0;
+  if (asktell) {
+    s.stats.Start();
+    const auto t0 = Clock::now();
+    for (auto& c : sim_clients) c->Suggest();
+    s.in_flight.WaitZero();
+    elapsed = Seconds(Clock::now() - t0);
+    std::printf("%" PRId64 " ask/tell trials in %.2f s: %.0f trials/s\n",
+                s.trials_done.load(), elapsed, s.trials_done / elapsed);
+    absl::StrAppend(&json, ",\"trials\":", s.trials_done.load(),
+                    ",\"seconds\":", elapsed,
+                    ",\"trials_per_s\":", s.trials_done / elapsed);
+  } else {
+    for (auto& w : sim_workers) w->Acquire();
+    for (auto& c : sim_clients) c->Suggest();
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(absl::GetFlag(FLAGS_warmup)));
+    s.stats.Start();
+    const int64_t done0 = s.trials_done;
+    const auto t0 = Clock::now();
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(absl::GetFlag(FLAGS_seconds)));
+    s.stopping = true;
+    elapsed = Seconds(Clock::now() - t0);
+    const int64_t reports =
+        s.stats.Count("ReportProgress") + s.stats.Count("ReportIntermediate");
+    std::printf(
+        "%.1f s: %" PRId64 " reports (%.0f/s), %" PRId64 " trials finished\n",
+        elapsed, reports, reports / elapsed, int64_t(s.trials_done - done0));
+    absl::StrAppend(&json, ",\"seconds\":", elapsed, ",\"reports\":", reports,
+                    ",\"reports_per_s\":", reports / elapsed,
+                    ",\"trials_finished\":", s.trials_done - done0);
+    s.in_flight.WaitZero();
+  }
+  absl::StrAppend(&json, s.stats.Report(elapsed));
+  if (scheduler.pid() > 0) {
+    auto [cpu, peak_mb] = CpuAndPeakMb(scheduler.pid());
+    std::printf(
+        "scheduler: %.1f CPU s (%.0f%% of one core), peak RSS %.0f MB\n",
+        cpu - cpu0, 100 * (cpu - cpu0) / elapsed, peak_mb);
+    absl::StrAppend(&json, ",\"scheduler_cpu_s\":", cpu - cpu0,
+                    ",\"scheduler_peak_mb\":", peak_mb);
+    scheduler.Kill(SIGTERM);
+  }
+  absl::StrAppend(&json, "}");
+  if (absl::GetFlag(FLAGS_json)) std::printf("%s\n", json.c_str());
+  if (own_dir && !dir.empty()) std::filesystem::remove_all(dir);
+  return 0;
+}
+
+}  // namespace
+}  // namespace dial::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return dial::bench::Main(argv[0]);
+}
