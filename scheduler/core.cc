@@ -84,6 +84,12 @@ SchedulerCore::SchedulerCore(const SchedulerCoreOptions& options)
               ? options.searcher_factory
               : [](const v1::StudySpec&
                        spec) { return searchers::CreateSearcher(spec); }),
+      trial_scheduler_factory_(
+          options.trial_scheduler_factory
+              ? options.trial_scheduler_factory
+              : [](const v1::StudySpec& spec) {
+                  return searchers::CreateTrialScheduler(spec);
+                }),
       clock_(options.clock ? options.clock : &real_clock_),
       worker_lease_(options.worker_lease) {}
 
@@ -222,7 +228,7 @@ absl::Status SchedulerCore::Load() {
     DIAL_ASSIGN_OR_RETURN(entry->searcher,
                           searcher_factory_(entry->study.spec()));
     DIAL_ASSIGN_OR_RETURN(entry->trial_scheduler,
-                          searchers::CreateTrialScheduler(entry->study.spec()));
+                          trial_scheduler_factory_(entry->study.spec()));
     DIAL_ASSIGN_OR_RETURN(auto trials,
                           store_->ListTrials(entry->study.name(), {}));
     std::vector<v1::Trial> finished;
@@ -232,37 +238,28 @@ absl::Status SchedulerCore::Load() {
     }
     // Searchers and trial schedulers see history in the order it happened.
     finished = ByEndTime(std::move(finished));
-    if (entry->trial_scheduler->NeedsHistory()) {
-      // Replay every stored report in the order it arrived, across trials,
-      // so order-dependent schedulers (ASHA rungs) end up where they were.
-      struct Replay {
-        int64_t ms;
-        const v1::Trial* trial;
-        v1::MetricPoint point;
-      };
-      std::vector<Replay> replay;
-      for (const auto& [number, trial] : entry->trials) {
-        DIAL_ASSIGN_OR_RETURN(auto history, store_->GetMetricHistory(
-                                                entry->study.name(), number));
-        for (auto& point : history) {
-          const int64_t ms =
-              google::protobuf::util::TimeUtil::TimestampToMilliseconds(
-                  point.time());
-          replay.push_back({ms, &trial, std::move(point)});
-        }
-      }
-      std::stable_sort(replay.begin(), replay.end(),
-                       [](const Replay& a, const Replay& b) {
-                         return a.ms < b.ms;  // ties: trial, then step
-                       });
-      for (const auto& r : replay) {
-        entry->trial_scheduler->OnReport(*r.trial, r.point.step(),
-                                         r.point.metrics());
-        if (entry->searcher->WantsReports()) {
-          entry->searcher->ObserveReport(*r.trial, r.point.step(),
-                                         r.point.metrics());
-        }
-      }
+    if (entry->trial_scheduler->NeedsHistory() ||
+        entry->searcher->WantsReports()) {
+      // Replay every stored report, trial by trial, streamed from the store
+      // (a study of 100,000 trials has millions). The trial schedulers'
+      // state depends on each trial's own reports only, so this rebuilds
+      // it as it was (see TrialScheduler::Replay).
+      const bool schedule = entry->trial_scheduler->NeedsHistory();
+      const bool search = entry->searcher->WantsReports();
+      DIAL_RETURN_IF_ERROR(store_->ForEachReport(
+          entry->study.name(),
+          [&](int64_t number, const v1::MetricPoint& point) {
+            auto it = entry->trials.find(number);
+            if (it == entry->trials.end()) return;
+            if (schedule) {
+              entry->trial_scheduler->Replay(it->second, point.step(),
+                                             point.metrics());
+            }
+            if (search) {
+              entry->searcher->ObserveReport(it->second, point.step(),
+                                             point.metrics());
+            }
+          }));
     }
     for (const v1::Trial& trial : finished) {
       entry->searcher->Observe(trial);
@@ -468,7 +465,7 @@ absl::StatusOr<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec) {
   DIAL_ASSIGN_OR_RETURN(entry->searcher, searcher_factory_(spec));
   entry->wants_reports = entry->searcher->WantsReports();
   DIAL_ASSIGN_OR_RETURN(entry->trial_scheduler,
-                        searchers::CreateTrialScheduler(spec));
+                        trial_scheduler_factory_(spec));
   entry->study.set_name(spec.name());
   *entry->study.mutable_spec() = std::move(spec);
   entry->study.set_state(v1::STUDY_ACTIVE);
@@ -1040,8 +1037,11 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
     if (!CanCreate(*entry)) return std::optional<v1::Trial>();
     reports.swap(entry->unobserved_reports);
     number = static_cast<int64_t>(entry->trials.size());
-    for (int64_t n : entry->open)
-      pending.push_back(entry->trials.at(n).params());
+    if (entry->searcher->UsesPending()) {
+      for (int64_t n : entry->open) {
+        pending.push_back(entry->trials.at(n).params());
+      }
+    }
     observe.swap(entry->unobserved);
   }
   // Only this thread creates trials, so `number` stays free meanwhile.

@@ -55,6 +55,10 @@ struct SchedulerCoreOptions {
   std::function<absl::StatusOr<std::unique_ptr<searchers::Searcher>>(
       const v1::StudySpec&)>
       searcher_factory = nullptr;
+  // Makes a study's trial scheduler; default searchers::CreateTrialScheduler.
+  std::function<absl::StatusOr<std::unique_ptr<searchers::TrialScheduler>>(
+      const v1::StudySpec&)>
+      trial_scheduler_factory = nullptr;
 };
 
 // A trial handed to a worker.
@@ -358,6 +362,9 @@ class SchedulerCore {
   std::function<absl::StatusOr<std::unique_ptr<searchers::Searcher>>(
       const v1::StudySpec&)>
       searcher_factory_;
+  std::function<absl::StatusOr<std::unique_ptr<searchers::TrialScheduler>>(
+      const v1::StudySpec&)>
+      trial_scheduler_factory_;
   const Clock* clock_;
   RealClock real_clock_;
   const absl::Duration worker_lease_;

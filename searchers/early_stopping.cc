@@ -110,6 +110,18 @@ std::optional<int64_t> AshaScheduler::NextPromotion() {
 
 bool AshaScheduler::HasPromotion() const { return FindPromotion().has_value(); }
 
+void AshaScheduler::Replay(const v1::Trial& trial, int64_t step,
+                           const Metrics& metrics) {
+  auto score = objective_.Score(metrics);
+  if (!score) return;
+  for (size_t k = 0; k < rungs_.size() && rungs_[k] <= step; ++k) {
+    if (rungs_[k] < step) promoted_[k].insert(trial.number());
+    if (recorded_[k].emplace(trial.number(), *score).second) {
+      ranked_[k].insert({*score, trial.number()});
+    }
+  }
+}
+
 v1::Decision AshaScheduler::OnReport(const v1::Trial& trial, int64_t step,
                                      const Metrics& metrics) {
   auto score = objective_.Score(metrics);
@@ -164,6 +176,12 @@ AsyncHyperbandScheduler::AsyncHyperbandScheduler(const v1::StudySpec& spec) {
     brackets_.push_back(std::make_unique<AshaScheduler>(
         spec, static_cast<int64_t>(std::llround(first)), hb.max_steps(), eta));
   }
+}
+
+void AsyncHyperbandScheduler::Replay(const v1::Trial& trial, int64_t step,
+                                     const Metrics& metrics) {
+  brackets_[static_cast<size_t>(trial.number()) % brackets_.size()]->Replay(
+      trial, step, metrics);
 }
 
 v1::Decision AsyncHyperbandScheduler::OnReport(const v1::Trial& trial,

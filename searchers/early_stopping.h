@@ -75,6 +75,10 @@ class AshaScheduler : public TrialScheduler {
                 double eta, bool promotion = false);
   v1::Decision OnReport(const v1::Trial& trial, int64_t step,
                         const Metrics& metrics) override;
+  // Records the rung values only: they depend on each trial's own reports,
+  // so replaying trial by trial rebuilds the rungs as they were.
+  void Replay(const v1::Trial& trial, int64_t step,
+              const Metrics& metrics) override;
   std::optional<int64_t> NextPromotion() override;
   bool HasPromotion() const override;
   const std::vector<int64_t>& rungs() const { return rungs_; }
@@ -104,6 +108,8 @@ class AsyncHyperbandScheduler : public TrialScheduler {
   explicit AsyncHyperbandScheduler(const v1::StudySpec& spec);
   v1::Decision OnReport(const v1::Trial& trial, int64_t step,
                         const Metrics& metrics) override;
+  void Replay(const v1::Trial& trial, int64_t step,
+              const Metrics& metrics) override;
   int brackets() const { return static_cast<int>(brackets_.size()); }
 
  private:

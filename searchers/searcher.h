@@ -23,9 +23,12 @@ class Searcher {
   // increasing order, also after a restart). `pending` holds the params of
   // trials suggested but not finished, so parallel suggestions can spread
   // out. OUT_OF_RANGE when the search space is exhausted (grid).
-  virtual absl::StatusOr<Params> Suggest(int64_t number,
-                                         const std::vector<Params>& pending) = 0;
+  virtual absl::StatusOr<Params> Suggest(
+      int64_t number, const std::vector<Params>& pending) = 0;
   absl::StatusOr<Params> Suggest(int64_t number) { return Suggest(number, {}); }
+  // False for searchers that ignore `pending`: the caller may pass none,
+  // sparing a copy of every open trial's params per suggestion.
+  virtual bool UsesPending() const { return true; }
 
   // A trial reached a final state. Called in trial-finish order, and again
   // for every finished trial when a restarted scheduler rebuilds the
@@ -37,9 +40,9 @@ class Searcher {
   // for searchers that fit on the highest rung with enough results, as BOHB
   // does, instead of on a mix of budgets. Only called if WantsReports().
   virtual bool WantsReports() const { return false; }
-  virtual void ObserveReport(const v1::Trial& trial, int64_t step,
-                             const google::protobuf::Map<std::string, double>&
-                                 metrics) {}
+  virtual void ObserveReport(
+      const v1::Trial& trial, int64_t step,
+      const google::protobuf::Map<std::string, double>& metrics) {}
 };
 
 // The rung budgets of a study's ASHA or Hyperband scheduler (ascending),
@@ -52,7 +55,9 @@ template <typename Observation>
 class RungResults {
  public:
   explicit RungResults(std::vector<int64_t> rungs)
-      : rungs_(std::move(rungs)), results_(rungs_.size()), seen_(rungs_.size()) {}
+      : rungs_(std::move(rungs)),
+        results_(rungs_.size()),
+        seen_(rungs_.size()) {}
   bool empty() const { return rungs_.empty(); }
   // Calls make() for each rung newly reached by `trial` at `step`.
   template <typename Make>
@@ -91,6 +96,7 @@ class RandomSearcher : public Searcher {
   using Searcher::Suggest;
   absl::StatusOr<Params> Suggest(int64_t number,
                                  const std::vector<Params>& pending) override;
+  bool UsesPending() const override { return false; }
 
  private:
   RandomSearcher(SearchSpace space, uint64_t seed)
@@ -112,6 +118,7 @@ class GridSearcher : public Searcher {
   using Searcher::Suggest;
   absl::StatusOr<Params> Suggest(int64_t number,
                                  const std::vector<Params>& pending) override;
+  bool UsesPending() const override { return false; }
   int64_t grid_size() const { return grid_size_; }
 
  private:

@@ -26,6 +26,15 @@ class TrialScheduler {
   virtual v1::Decision OnReport(const v1::Trial& trial, int64_t step,
                                 const Metrics& metrics) = 0;
 
+  // A stored report replayed by a restarted scheduler, trial by trial (in
+  // number order, steps in order), to rebuild the state OnReport builds;
+  // no decision is wanted. Schedulers whose state depends on the order of
+  // reports across trials must not rely on it. Default: OnReport.
+  virtual void Replay(const v1::Trial& trial, int64_t step,
+                      const Metrics& metrics) {
+    OnReport(trial, step, metrics);
+  }
+
   // `trial` reached a final state.
   virtual void OnTrialFinished(const v1::Trial& trial) {}
 

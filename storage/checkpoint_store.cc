@@ -95,7 +95,8 @@ absl::StatusOr<std::vector<ManifestEntry>> ParseManifest(
     const std::string& text, const std::string& path) {
   std::vector<ManifestEntry> entries;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
-    std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(' ', 2));
+    std::vector<std::string> parts =
+        absl::StrSplit(line, absl::MaxSplits(' ', 2));
     int64_t size = 0;
     if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &size)) {
       return absl::DataLossError(absl::StrCat("malformed manifest ", path));
@@ -170,7 +171,8 @@ absl::StatusOr<std::string> FileCheckpointStore::PathOf(
 absl::StatusOr<std::string> FileCheckpointStore::BeginWrite(
     absl::string_view study, int64_t trial, int64_t step) {
   DIAL_ASSIGN_OR_RETURN(std::string dir, TrialDir(study, trial));
-  if (step < 0) return absl::InvalidArgumentError("checkpoint step: must be >= 0");
+  if (step < 0)
+    return absl::InvalidArgumentError("checkpoint step: must be >= 0");
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
@@ -196,8 +198,8 @@ absl::StatusOr<CheckpointInfo> FileCheckpointStore::Commit(
 }
 
 absl::StatusOr<CheckpointInfo> FileCheckpointStore::Seal(
-    const std::string& staging, const std::string& dir,
-    const std::string& name, const std::string& id) {
+    const std::string& staging, const std::string& dir, const std::string& name,
+    const std::string& id) {
   const fs::path staging_path(staging);
   if (staging_path.parent_path().string() != dir ||
       staging_path.filename().string().rfind(kStagingPrefix, 0) != 0) {
@@ -218,8 +220,8 @@ absl::StatusOr<CheckpointInfo> FileCheckpointStore::Seal(
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(staging, ec)) {
     if (!entry.is_regular_file()) {
-      return fail(absl::InvalidArgumentError(
-          absl::StrCat("checkpoint holds a non-file: ", entry.path().string())));
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint holds a non-file: ", entry.path().string())));
     }
     if (entry.path().filename() != kManifest) {
       names.push_back(entry.path().filename().string());
@@ -232,7 +234,8 @@ absl::StatusOr<CheckpointInfo> FileCheckpointStore::Seal(
   for (const auto& file : names) {
     const std::string path = staging + "/" + file;
     auto data = ReadFile(path);
-    if (!data.ok()) return fail(absl::UnavailableError(data.status().message()));
+    if (!data.ok())
+      return fail(absl::UnavailableError(data.status().message()));
     auto synced = FsyncPath(path, false);
     if (!synced.ok()) return fail(synced);
     total += static_cast<int64_t>(data->size());
@@ -329,8 +332,7 @@ absl::StatusOr<std::map<std::string, std::string>> FileCheckpointStore::Read(
     absl::string_view id) const {
   DIAL_RETURN_IF_ERROR(Verify(id).status());
   DIAL_ASSIGN_OR_RETURN(std::string dir, PathOf(id));
-  DIAL_ASSIGN_OR_RETURN(std::string manifest,
-                        ReadFile(dir + "/" + kManifest));
+  DIAL_ASSIGN_OR_RETURN(std::string manifest, ReadFile(dir + "/" + kManifest));
   DIAL_ASSIGN_OR_RETURN(auto entries, ParseManifest(manifest, dir));
   std::map<std::string, std::string> files;
   for (const auto& e : entries) {
@@ -343,9 +345,9 @@ absl::Status FileCheckpointStore::Delete(absl::string_view id) {
   DIAL_ASSIGN_OR_RETURN(std::string dir, PathOf(id));
   // Rename first so a crash mid-delete never leaves a half checkpoint that
   // looks whole.
-  const std::string doomed = absl::StrCat(
-      fs::path(dir).parent_path().string(), "/", kStagingPrefix, "deleted-",
-      fs::path(dir).filename().string());
+  const std::string doomed =
+      absl::StrCat(fs::path(dir).parent_path().string(), "/", kStagingPrefix,
+                   "deleted-", fs::path(dir).filename().string());
   if (::rename(dir.c_str(), doomed.c_str()) != 0) {
     if (errno == ENOENT) {
       return absl::NotFoundError(absl::StrCat("checkpoint ", id, " not found"));

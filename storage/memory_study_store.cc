@@ -124,8 +124,8 @@ absl::Status MemoryStudyStore::RecordReport(const v1::Trial& trial,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::MetricPoint>>
-MemoryStudyStore::GetMetricHistory(const std::string& study, int64_t number) {
+absl::StatusOr<std::vector<v1::MetricPoint>> MemoryStudyStore::GetMetricHistory(
+    const std::string& study, int64_t number) {
   absl::MutexLock lock(&mu_);
   auto t = FindTrial(study, number);
   if (!t.ok()) return t.status();
@@ -142,8 +142,8 @@ absl::Status MemoryStudyStore::PutCheckpoint(const CheckpointRecord& record) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<CheckpointRecord>>
-MemoryStudyStore::ListCheckpoints(const std::string& study, int64_t number) {
+absl::StatusOr<std::vector<CheckpointRecord>> MemoryStudyStore::ListCheckpoints(
+    const std::string& study, int64_t number) {
   absl::MutexLock lock(&mu_);
   auto t = FindTrial(study, number);
   if (!t.ok()) return t.status();

@@ -52,8 +52,7 @@ class MemoryStudyStore : public StudyStore {
   };
   absl::StatusOr<StudyData*> FindStudy(const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<TrialData*> FindTrial(const std::string& study,
-                                       int64_t number)
+  absl::StatusOr<TrialData*> FindTrial(const std::string& study, int64_t number)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;

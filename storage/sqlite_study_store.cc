@@ -331,6 +331,12 @@ SqliteStudyStore::Statement SqliteStudyStore::Prepare(const char* sql) {
   return Statement(db_, stmt);
 }
 
+absl::Status SqliteStudyStore::Run(const char* sql) {
+  Statement stmt = Prepare(sql);
+  if (!stmt.ok()) return SqliteError(db_, sqlite3_errcode(db_));
+  return stmt.Run();
+}
+
 // Runs `body` as one atomic write. Without group commit: its own
 // transaction, committed before returning. A failed COMMIT (disk full, I/O
 // error, busy) may leave the transaction open: it is rolled back too, or the
@@ -360,9 +366,10 @@ absl::Status SqliteStudyStore::Transaction(
     DIAL_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     txn_open_ = true;
   }
-  absl::Status status = Exec("SAVEPOINT write");
+  // Cached statements: this runs for every write.
+  absl::Status status = Run("SAVEPOINT write");
   if (status.ok()) status = body();
-  if (status.ok()) status = Exec("RELEASE write");
+  if (status.ok()) status = Run("RELEASE write");
   if (status.ok()) {
     applied_seq_.fetch_add(1);
     commit_cv_.Signal();
@@ -374,7 +381,7 @@ absl::Status SqliteStudyStore::Transaction(
     LoseGroup(status);
     return status;
   }
-  if (Exec("ROLLBACK TO write").ok() && Exec("RELEASE write").ok()) {
+  if (Run("ROLLBACK TO write").ok() && Run("RELEASE write").ok()) {
     return status;
   }
   Exec("ROLLBACK").IgnoreError();
@@ -386,6 +393,7 @@ absl::Status SqliteStudyStore::Transaction(
 // Marks the writes applied since the last commit as lost (mu_ held); the
 // committer tells their waiters and the lost handler.
 void SqliteStudyStore::LoseGroup(const absl::Status& cause) {
+  study_ids_.clear();
   lost_ = absl::UnavailableError(absl::StrCat(
       cause.message(),
       "; the uncommitted writes before it are lost too, and writes are "
@@ -423,6 +431,7 @@ void SqliteStudyStore::CommitLoop() {
         }
         txn_open_ = false;
         committed = !lost;
+        if (committed) commits_.fetch_add(1);
       }
     }
     // The commit wrote the group's frames to the write-ahead log without
@@ -454,9 +463,11 @@ void SqliteStudyStore::CommitLoop() {
         it = waiters_.erase(it);
       }
     }
+    // The owner reloads before anyone hears of the loss, so a retry meets
+    // the reloaded state.
+    if (handler) handler();
     for (auto& done : ok) done(absl::OkStatus());
     for (auto& done : failed) done(status);
-    if (handler) handler();
     if (stop) return;
   }
 }
@@ -557,12 +568,17 @@ absl::Status SqliteStudyStore::Migrate() {
 }
 
 absl::StatusOr<int64_t> SqliteStudyStore::StudyId(const std::string& name) {
+  auto cached = study_ids_.find(name);
+  if (cached != study_ids_.end()) return cached->second;
   DIAL_PREPARE(stmt, "SELECT id FROM studies WHERE name = ?");
   stmt.Bind(1, name);
   DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
   if (!row) {
     return absl::NotFoundError(absl::StrCat("study '", name, "' not found"));
   }
+  // Rows are never renumbered. DeleteStudy forgets the name, and a lost
+  // group (which may have created the study) forgets them all.
+  study_ids_[name] = stmt.Int(0);
   return stmt.Int(0);
 }
 
@@ -662,6 +678,7 @@ absl::Status SqliteStudyStore::UpdateStudy(const v1::Study& study) {
 
 absl::Status SqliteStudyStore::DeleteStudy(const std::string& name) {
   absl::MutexLock lock(&mu_);
+  study_ids_.erase(name);
   return Transaction([&]() -> absl::Status {
     DIAL_PREPARE(stmt, "DELETE FROM studies WHERE name = ?");
     stmt.Bind(1, name);
@@ -901,6 +918,42 @@ absl::StatusOr<std::vector<v1::MetricPoint>> SqliteStudyStore::GetMetricHistory(
     (*out.back().mutable_metrics())[stmt.Text(1)] = stmt.Double(2);
   }
   return out;
+}
+
+absl::Status SqliteStudyStore::ForEachReport(
+    const std::string& study,
+    const std::function<void(int64_t number, const v1::MetricPoint& point)>&
+        fn) {
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(int64_t study_id, StudyId(study));
+  // Trials by id (= creation = number order), each one's rows along the
+  // metrics primary key (trial_id, step, name): one pass, no sort.
+  DIAL_PREPARE(stmt,
+               "SELECT t.number, m.step, m.name, m.value, m.time_ms FROM "
+               "trials t JOIN metrics m ON m.trial_id = t.id WHERE "
+               "t.study_id = ? ORDER BY t.id, m.step");
+  stmt.Bind(1, study_id);
+  v1::MetricPoint point;
+  int64_t number = -1;
+  bool open = false;
+  while (true) {
+    DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (open &&
+        (!row || stmt.Int(0) != number || stmt.Int(1) != point.step())) {
+      fn(number, point);
+      point.Clear();
+      open = false;
+    }
+    if (!row) break;
+    if (!open) {
+      number = stmt.Int(0);
+      point.set_step(stmt.Int(1));
+      *point.mutable_time() = FromMs(stmt.Int(4));
+      open = true;
+    }
+    (*point.mutable_metrics())[stmt.Text(2)] = stmt.Double(3);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SqliteStudyStore::PutCheckpoint(const CheckpointRecord& record) {

@@ -66,6 +66,10 @@ class SqliteStudyStore : public StudyStore {
                             const v1::MetricPoint& point) override;
   absl::StatusOr<std::vector<v1::MetricPoint>> GetMetricHistory(
       const std::string& study, int64_t number) override;
+  absl::Status ForEachReport(
+      const std::string& study,
+      const std::function<void(int64_t number, const v1::MetricPoint& point)>&
+          fn) override;
   absl::Status PutCheckpoint(const CheckpointRecord& record) override;
   absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(
       const std::string& study, int64_t number) override;
@@ -86,6 +90,8 @@ class SqliteStudyStore : public StudyStore {
   // Commits what is applied now and waits for it (group commit); the
   // commit's status.
   absl::Status Flush();
+  // Group commits made so far.
+  uint64_t commits() const { return commits_.load(); }
 
   // Schema version of the open database.
   int schema_version();
@@ -108,6 +114,8 @@ class SqliteStudyStore : public StudyStore {
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Statement Prepare(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs a cached statement without parameters.
+  absl::Status Run(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int64_t> StudyId(const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int64_t> TrialId(const std::string& study, int64_t number)
@@ -123,6 +131,7 @@ class SqliteStudyStore : public StudyStore {
   int lock_fd_;
   const std::string path_;
   std::map<const char*, sqlite3_stmt*> statements_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> study_ids_ ABSL_GUARDED_BY(mu_);
 
   // Group commit (all unused without it).
   bool group_commit_ = false;
@@ -135,6 +144,7 @@ class SqliteStudyStore : public StudyStore {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar commit_cv_;  // with mu_: work for the committer
   std::atomic<uint64_t> applied_seq_{0};
+  std::atomic<uint64_t> commits_{0};
   // Who waits for what; durable_seq_ and the lost ranges answer them.
   absl::Mutex durable_mu_;
   uint64_t durable_seq_ ABSL_GUARDED_BY(durable_mu_) = 0;

@@ -63,6 +63,23 @@ class StudyStore {
                                     const v1::MetricPoint& point) = 0;
   virtual absl::StatusOr<std::vector<v1::MetricPoint>> GetMetricHistory(
       const std::string& study, int64_t number) = 0;
+  // Every report of a study, trial by trial in number order and by step
+  // within a trial, handed to `fn` one at a time (a restarted scheduler
+  // replays them without holding them all). This default reads trial by
+  // trial; stores override it with one streaming read.
+  virtual absl::Status ForEachReport(
+      const std::string& study,
+      const std::function<void(int64_t number, const v1::MetricPoint& point)>&
+          fn) {
+    auto trials = ListTrials(study, {});
+    if (!trials.ok()) return trials.status();
+    for (const v1::Trial& trial : *trials) {
+      auto history = GetMetricHistory(study, trial.number());
+      if (!history.ok()) return history.status();
+      for (const auto& point : *history) fn(trial.number(), point);
+    }
+    return absl::OkStatus();
+  }
 
   virtual absl::Status PutCheckpoint(const CheckpointRecord& record) = 0;
   virtual absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(
@@ -95,9 +112,9 @@ class StudyStore {
   // the writes applied so far; WhenDurable(seq, done) calls `done` once
   // every write up to `seq` is durable (OK), or with UNAVAILABLE once they
   // are lost (their commit failed): then the store refuses writes until
-  // Recover(), and the lost handler runs (once per loss, on a thread of the
-  // store's, holding none of its locks) so the owner can re-read the
-  // store, which holds none of the lost writes. Stores that commit every
+  // Recover(), and the lost handler runs first (once per loss, on a thread
+  // of the store's, holding none of its locks) so the owner can re-read
+  // the store, which holds none of the lost writes. Stores that commit every
   // call keep these defaults: everything is durable when the call returns.
   virtual uint64_t WrittenSeq() const { return 0; }
   virtual void WhenDurable(uint64_t /*seq*/,

@@ -9,13 +9,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <set>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "storage/memory_study_store.h"
@@ -384,6 +387,173 @@ TEST_F(SqliteFaultsTest, ABackupThatCannotBeWrittenLeavesTheOldOneWhole) {
   EXPECT_TRUE((*copy)->GetStudy("old").ok());
   EXPECT_EQ((*copy)->GetStudy("bulk").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Waits for WhenDurable's answer.
+absl::Status Durable(SqliteStudyStore& store, uint64_t seq) {
+  absl::Notification done;
+  absl::Status result;
+  store.WhenDurable(seq, [&](absl::Status s) {
+    result = s;
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+// Group commit: many threads' writes share commits, every write is
+// acknowledged only once its commit is done, and a reopened file holds
+// every acknowledged write once.
+TEST_F(SqliteFaultsTest, GroupCommitSharesCommitsAndKeepsEveryAckedWrite) {
+  constexpr int kThreads = 8, kSteps = 100;
+  {
+    auto store = SqliteStudyStore::Create({path_, true, /*group_commit=*/true});
+    ASSERT_TRUE(store.ok()) << store.status();
+    SqliteStudyStore& s = **store;
+    ASSERT_TRUE(s.CreateStudy(MakeStudy("g")).ok());
+    for (int t = 0; t < kThreads; ++t) {
+      ASSERT_TRUE(s.PutTrial(MakeTrial("g", t)).ok());
+    }
+    ASSERT_TRUE(s.Flush().ok());
+    const uint64_t commits_before = s.commits();
+    std::vector<std::thread> threads;
+    std::atomic<int> acked{0};
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        v1::Trial trial = MakeTrial("g", t);
+        for (int step = 1; step <= kSteps; ++step) {
+          trial.set_last_step(step);
+          ASSERT_TRUE(s.RecordReport(trial, Point(step, 1)).ok());
+          ASSERT_TRUE(Durable(s, s.WrittenSeq()).ok());
+          ++acked;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(acked, kThreads * kSteps);
+    const uint64_t commits = s.commits() - commits_before;
+    EXPECT_GT(commits, 0u);
+    // Eight writers waiting on each commit share most of them.
+    EXPECT_LT(commits, uint64_t{kThreads * kSteps / 2}) << commits;
+  }
+  auto store = SqliteStudyStore::Create({path_});
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (int t = 0; t < kThreads; ++t) {
+    auto history = (*store)->GetMetricHistory("g", t);
+    ASSERT_TRUE(history.ok());
+    ASSERT_EQ(history->size(), size_t{kSteps}) << "trial " << t;
+    for (int i = 0; i < kSteps; ++i) EXPECT_EQ((*history)[i].step(), i + 1);
+    EXPECT_EQ((*store)->GetTrial("g", t)->last_step(), kSteps);
+  }
+}
+
+// A process killed while it writes (SIGKILL, no clean shutdown) loses no
+// write it was told is durable, and the file stays whole.
+TEST_F(SqliteFaultsTest, GroupCommitAckedWritesSurviveAKilledProcess) {
+  {
+    auto store = SqliteStudyStore::Create({path_});
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->CreateStudy(MakeStudy("k")).ok());
+    ASSERT_TRUE((*store)->PutTrial(MakeTrial("k", 0)).ok());
+  }
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    auto store = SqliteStudyStore::Create({path_, true, true});
+    if (!store.ok()) ::_exit(2);
+    v1::Trial trial = MakeTrial("k", 0);
+    for (int64_t step = 1;; ++step) {
+      trial.set_last_step(step);
+      if (!(*store)->RecordReport(trial, Point(step, 3)).ok()) ::_exit(3);
+      if (!Durable(**store, (*store)->WrittenSeq()).ok()) ::_exit(4);
+      // Tell the parent only once the step is durable.
+      if (::write(fds[1], &step, sizeof(step)) != sizeof(step)) ::_exit(5);
+    }
+  }
+  ::close(fds[1]);
+  int64_t acked = 0, step = 0;
+  while (acked < 300 && ::read(fds[0], &step, sizeof(step)) == sizeof(step)) {
+    acked = step;
+  }
+  ::kill(pid, SIGKILL);
+  int wstatus = 0;
+  ::waitpid(pid, &wstatus, 0);
+  ::close(fds[0]);
+  ASSERT_EQ(acked, 300);
+  auto store = SqliteStudyStore::Create({path_});
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto history = (*store)->GetMetricHistory("k", 0);
+  ASSERT_TRUE(history.ok());
+  ASSERT_GE(history->size(), size_t(acked));  // later ones may be there too
+  for (size_t i = 0; i < history->size(); ++i) {
+    EXPECT_EQ((*history)[i].step(), int64_t(i) + 1);
+  }
+  EXPECT_EQ((*store)->GetTrial("k", 0)->last_step(), int64_t(history->size()));
+}
+
+// A commit that fails (a full disk) loses its whole group: each of its
+// writes is answered UNAVAILABLE, the owner's lost handler runs before
+// those answers, writes are refused until Recover(), and afterwards the
+// file holds exactly the writes that were acknowledged.
+TEST_F(SqliteFaultsTest, AFailedGroupCommitLosesOnlyUnacknowledgedWrites) {
+  {
+    auto store = SqliteStudyStore::Create({path_});
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE(store.value()->CreateStudy(MakeStudy("f")).ok());
+    ASSERT_TRUE(store.value()->PutTrial(MakeTrial("f", 0)).ok());
+  }
+  const std::string path = path_;
+  std::string report = InChild([&] {
+    Checks c;
+    auto store = SqliteStudyStore::Create({path, true, true});
+    if (!store.ok()) return "open: " + store.status().ToString();
+    SqliteStudyStore& s = **store;
+    std::atomic<int> lost_calls{0};
+    s.SetLostHandler([&] { ++lost_calls; });
+    c.Expect(s.ListStudies().ok(), "list before the limit");
+    v1::Trial trial = MakeTrial("f", 0);
+    trial.set_last_step(1);
+    c.ExpectCode(s.RecordReport(trial, Point(1, 2)), absl::StatusCode::kOk,
+                 "step 1");
+    c.ExpectCode(Durable(s, s.WrittenSeq()), absl::StatusCode::kOk,
+                 "step 1 durable");
+
+    const rlimit old = LimitFileSize(16 << 10);
+    // Big enough that its commit cannot be written.
+    trial.set_last_step(2);
+    absl::Status put = s.RecordReport(trial, Point(2, 4000));
+    absl::Status durable =
+        put.ok() ? Durable(s, s.WrittenSeq()) : absl::OkStatus();
+    c.Expect(!put.ok() || !durable.ok(),
+             "the big report is refused or not acknowledged");
+    const absl::Status failure = put.ok() ? durable : put;
+    c.ExpectCode(failure, absl::StatusCode::kUnavailable, "the failure");
+    if (put.ok()) {
+      c.Expect(lost_calls == 1, "the lost handler ran before the answer");
+      trial.set_last_step(3);
+      c.ExpectCode(s.RecordReport(trial, Point(3, 1)),
+                   absl::StatusCode::kUnavailable, "writes refused when lost");
+      s.Recover();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    trial.set_last_step(2);
+    c.ExpectCode(s.RecordReport(trial, Point(2, 4000)), absl::StatusCode::kOk,
+                 "step 2 again");
+    c.ExpectCode(Durable(s, s.WrittenSeq()), absl::StatusCode::kOk,
+                 "step 2 durable");
+    return c.failures;
+  });
+  EXPECT_EQ(report, "");
+  auto store = SqliteStudyStore::Create({path_});
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto history = (*store)->GetMetricHistory("f", 0);
+  ASSERT_TRUE(history.ok());
+  ASSERT_EQ(history->size(), 2u);  // step 1, and step 2 once (the retry)
+  EXPECT_EQ((*history)[1].metrics_size(), 4000);
+  EXPECT_EQ((*store)->GetTrial("f", 0)->last_step(), 2);
 }
 
 }  // namespace
