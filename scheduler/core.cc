@@ -54,6 +54,11 @@ absl::Status CheckReport(int64_t step, const searchers::Metrics& metrics,
   return absl::OkStatus();
 }
 
+int64_t EndMs(const v1::Trial& t) {
+  return google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+      t.end_time());
+}
+
 // Finished trials in the order they finished.
 std::vector<v1::Trial> ByEndTime(std::vector<v1::Trial> trials) {
   std::stable_sort(
@@ -87,9 +92,8 @@ SchedulerCore::SchedulerCore(const SchedulerCoreOptions& options)
       trial_scheduler_factory_(
           options.trial_scheduler_factory
               ? options.trial_scheduler_factory
-              : [](const v1::StudySpec& spec) {
-                  return searchers::CreateTrialScheduler(spec);
-                }),
+              : [](const v1::StudySpec&
+                       spec) { return searchers::CreateTrialScheduler(spec); }),
       clock_(options.clock ? options.clock : &real_clock_),
       worker_lease_(options.worker_lease) {}
 
@@ -223,6 +227,8 @@ google::protobuf::Timestamp SchedulerCore::Now() const {
 absl::Status SchedulerCore::Load() {
   DIAL_ASSIGN_OR_RETURN(auto studies, store_->ListStudies());
   for (auto& study : studies) {
+    const absl::Time start = absl::Now();
+    int64_t replayed = 0;
     auto entry = std::make_shared<StudyEntry>();
     entry->study = std::move(study);
     DIAL_ASSIGN_OR_RETURN(entry->searcher,
@@ -231,13 +237,17 @@ absl::Status SchedulerCore::Load() {
                           trial_scheduler_factory_(entry->study.spec()));
     DIAL_ASSIGN_OR_RETURN(auto trials,
                           store_->ListTrials(entry->study.name(), {}));
-    std::vector<v1::Trial> finished;
-    for (auto& trial : trials) Mirror(*entry, trial);
-    for (const auto& [number, trial] : entry->trials) {
-      if (IsFinal(trial.state())) finished.push_back(trial);
-    }
+    for (auto& trial : trials) Mirror(*entry, std::move(trial));
+    trials.clear();
     // Searchers and trial schedulers see history in the order it happened.
-    finished = ByEndTime(std::move(finished));
+    std::vector<const v1::Trial*> finished;
+    for (const auto& [number, trial] : entry->trials) {
+      if (IsFinal(trial.state())) finished.push_back(&trial);
+    }
+    std::stable_sort(finished.begin(), finished.end(),
+                     [](const v1::Trial* a, const v1::Trial* b) {
+                       return EndMs(*a) < EndMs(*b);
+                     });
     if (entry->trial_scheduler->NeedsHistory() ||
         entry->searcher->WantsReports()) {
       // Replay every stored report, trial by trial, streamed from the store
@@ -246,26 +256,40 @@ absl::Status SchedulerCore::Load() {
       // it as it was (see TrialScheduler::Replay).
       const bool schedule = entry->trial_scheduler->NeedsHistory();
       const bool search = entry->searcher->WantsReports();
-      DIAL_RETURN_IF_ERROR(store_->ForEachReport(
-          entry->study.name(),
-          [&](int64_t number, const v1::MetricPoint& point) {
-            auto it = entry->trials.find(number);
-            if (it == entry->trials.end()) return;
-            if (schedule) {
-              entry->trial_scheduler->Replay(it->second, point.step(),
-                                             point.metrics());
-            }
-            if (search) {
-              entry->searcher->ObserveReport(it->second, point.step(),
-                                             point.metrics());
-            }
-          }));
+      // Schedulers that read a few reports per trial get only those.
+      const std::vector<int64_t> steps =
+          search ? std::vector<int64_t>()
+                 : entry->trial_scheduler->ReplaySteps();
+      auto replay = [&, it = entry->trials.end()](
+                        int64_t number, const v1::MetricPoint& point) mutable {
+        ++replayed;
+        // Rows come trial by trial: look each trial up once.
+        if (it == entry->trials.end() || it->first != number) {
+          it = entry->trials.find(number);
+          if (it == entry->trials.end()) return;
+        }
+        if (schedule) {
+          entry->trial_scheduler->Replay(it->second, point.step(),
+                                         point.metrics());
+        }
+        if (search) {
+          entry->searcher->ObserveReport(it->second, point.step(),
+                                         point.metrics());
+        }
+      };
+      DIAL_RETURN_IF_ERROR(
+          steps.empty()
+              ? store_->ForEachReport(entry->study.name(), replay)
+              : store_->ForEachReportAt(entry->study.name(), steps, replay));
     }
-    for (const v1::Trial& trial : finished) {
-      entry->searcher->Observe(trial);
-      entry->trial_scheduler->OnTrialFinished(trial);
+    for (const v1::Trial* trial : finished) {
+      entry->searcher->Observe(*trial);
+      entry->trial_scheduler->OnTrialFinished(*trial);
     }
     entry->wants_reports = entry->searcher->WantsReports();
+    spdlog::info("study {}: {} trials, {} reports replayed, loaded in {:.2f} s",
+                 entry->study.name(), entry->trials.size(), replayed,
+                 absl::ToDoubleSeconds(absl::Now() - start));
     const std::string name = entry->study.name();
     StudyEntry& e = *entry;
     studies_[name] = std::move(entry);
@@ -314,7 +338,7 @@ absl::StatusOr<v1::Trial*> SchedulerCore::FindTrial(StudyEntry& entry,
   return &it->second;
 }
 
-void SchedulerCore::Mirror(StudyEntry& entry, const v1::Trial& trial) {
+void SchedulerCore::Mirror(StudyEntry& entry, v1::Trial trial) {
   auto active = [](v1::TrialState s) {
     return s == v1::PENDING || s == v1::RUNNING;
   };
@@ -345,19 +369,20 @@ void SchedulerCore::Mirror(StudyEntry& entry, const v1::Trial& trial) {
     --entry.state_counts[old.state()];
   }
   v1::Trial& stored = entry.trials[number];
-  stored = trial;
+  stored = std::move(trial);
   stored.clear_metric_history();
-  if (active(trial.state())) ++entry.active_trials;
-  if (IsOpen(trial.state())) {
+  const v1::Trial& now = stored;
+  if (active(now.state())) ++entry.active_trials;
+  if (IsOpen(now.state())) {
     ++entry.open_trials;
     entry.open.insert(number);
-    if (!trial.client_id().empty()) {
-      entry.open_by_client[trial.client_id()].insert(number);
+    if (!now.client_id().empty()) {
+      entry.open_by_client[now.client_id()].insert(number);
     }
   }
-  if (trial.state() == v1::PENDING) entry.pending.insert(number);
-  if (ranked(trial)) entry.ranked.insert(rank_key(trial));
-  ++entry.state_counts[trial.state()];
+  if (now.state() == v1::PENDING) entry.pending.insert(number);
+  if (ranked(now)) entry.ranked.insert(rank_key(now));
+  ++entry.state_counts[now.state()];
 }
 
 absl::Status SchedulerCore::SaveTrial(StudyEntry& entry,
@@ -464,8 +489,7 @@ absl::StatusOr<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec) {
   auto entry = std::make_shared<StudyEntry>();
   DIAL_ASSIGN_OR_RETURN(entry->searcher, searcher_factory_(spec));
   entry->wants_reports = entry->searcher->WantsReports();
-  DIAL_ASSIGN_OR_RETURN(entry->trial_scheduler,
-                        trial_scheduler_factory_(spec));
+  DIAL_ASSIGN_OR_RETURN(entry->trial_scheduler, trial_scheduler_factory_(spec));
   entry->study.set_name(spec.name());
   *entry->study.mutable_spec() = std::move(spec);
   entry->study.set_state(v1::STUDY_ACTIVE);
@@ -649,10 +673,16 @@ absl::StatusOr<TrialPage> SchedulerCore::ListTrials(
 
 absl::StatusOr<v1::Trial> SchedulerCore::GetTrial(const std::string& name,
                                                   int64_t number) {
-  absl::MutexLock lock(&mu_);
-  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
-  DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
-  v1::Trial trial = *stored;
+  v1::Trial trial;
+  {
+    absl::MutexLock lock(&mu_);
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
+    DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
+    trial = *stored;
+  }
+  // The history is read without the core's lock (the store has its own),
+  // so a long one does not hold up reports. It may hold a report newer
+  // than `trial`; that report is on record either way.
   DIAL_ASSIGN_OR_RETURN(auto history, store_->GetMetricHistory(name, number));
   for (auto& point : history) *trial.add_metric_history() = std::move(point);
   return trial;

@@ -289,7 +289,7 @@ class SchedulerCore {
   // Persists `trial` and mirrors it in memory (open counts, client index).
   absl::Status SaveTrial(StudyEntry& entry, const v1::Trial& trial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Mirror(StudyEntry& entry, const v1::Trial& trial)
+  void Mirror(StudyEntry& entry, v1::Trial trial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes (on the suggestion thread) the trial's checkpoints that the
   // study's policy no longer keeps.

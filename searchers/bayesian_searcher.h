@@ -79,8 +79,7 @@ class BayesianSearcher : public Searcher {
     Eigen::VectorXd features;
     double y;  // minimised; NaN for a failed trial
   };
-  BayesianSearcher(SearchSpace space, const Options& options,
-                   bool maximize);
+  BayesianSearcher(SearchSpace space, const Options& options, bool maximize);
   Params InitialDesign(int64_t number) const;
   // The hyperparameters for the current observations (refit on schedule).
   // The hyperparameters for `obs` (refit on schedule, per level).

@@ -37,6 +37,15 @@ MedianStoppingScheduler::MedianStoppingScheduler(const v1::StudySpec& spec)
                        ? spec.scheduler().median().min_samples()
                        : 3) {}
 
+void MedianStoppingScheduler::Replay(const v1::Trial& trial, int64_t step,
+                                     const Metrics& metrics) {
+  auto score = objective_.Score(metrics);
+  if (!score) return;
+  History& mine = trials_[trial.number()];
+  mine.scores.push_back({step, *score});
+  mine.best = std::max(mine.best, *score);
+}
+
 v1::Decision MedianStoppingScheduler::OnReport(const v1::Trial& trial,
                                                int64_t step,
                                                const Metrics& metrics) {
@@ -114,10 +123,22 @@ void AshaScheduler::Replay(const v1::Trial& trial, int64_t step,
                            const Metrics& metrics) {
   auto score = objective_.Score(metrics);
   if (!score) return;
+  // Replays come trial by trial, steps rising: the rungs a trial has
+  // reached and gone past only grow, so each is looked up once per trial.
+  if (trial.number() != replay_trial_) {
+    replay_trial_ = trial.number();
+    replay_recorded_ = replay_promoted_ = 0;
+  }
   for (size_t k = 0; k < rungs_.size() && rungs_[k] <= step; ++k) {
-    if (rungs_[k] < step) promoted_[k].insert(trial.number());
-    if (recorded_[k].emplace(trial.number(), *score).second) {
-      ranked_[k].insert({*score, trial.number()});
+    if (rungs_[k] < step && k >= replay_promoted_) {
+      promoted_[k].insert(trial.number());
+      replay_promoted_ = k + 1;
+    }
+    if (k >= replay_recorded_) {
+      if (recorded_[k].emplace(trial.number(), *score).second) {
+        ranked_[k].insert({*score, trial.number()});
+      }
+      replay_recorded_ = k + 1;
     }
   }
 }
@@ -176,6 +197,14 @@ AsyncHyperbandScheduler::AsyncHyperbandScheduler(const v1::StudySpec& spec) {
     brackets_.push_back(std::make_unique<AshaScheduler>(
         spec, static_cast<int64_t>(std::llround(first)), hb.max_steps(), eta));
   }
+}
+
+std::vector<int64_t> AsyncHyperbandScheduler::ReplaySteps() const {
+  std::set<int64_t> steps;
+  for (const auto& b : brackets_) {
+    steps.insert(b->rungs().begin(), b->rungs().end());
+  }
+  return {steps.begin(), steps.end()};
 }
 
 void AsyncHyperbandScheduler::Replay(const v1::Trial& trial, int64_t step,

@@ -43,6 +43,8 @@ class MedianStoppingScheduler : public TrialScheduler {
   explicit MedianStoppingScheduler(const v1::StudySpec& spec);
   v1::Decision OnReport(const v1::Trial& trial, int64_t step,
                         const Metrics& metrics) override;
+  void Replay(const v1::Trial& trial, int64_t step,
+              const Metrics& metrics) override;
 
  private:
   struct History {
@@ -79,6 +81,9 @@ class AshaScheduler : public TrialScheduler {
   // so replaying trial by trial rebuilds the rungs as they were.
   void Replay(const v1::Trial& trial, int64_t step,
               const Metrics& metrics) override;
+  // Its rungs: a rung's value is the first report at or after it, and a
+  // trial went past a rung if its last report is beyond it.
+  std::vector<int64_t> ReplaySteps() const override { return rungs_; }
   std::optional<int64_t> NextPromotion() override;
   bool HasPromotion() const override;
   const std::vector<int64_t>& rungs() const { return rungs_; }
@@ -96,6 +101,10 @@ class AshaScheduler : public TrialScheduler {
   // rung index -> the same values in order, for the cut-off and the top
   // 1/eta in O(log n) however full the rung is
   std::vector<RankedScores> ranked_;
+  // Replay's place: the trial it is in and how many rungs of that trial it
+  // has recorded and promoted.
+  int64_t replay_trial_ = -1;
+  size_t replay_recorded_ = 0, replay_promoted_ = 0;
   // rung index -> trials that went on past it
   std::vector<std::set<int64_t>> promoted_;
 };
@@ -110,6 +119,9 @@ class AsyncHyperbandScheduler : public TrialScheduler {
                         const Metrics& metrics) override;
   void Replay(const v1::Trial& trial, int64_t step,
               const Metrics& metrics) override;
+  // Every bracket's rungs (a trial's rows at other brackets' rungs are
+  // read by nobody).
+  std::vector<int64_t> ReplaySteps() const override;
   int brackets() const { return static_cast<int>(brackets_.size()); }
 
  private:

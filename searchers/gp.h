@@ -24,7 +24,7 @@ struct GpHyperparameters {
 };
 
 struct GpFitOptions {
-  int random_restarts = 2;  // besides the given start
+  int random_restarts = 2;   // besides the given start
   int max_evaluations = 80;  // per start
   uint64_t seed = 0;
 };

@@ -12,7 +12,8 @@ namespace dial::searchers {
 absl::StatusOr<std::unique_ptr<PbtScheduler>> PbtScheduler::Create(
     const v1::StudySpec& spec) {
   DIAL_ASSIGN_OR_RETURN(SearchSpace space, SearchSpace::Create(spec));
-  return std::unique_ptr<PbtScheduler>(new PbtScheduler(spec, std::move(space)));
+  return std::unique_ptr<PbtScheduler>(
+      new PbtScheduler(spec, std::move(space)));
 }
 
 Params PbtScheduler::Perturb(const Params& params, std::mt19937_64& rng) const {
@@ -57,6 +58,23 @@ Params PbtScheduler::Perturb(const Params& params, std::mt19937_64& rng) const {
   return out;
 }
 
+void PbtScheduler::Replay(const v1::Trial& trial, int64_t step,
+                          const Metrics& metrics) {
+  Member& me = members_[trial.number()];
+  me.params = trial.params();
+  if (!trial.checkpoint().empty()) {
+    me.checkpoint = trial.checkpoint();
+    me.checkpoint_step = trial.checkpoint_step();
+  }
+  auto score = objective_.Score(metrics);
+  if (!score) return;
+  me.score = *score;
+  me.scored = true;
+  if (step - me.last_perturbation >= options_.perturbation_interval()) {
+    me.last_perturbation = step;
+  }
+}
+
 v1::Decision PbtScheduler::OnReport(const v1::Trial& trial, int64_t step,
                                     const Metrics& metrics) {
   v1::Decision decision;
@@ -81,8 +99,8 @@ v1::Decision PbtScheduler::OnReport(const v1::Trial& trial, int64_t step,
     if (m.scored) ranked.push_back({m.score, number});
   }
   const size_t n = ranked.size();
-  const size_t cut =
-      std::max<size_t>(1, static_cast<size_t>(std::floor(n * options_.quantile())));
+  const size_t cut = std::max<size_t>(
+      1, static_cast<size_t>(std::floor(n * options_.quantile())));
   if (n < 2 || 2 * cut > n) return decision;
   std::sort(ranked.begin(), ranked.end());  // worst first
   bool bottom = false;

@@ -26,6 +26,9 @@ class PbtScheduler : public TrialScheduler {
       const v1::StudySpec& spec);
   v1::Decision OnReport(const v1::Trial& trial, int64_t step,
                         const Metrics& metrics) override;
+  // Updates the member (params, checkpoint, latest score) without ranking.
+  void Replay(const v1::Trial& trial, int64_t step,
+              const Metrics& metrics) override;
 
   // Perturbed copy of `params` (exposed for tests).
   Params Perturb(const Params& params, std::mt19937_64& rng) const;
@@ -40,7 +43,9 @@ class PbtScheduler : public TrialScheduler {
     Params params;
   };
   PbtScheduler(const v1::StudySpec& spec, SearchSpace space)
-      : objective_(spec), space_(std::move(space)), options_(spec.scheduler().pbt()) {}
+      : objective_(spec),
+        space_(std::move(space)),
+        options_(spec.scheduler().pbt()) {}
 
   ObjectiveReader objective_;
   SearchSpace space_;

@@ -34,9 +34,9 @@ class TpeSearcher : public Searcher {
                                  const std::vector<Params>& pending) override;
   void Observe(const v1::Trial& trial) override;
   bool WantsReports() const override { return !rungs_.empty(); }
-  void ObserveReport(const v1::Trial& trial, int64_t step,
-                     const google::protobuf::Map<std::string, double>& metrics)
-      override;
+  void ObserveReport(
+      const v1::Trial& trial, int64_t step,
+      const google::protobuf::Map<std::string, double>& metrics) override;
 
  private:
   struct Observation {

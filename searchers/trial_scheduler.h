@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "dial/v1/spec.pb.h"
@@ -34,6 +35,11 @@ class TrialScheduler {
                       const Metrics& metrics) {
     OnReport(trial, step, metrics);
   }
+
+  // Non-empty: Replay reads nothing of a trial's history but its first
+  // report at or after each of these steps and its last report, so a
+  // restart may replay just those (a few per trial instead of every one).
+  virtual std::vector<int64_t> ReplaySteps() const { return {}; }
 
   // `trial` reached a final state.
   virtual void OnTrialFinished(const v1::Trial& trial) {}

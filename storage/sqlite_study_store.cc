@@ -15,6 +15,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
@@ -248,9 +249,11 @@ absl::StatusOr<std::unique_ptr<SqliteStudyStore>> SqliteStudyStore::Create(
         "it)"));
   }
   sqlite3* db = nullptr;
+  // NOMUTEX: every use of the connection is under mu_ already; SQLite's
+  // own mutex would be taken again on every step and column read.
   int rc = sqlite3_open_v2(
       options.path.c_str(), &db,
-      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
       nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
@@ -287,9 +290,43 @@ absl::StatusOr<std::unique_ptr<SqliteStudyStore>> SqliteStudyStore::Create(
     DIAL_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=NORMAL"));
     store->full_sync_ = options.full_sync;
     store->group_commit_ = true;
+    // Checkpoints (copying the log into the file, with two fsyncs) would
+    // otherwise run inside a COMMIT now and then, holding the lock for
+    // milliseconds: a connection of their own runs them beside the
+    // commits. Our hook replaces SQLite's automatic checkpoints.
+    rc =
+        sqlite3_open_v2(store->path_.c_str(), &store->ckpt_db_,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, nullptr);
+    if (rc != SQLITE_OK) return SqliteError(store->ckpt_db_, rc);
+    sqlite3_exec(store->ckpt_db_, "PRAGMA synchronous=NORMAL", nullptr, nullptr,
+                 nullptr);
+    sqlite3_wal_hook(
+        db,
+        [](void* self, sqlite3*, const char*, int pages) {
+          static_cast<SqliteStudyStore*>(self)->wal_pages_.store(pages);
+          return SQLITE_OK;
+        },
+        store.get());
     store->committer_ = std::thread([s = store.get()] { s->CommitLoop(); });
+    store->checkpointer_ =
+        std::thread([s = store.get()] { s->CheckpointLoop(); });
   }
   return store;
+}
+
+void SqliteStudyStore::CheckpointLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&ckpt_mu_);
+      while (!ckpt_wanted_ && !ckpt_stop_) ckpt_cv_.Wait(&ckpt_mu_);
+      if (ckpt_stop_) return;
+      ckpt_wanted_ = false;
+    }
+    // PASSIVE: copies what no reader needs, never blocks the writer. A
+    // failure (say a full disk) leaves the log to the next try.
+    sqlite3_wal_checkpoint_v2(ckpt_db_, nullptr, SQLITE_CHECKPOINT_PASSIVE,
+                              nullptr, nullptr);
+  }
 }
 
 SqliteStudyStore::~SqliteStudyStore() {
@@ -300,6 +337,13 @@ SqliteStudyStore::~SqliteStudyStore() {
       commit_cv_.Signal();
     }
     committer_.join();  // commits what was applied first
+    {
+      absl::MutexLock lock(&ckpt_mu_);
+      ckpt_stop_ = true;
+      ckpt_cv_.Signal();
+    }
+    checkpointer_.join();
+    sqlite3_close(ckpt_db_);
   }
   absl::MutexLock lock(&mu_);
   for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
@@ -363,7 +407,7 @@ absl::Status SqliteStudyStore::Transaction(
   }
   if (!lost_.ok()) return lost_;
   if (!txn_open_) {
-    DIAL_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    DIAL_RETURN_IF_ERROR(Run("BEGIN IMMEDIATE"));
     txn_open_ = true;
   }
   // Cached statements: this runs for every write.
@@ -372,7 +416,7 @@ absl::Status SqliteStudyStore::Transaction(
   if (status.ok()) status = Run("RELEASE write");
   if (status.ok()) {
     applied_seq_.fetch_add(1);
-    commit_cv_.Signal();
+    if (committer_idle_) commit_cv_.Signal();  // else it looks when done
     return status;
   }
   if (sqlite3_get_autocommit(db_)) {
@@ -406,6 +450,9 @@ void SqliteStudyStore::LoseGroup(const absl::Status& cause) {
   Statement var = Prepare(sql); \
   if (!var.ok()) return SqliteError(db_, sqlite3_errcode(db_));
 
+// SQLite's own default for automatic checkpoints.
+constexpr int kCheckpointPages = 1000;
+
 void SqliteStudyStore::CommitLoop() {
   while (true) {
     uint64_t seq = 0;
@@ -413,7 +460,9 @@ void SqliteStudyStore::CommitLoop() {
     bool lost = false, stop = false, committed = false;
     {
       absl::MutexLock lock(&mu_);
+      committer_idle_ = true;
       while (!txn_open_ && !lost_pending_ && !stop_) commit_cv_.Wait(&mu_);
+      committer_idle_ = false;
       stop = stop_;
       seq = applied_seq_.load();
       if (lost_pending_) {
@@ -421,7 +470,7 @@ void SqliteStudyStore::CommitLoop() {
         lost = true;
         status = lost_;
       } else if (txn_open_) {
-        status = Exec("COMMIT");
+        status = Run("COMMIT");
         if (!status.ok()) {
           if (!sqlite3_get_autocommit(db_)) Exec("ROLLBACK").IgnoreError();
           LoseGroup(status);
@@ -439,6 +488,11 @@ void SqliteStudyStore::CommitLoop() {
     // the next group's writes go on meanwhile. An acknowledged write is in
     // the synced log, which SQLite replays after a crash.
     if (committed && full_sync_) status = SyncWal();
+    if (committed && wal_pages_.load() >= kCheckpointPages) {
+      absl::MutexLock lock(&ckpt_mu_);
+      ckpt_wanted_ = true;
+      ckpt_cv_.Signal();
+    }
     std::vector<std::function<void(absl::Status)>> ok, failed;
     std::function<void()> handler;
     {
@@ -920,19 +974,21 @@ absl::StatusOr<std::vector<v1::MetricPoint>> SqliteStudyStore::GetMetricHistory(
   return out;
 }
 
-absl::Status SqliteStudyStore::ForEachReport(
-    const std::string& study,
+// Rows of (number, step, name, value, time_ms) grouped into one report
+// per (trial, step).
+absl::Status SqliteStudyStore::EmitReports(
+    Statement& stmt,
     const std::function<void(int64_t number, const v1::MetricPoint& point)>&
         fn) {
-  absl::MutexLock lock(&mu_);
-  DIAL_ASSIGN_OR_RETURN(int64_t study_id, StudyId(study));
-  // Trials by id (= creation = number order), each one's rows along the
-  // metrics primary key (trial_id, step, name): one pass, no sort.
-  DIAL_PREPARE(stmt,
-               "SELECT t.number, m.step, m.name, m.value, m.time_ms FROM "
-               "trials t JOIN metrics m ON m.trial_id = t.id WHERE "
-               "t.study_id = ? ORDER BY t.id, m.step");
-  stmt.Bind(1, study_id);
+  // A bulk read of the whole history (at start-up): pages read through a
+  // memory map cost no system call each. Only for this read: an I/O error
+  // under a map is a signal, not an error code, so the map is off again
+  // for normal work.
+  Exec("PRAGMA mmap_size=2147418112").IgnoreError();
+  struct Unmap {
+    SqliteStudyStore* store;
+    ~Unmap() { store->Exec("PRAGMA mmap_size=0").IgnoreError(); }
+  } unmap{this};
   v1::MetricPoint point;
   int64_t number = -1;
   bool open = false;
@@ -954,6 +1010,46 @@ absl::Status SqliteStudyStore::ForEachReport(
     (*point.mutable_metrics())[stmt.Text(2)] = stmt.Double(3);
   }
   return absl::OkStatus();
+}
+
+absl::Status SqliteStudyStore::ForEachReport(
+    const std::string& study,
+    const std::function<void(int64_t number, const v1::MetricPoint& point)>&
+        fn) {
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(int64_t study_id, StudyId(study));
+  // Trials along the (study_id, number) index, each one's rows along the
+  // metrics primary key (trial_id, step, name): one pass, no sort.
+  DIAL_PREPARE(stmt,
+               "SELECT t.number, m.step, m.name, m.value, m.time_ms FROM "
+               "trials t JOIN metrics m ON m.trial_id = t.id WHERE "
+               "t.study_id = ? ORDER BY t.number, m.step");
+  stmt.Bind(1, study_id);
+  return EmitReports(stmt, fn);
+}
+
+absl::Status SqliteStudyStore::ForEachReportAt(
+    const std::string& study, const std::vector<int64_t>& steps,
+    const std::function<void(int64_t number, const v1::MetricPoint& point)>&
+        fn) {
+  absl::MutexLock lock(&mu_);
+  DIAL_ASSIGN_OR_RETURN(int64_t study_id, StudyId(study));
+  // The wanted (trial, step) pairs: an index seek per trial and step, and
+  // each trial's last step; then those rows only, in (trial, step) order.
+  DIAL_PREPARE(stmt,
+               "WITH wanted(trial_id, number, step) AS ("
+               " SELECT t.id, t.number, (SELECT MIN(m.step) FROM metrics m"
+               "  WHERE m.trial_id = t.id AND m.step >= s.value)"
+               " FROM trials t, json_each(?2) s WHERE t.study_id = ?1"
+               " UNION"
+               " SELECT t.id, t.number, t.last_step FROM trials t"
+               " WHERE t.study_id = ?1)"
+               "SELECT w.number, m.step, m.name, m.value, m.time_ms FROM"
+               " wanted w JOIN metrics m ON m.trial_id = w.trial_id AND"
+               " m.step = w.step ORDER BY w.number, m.step");
+  stmt.Bind(1, study_id)
+      .Bind(2, absl::StrCat("[", absl::StrJoin(steps, ","), "]"));
+  return EmitReports(stmt, fn);
 }
 
 absl::Status SqliteStudyStore::PutCheckpoint(const CheckpointRecord& record) {

@@ -70,6 +70,10 @@ class SqliteStudyStore : public StudyStore {
       const std::string& study,
       const std::function<void(int64_t number, const v1::MetricPoint& point)>&
           fn) override;
+  absl::Status ForEachReportAt(
+      const std::string& study, const std::vector<int64_t>& steps,
+      const std::function<void(int64_t number, const v1::MetricPoint& point)>&
+          fn) override;
   absl::Status PutCheckpoint(const CheckpointRecord& record) override;
   absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(
       const std::string& study, int64_t number) override;
@@ -109,6 +113,8 @@ class SqliteStudyStore : public StudyStore {
   void LoseGroup(const absl::Status& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The committer thread's loop.
   void CommitLoop();
+  // The checkpointer thread's loop (group commit).
+  void CheckpointLoop();
   // fdatasync of the write-ahead log (committer thread only).
   absl::Status SyncWal();
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -124,6 +130,10 @@ class SqliteStudyStore : public StudyStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::Trial> ReadTrial(Statement& stmt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status EmitReports(
+      Statement& stmt,
+      const std::function<void(int64_t number, const v1::MetricPoint& point)>&
+          fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
@@ -142,6 +152,7 @@ class SqliteStudyStore : public StudyStore {
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
   bool lost_pending_ ABSL_GUARDED_BY(mu_) = false;  // not yet reported
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool committer_idle_ ABSL_GUARDED_BY(mu_) = false;  // waiting for work
   absl::CondVar commit_cv_;  // with mu_: work for the committer
   std::atomic<uint64_t> applied_seq_{0};
   std::atomic<uint64_t> commits_{0};
@@ -155,6 +166,14 @@ class SqliteStudyStore : public StudyStore {
       ABSL_GUARDED_BY(durable_mu_);
   std::function<void()> lost_handler_ ABSL_GUARDED_BY(durable_mu_);
   std::thread committer_;
+  // Checkpoints on a connection of their own (group commit only).
+  sqlite3* ckpt_db_ = nullptr;
+  std::atomic<int> wal_pages_{0};  // in the log after the last commit
+  absl::Mutex ckpt_mu_;
+  absl::CondVar ckpt_cv_;
+  bool ckpt_wanted_ ABSL_GUARDED_BY(ckpt_mu_) = false;
+  bool ckpt_stop_ ABSL_GUARDED_BY(ckpt_mu_) = false;
+  std::thread checkpointer_;
 };
 
 }  // namespace dial::storage

@@ -80,6 +80,27 @@ class StudyStore {
     }
     return absl::OkStatus();
   }
+  // The same, restricted to each trial's first report at or after each of
+  // `steps` and its last report (see TrialScheduler::ReplaySteps).
+  virtual absl::Status ForEachReportAt(
+      const std::string& study, const std::vector<int64_t>& steps,
+      const std::function<void(int64_t number, const v1::MetricPoint& point)>&
+          fn) {
+    auto trials = ListTrials(study, {});
+    if (!trials.ok()) return trials.status();
+    for (const v1::Trial& trial : *trials) {
+      auto history = GetMetricHistory(study, trial.number());
+      if (!history.ok()) return history.status();
+      for (size_t i = 0; i < history->size(); ++i) {
+        const int64_t step = (*history)[i].step();
+        const int64_t before = i > 0 ? (*history)[i - 1].step() : INT64_MIN;
+        bool wanted = i + 1 == history->size();
+        for (int64_t s : steps) wanted |= before < s && s <= step;
+        if (wanted) fn(trial.number(), (*history)[i]);
+      }
+    }
+    return absl::OkStatus();
+  }
 
   virtual absl::Status PutCheckpoint(const CheckpointRecord& record) = 0;
   virtual absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(

@@ -10,6 +10,14 @@
 //   scale_bench --workers=200 --rate=2000 --seconds=20              # paced
 //   scale_bench --mode=asktell --clients=8 --trials=10000           # trivial
 //   trials
+//   scale_bench --mode=large --large_trials=100000 --large_rows=100 --clients=8
+//
+// Mode large writes a study of --large_trials trials with --large_rows
+// metric rows each straight into a fresh SQLite file (through
+// SqliteStudyStore, no scheduler; skipped when --db_dir already holds
+// scale.db), starts dial-scheduler on it (start-up time, RSS), times
+// ListTrials pages, GetBestTrials, GetTrial and WatchStudy's first event
+// against it, and runs a short ask/tell report load on that study.
 //
 // All calls are asynchronous (gRPC's callback API): a handful of threads
 // drive hundreds of simulated workers, so the generator leaves most of the
@@ -21,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
@@ -30,6 +39,7 @@
 #include <memory>
 #include <mutex>
 #include <queue>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -43,9 +53,11 @@
 #include "absl/time/time.h"
 #include "common/spec.h"
 #include "dial/v1/service.grpc.pb.h"
+#include "google/protobuf/util/time_util.h"
+#include "storage/sqlite_study_store.h"
 #include "tests/e2e/subprocess.h"
 
-ABSL_FLAG(std::string, mode, "load", "load | asktell");
+ABSL_FLAG(std::string, mode, "load", "load | asktell | large");
 ABSL_FLAG(std::string, address, "",
           "a running scheduler; empty: start dial-scheduler here");
 ABSL_FLAG(std::string, scheduler_binary, "",
@@ -66,6 +78,21 @@ ABSL_FLAG(int32_t, steps, 27, "reports per trial at most (mode load)");
 ABSL_FLAG(int32_t, trials, 10000, "trivial trials in all (mode asktell)");
 ABSL_FLAG(std::string, trial_scheduler, "asha", "fifo | asha | pbt");
 ABSL_FLAG(bool, json, false, "also print one JSON line of results");
+ABSL_FLAG(std::string, asktell_study, "scale-asktell",
+          "study of the ask/tell clients (modes load, asktell; mode large "
+          "always uses its study `large`)");
+ABSL_FLAG(double, start_timeout, 600,
+          "seconds to wait for the started scheduler's readiness line");
+ABSL_FLAG(int64_t, large_trials, 100000,
+          "trials of the big study (mode large)");
+ABSL_FLAG(
+    int32_t, large_rows, 100,
+    "metric rows (reported steps) per trial of the big study (mode large)");
+ABSL_FLAG(int32_t, large_repeats, 50,
+          "times each read RPC is timed (mode large)");
+ABSL_FLAG(double, large_load_seconds, 5,
+          "seconds of ask/tell report load on the big study, by --clients "
+          "clients after --warmup (mode large; 0: none)");
 
 namespace dial::bench {
 namespace {
@@ -229,6 +256,16 @@ struct Shared {
   std::atomic<bool> stopping{false};
   std::atomic<int64_t> trials_done{0};
   Clock::duration interval{};  // between one simulator's reports; 0: none
+  // The gap before a simulator's next report: exponential with mean
+  // `interval` (Poisson arrivals), so simulators do not report in lockstep
+  // bursts the way a fixed period started at once would make them.
+  Clock::duration NextGap() {
+    std::lock_guard<std::mutex> lock(gap_mu);
+    return std::chrono::duration_cast<Clock::duration>(
+        interval * std::exponential_distribution<double>(1.0)(gap_rng));
+  }
+  std::mutex gap_mu;
+  std::mt19937_64 gap_rng{7};
   int steps = 27;
   std::string worker_study, asktell_study;
 };
@@ -303,7 +340,7 @@ class SimWorker : public std::enable_shared_from_this<SimWorker> {
   // The next report, paced.
   void Next() {
     if (s_.interval == Clock::duration::zero()) return Report();
-    due_ += s_.interval;
+    due_ += s_.NextGap();
     auto self = shared_from_this();
     s_.timer.At(std::max(due_, Clock::now()), [self] { self->Report(); });
   }
@@ -410,7 +447,7 @@ class SimClient : public std::enable_shared_from_this<SimClient> {
  private:
   void Next() {
     if (s_.interval == Clock::duration::zero()) return Report();
-    due_ += s_.interval;
+    due_ += s_.NextGap();
     auto self = shared_from_this();
     s_.timer.At(std::max(due_, Clock::now()), [self] { self->Report(); });
   }
@@ -538,58 +575,474 @@ std::pair<double, double> CpuAndPeakMb(pid_t pid) {
   return {cpu, peak_mb};
 }
 
-int Main(const char* argv0) {
-  const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode != "load" && mode != "asktell") {
-    std::fprintf(stderr, "--mode: load or asktell\n");
-    return 2;
-  }
-  std::string address = absl::GetFlag(FLAGS_address);
-  testing::Subprocess scheduler;
+// The directory for the started scheduler's files: --db_dir, or a fresh one
+// under /tmp (`own` is then set: remove it after).
+std::filesystem::path SchedulerDir(bool* own) {
   std::filesystem::path dir = absl::GetFlag(FLAGS_db_dir);
-  const bool own_dir = dir.empty();
-  if (address.empty()) {
-    if (own_dir) {
-      dir = std::filesystem::temp_directory_path() /
-            absl::StrCat("dial-scale-", getpid());
-    }
-    std::filesystem::create_directories(dir);
-    std::string binary = absl::GetFlag(FLAGS_scheduler_binary);
-    if (binary.empty()) {
-      binary = (std::filesystem::canonical("/proc/self/exe").parent_path() /
-                ".." / "scheduler" / "dial-scheduler")
-                   .lexically_normal()
-                   .string();
-    }
-    std::vector<std::string> args = {
-        binary,
-        "--db=" + (dir / "scale.db").string(),
-        "--checkpoint-root=" + (dir / "ckpt").string(),
-        "--listen=127.0.0.1:0",
-        "--worker-lease-ms=60000",
-        "--log-level=warn"};
-    for (absl::string_view a : absl::StrSplit(
-             absl::GetFlag(FLAGS_scheduler_args), ' ', absl::SkipEmpty())) {
-      args.emplace_back(a);
-    }
-    if (!scheduler.Start(args)) {
-      std::fprintf(stderr, "cannot start %s\n", binary.c_str());
-      return 1;
-    }
-    auto line = scheduler.ReadLine(std::chrono::seconds(60));
-    const std::string prefix = "dial-scheduler listening on ";
-    if (!line || line->rfind(prefix, 0) != 0) {
-      std::fprintf(stderr, "%s did not start\n", binary.c_str());
-      return 1;
-    }
-    address = line->substr(prefix.size());
+  *own = dir.empty();
+  if (*own) {
+    dir = std::filesystem::temp_directory_path() /
+          absl::StrCat("dial-scale-", getpid());
   }
-  (void)argv0;
+  std::filesystem::create_directories(dir);
+  return dir;
+}
 
+// --scheduler_binary, or the dial-scheduler of this build.
+std::string SchedulerBinary() {
+  std::string binary = absl::GetFlag(FLAGS_scheduler_binary);
+  if (!binary.empty()) return binary;
+  // Not canonical(): a rebuild while this runs leaves /proc/self/exe
+  // pointing at "... (deleted)".
+  std::error_code ec;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string deleted = " (deleted)";
+  if (self.size() > deleted.size() &&
+      self.compare(self.size() - deleted.size(), deleted.size(), deleted) ==
+          0) {
+    self.resize(self.size() - deleted.size());
+  }
+  return (std::filesystem::path(self).parent_path() / ".." / "scheduler" /
+          "dial-scheduler")
+      .lexically_normal()
+      .string();
+}
+
+// Resolved once, at the first call (Main makes it early).
+const std::string& SchedulerPath() {
+  static const std::string binary = SchedulerBinary();
+  return binary;
+}
+
+// Starts dial-scheduler on `dir`/scale.db and waits for its readiness line;
+// returns its address, or "" after printing why not.
+std::string StartScheduler(const std::filesystem::path& dir,
+                           testing::Subprocess& scheduler) {
+  const std::string& binary = SchedulerPath();
+  std::vector<std::string> args = {
+      binary,
+      "--db=" + (dir / "scale.db").string(),
+      "--checkpoint-root=" + (dir / "ckpt").string(),
+      "--listen=127.0.0.1:0",
+      "--worker-lease-ms=60000",
+      "--log-level=warn"};
+  for (absl::string_view a : absl::StrSplit(absl::GetFlag(FLAGS_scheduler_args),
+                                            ' ', absl::SkipEmpty())) {
+    args.emplace_back(a);
+  }
+  if (!scheduler.Start(args)) {
+    std::fprintf(stderr, "cannot start %s\n", binary.c_str());
+    return "";
+  }
+  auto line = scheduler.ReadLine(std::chrono::milliseconds(
+      int64_t(1000 * absl::GetFlag(FLAGS_start_timeout))));
+  const std::string prefix = "dial-scheduler listening on ";
+  if (!line || line->rfind(prefix, 0) != 0) {
+    std::fprintf(stderr, "%s did not start\n", binary.c_str());
+    return "";
+  }
+  return line->substr(prefix.size());
+}
+
+// Resident set now (VmRSS) and at its peak (VmHWM) of a process, in MB.
+std::pair<double, double> RssAndPeakMb(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  double rss = 0, peak = 0;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) rss = std::stod(line.substr(6)) / 1024;
+    if (line.rfind("VmHWM:", 0) == 0) peak = std::stod(line.substr(6)) / 1024;
+  }
+  return {rss, peak};
+}
+
+std::shared_ptr<grpc::Channel> Connect(const std::string& address) {
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxReceiveMessageSize(64 << 20);
-  auto channel = grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), channel_args);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   channel_args);
+}
+
+// ---- mode large ----
+
+constexpr char kLargeStudy[] = "large";
+constexpr int kLargeRunning = 100;    // the last trials, still RUNNING
+constexpr int64_t kLargeStepMs = 10;  // between one trial's reports
+
+google::protobuf::Timestamp FromMs(int64_t ms) {
+  return google::protobuf::util::TimeUtil::MillisecondsToTimestamp(ms);
+}
+
+// A deterministic number in [0, 1) for (trial, salt).
+double Unit(int64_t trial, uint64_t salt) {
+  uint64_t x = uint64_t(trial) * 0x9E3779B97F4A7C15ull + salt;
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  return (x >> 11) * (1.0 / 9007199254740992.0);
+}
+
+v1::StudySpec LargeSpec(int rows) {
+  v1::StudySpec spec =
+      Spec(kLargeStudy, false, "asha", rows, /*max_trials=*/1000000,
+           /*parallel=*/1000);
+  absl::Status valid = ValidateStudySpec(spec);
+  if (!valid.ok()) {
+    std::fprintf(stderr, "spec: %s\n", valid.ToString().c_str());
+    std::exit(2);
+  }
+  FillSpecDefaults(1, spec);  // as SchedulerCore::CreateStudy stores it
+  return spec;
+}
+
+// Writes the big study into a fresh database at `path`, as a scheduler
+// would have recorded it: trials 0..n-1 created one after another, each
+// reporting steps 1..rows (one metric, loss) kLargeStepMs apart, all
+// COMPLETED but the last kLargeRunning, which are RUNNING for one ask/tell
+// client. Returns the seconds it took, or a negative number after printing
+// why it failed.
+double PopulateLarge(const std::string& path, int64_t n, int rows) {
+  const auto t0 = Clock::now();
+  auto store = storage::SqliteStudyStore::Create(
+      {path, /*full_sync=*/false, /*group_commit=*/true});
+  if (!store.ok()) {
+    std::fprintf(stderr, "open %s: %s\n", path.c_str(),
+                 store.status().ToString().c_str());
+    return -1;
+  }
+  const int64_t span_ms = (rows + 2) * kLargeStepMs;  // one trial's life
+  const int64_t base_ms = absl::ToUnixMillis(absl::Now()) - n * span_ms;
+  v1::Study study;
+  study.set_name(kLargeStudy);
+  *study.mutable_spec() = LargeSpec(rows);
+  study.set_state(v1::STUDY_ACTIVE);
+  *study.mutable_create_time() = FromMs(base_ms);
+  *study.mutable_update_time() = study.create_time();
+  absl::Status status = (*store)->CreateStudy(study);
+  auto fail = [&](const char* what, int64_t trial) {
+    std::fprintf(stderr, "%s (trial %" PRId64 "): %s\n", what, trial,
+                 status.ToString().c_str());
+    return -1.0;
+  };
+  if (!status.ok()) return fail("CreateStudy", -1);
+  int64_t next_note = n / 10;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool running = i >= n - kLargeRunning;
+    const int64_t create_ms = base_ms + i * span_ms;
+    v1::Trial trial;
+    trial.set_study(kLargeStudy);
+    trial.set_number(i);
+    trial.set_state(running ? v1::RUNNING : v1::COMPLETED);
+    (*trial.mutable_params())["lr"].set_double_value(
+        std::pow(10.0, -4.0 + 4.0 * Unit(i, 1)));
+    (*trial.mutable_params())["units"].set_int_value(16 +
+                                                     int64_t(Unit(i, 2) * 497));
+    trial.set_client_id("large-client");
+    trial.set_attempt(1);
+    trial.set_last_step(rows);
+    *trial.mutable_create_time() = FromMs(create_ms);
+    *trial.mutable_start_time() = trial.create_time();
+    if (!running) {
+      const double loss = Loss(i, rows);
+      trial.set_objective_value(loss);
+      (*trial.mutable_final_metrics())["loss"] = loss;
+      *trial.mutable_end_time() = FromMs(create_ms + span_ms - kLargeStepMs);
+    }
+    status = (*store)->PutTrial(trial);
+    if (!status.ok()) return fail("PutTrial", i);
+    v1::MetricPoint point;
+    for (int step = 1; step <= rows; ++step) {
+      point.set_step(step);
+      (*point.mutable_metrics())["loss"] = Loss(i, step);
+      *point.mutable_time() = FromMs(create_ms + step * kLargeStepMs);
+      status = (*store)->RecordReport(trial, point);
+      if (!status.ok()) return fail("RecordReport", i);
+    }
+    if (i + 1 == next_note && i + 1 < n) {
+      const double s = Seconds(Clock::now() - t0);
+      std::fprintf(stderr, "  populate: %" PRId64 " trials, %.0f rows/s\n",
+                   i + 1, (i + 1) * rows / s);
+      next_note += n / 10;
+    }
+  }
+  status = (*store)->Flush();
+  if (!status.ok()) return fail("Flush", n);
+  store->reset();  // closed, so the scheduler can open it
+  return Seconds(Clock::now() - t0);
+}
+
+// p50 and max (ms) of a timed RPC repeated; one printed line and its JSON.
+struct Timed {
+  std::vector<double> ms;
+  int64_t errors = 0;
+  std::string first_error;
+};
+
+// Times every read `n` times, in rounds that call each one once, so
+// warm-up and background noise fall on all of them alike.
+using Read = std::function<grpc::Status()>;
+std::vector<Timed> TimeReads(int n, const std::vector<Read>& reads) {
+  std::vector<Timed> out(reads.size());
+  for (int round = 0; round < n; ++round) {
+    for (size_t r = 0; r < reads.size(); ++r) {
+      const auto t0 = Clock::now();
+      grpc::Status st = reads[r]();
+      const double ms = 1000 * Seconds(Clock::now() - t0);
+      Timed& t = out[r];
+      if (st.ok()) {
+        t.ms.push_back(ms);
+      } else if (t.errors++ == 0) {
+        t.first_error = absl::StrCat(st.error_code(), ": ", st.error_message());
+      }
+    }
+  }
+  return out;
+}
+
+std::string ReportTimed(const std::string& name, Timed t) {
+  std::sort(t.ms.begin(), t.ms.end());
+  const double p50 = t.ms.empty() ? 0 : t.ms[t.ms.size() / 2];
+  const double max = t.ms.empty() ? 0 : t.ms.back();
+  std::printf("%-22s %6zu %9.2f %9.2f %7" PRId64 "\n", name.c_str(),
+              t.ms.size(), p50, max, t.errors);
+  if (t.errors) std::printf("    first error %s\n", t.first_error.c_str());
+  return absl::StrCat(",\"", name, "\":{\"p50_ms\":", p50, ",\"max_ms\":", max,
+                      ",\"errors\":", t.errors, "}");
+}
+
+int RunLarge() {
+  const int64_t n = absl::GetFlag(FLAGS_large_trials);
+  const int rows = absl::GetFlag(FLAGS_large_rows);
+  const int repeats = absl::GetFlag(FLAGS_large_repeats);
+  if (n < kLargeRunning + 1 || rows < 1 || repeats < 1) {
+    std::fprintf(stderr,
+                 "--large_trials > %d, --large_rows and "
+                 "--large_repeats >= 1\n",
+                 kLargeRunning);
+    return 2;
+  }
+  std::string json = absl::StrCat("{\"mode\":\"large\"");
+  std::string address = absl::GetFlag(FLAGS_address);
+  testing::Subprocess scheduler;
+  bool own_dir = false;
+  std::filesystem::path dir;
+  double startup_rss = 0;
+  if (address.empty()) {
+    dir = SchedulerDir(&own_dir);
+    const std::filesystem::path db = dir / "scale.db";
+    if (!own_dir && std::filesystem::exists(db)) {
+      std::printf("reusing %s (%.0f MB); not populated\n", db.c_str(),
+                  std::filesystem::file_size(db) / 1e6);
+      absl::StrAppend(&json, ",\"populated\":false");
+    } else {
+      std::printf("populating %s: %" PRId64 " trials x %d rows\n", db.c_str(),
+                  n, rows);
+      std::fflush(stdout);
+      const double secs = PopulateLarge(db.string(), n, rows);
+      if (secs < 0) return 1;
+      const double mb = std::filesystem::file_size(db) / 1e6;
+      std::printf("populated %" PRId64
+                  " rows in %.1f s: %.0f rows/s, %.0f "
+                  "trials/s; database %.0f MB\n",
+                  n * rows, secs, n * rows / secs, n / secs, mb);
+      absl::StrAppend(&json, ",\"populated\":true,\"trials\":", n,
+                      ",\"rows\":", rows, ",\"populate_s\":", secs,
+                      ",\"populate_rows_per_s\":", n * rows / secs,
+                      ",\"db_mb\":", mb);
+    }
+    std::fflush(stdout);
+    const auto t0 = Clock::now();
+    address = StartScheduler(dir, scheduler);
+    if (address.empty()) return 1;
+    const double startup = Seconds(Clock::now() - t0);
+    auto [rss, peak] = RssAndPeakMb(scheduler.pid());
+    const double cpu = CpuAndPeakMb(scheduler.pid()).first;
+    startup_rss = rss;
+    std::printf(
+        "scheduler start-up: %.2f s to ready (%.1f CPU s), RSS %.0f "
+        "MB (peak so far %.0f MB)\n",
+        startup, cpu, rss, peak);
+    absl::StrAppend(&json, ",\"startup_s\":", startup,
+                    ",\"startup_cpu_s\":", cpu, ",\"startup_rss_mb\":", rss,
+                    ",\"startup_peak_mb\":", peak);
+  }
+
+  auto channel = Connect(address);
+  auto study_stub = v1::StudyService::NewStub(channel);
+  int64_t total = 0;  // trials in the study now
+  {
+    grpc::ClientContext ctx;
+    v1::GetStudyRequest req;
+    req.set_study(kLargeStudy);
+    v1::GetStudyResponse resp;
+    grpc::Status st = study_stub->GetStudy(&ctx, req, &resp);
+    if (!st.ok()) {
+      std::fprintf(stderr, "GetStudy: %s\n", st.error_message().c_str());
+      return 1;
+    }
+    total = resp.study().trials_created();
+    std::string counts;
+    for (const auto& [state, k] : resp.study().trial_counts()) {
+      absl::StrAppend(&counts, " ", state, "=", k);
+    }
+    std::printf("study %s: %s, %" PRId64 " trials:%s\n", kLargeStudy,
+                v1::StudyState_Name(resp.study().state()).c_str(), total,
+                counts.c_str());
+    absl::StrAppend(&json, ",\"study_trials\":", total);
+  }
+  if (total < 2) {
+    std::fprintf(stderr, "study %s has too few trials\n", kLargeStudy);
+    return 1;
+  }
+
+  std::printf("%-22s %6s %9s %9s %7s\n", "read (ms)", "calls", "p50_ms",
+              "max_ms", "errors");
+  auto list_page = [&](int64_t after) -> Read {
+    return [&, after] {
+      grpc::ClientContext ctx;
+      v1::ListTrialsRequest req;
+      req.set_study(kLargeStudy);
+      req.set_page_size(100);
+      if (after >= 0) req.set_page_token(std::to_string(after));
+      v1::ListTrialsResponse resp;
+      grpc::Status st = study_stub->ListTrials(&ctx, req, &resp);
+      if (st.ok() &&
+          resp.trials_size() != std::min<int64_t>(100, total - after - 1)) {
+        return grpc::Status(grpc::StatusCode::INTERNAL,
+                            absl::StrCat("page of ", resp.trials_size()));
+      }
+      return st;
+    };
+  };
+  std::mt19937_64 rng(42);
+  int64_t points = 0;
+  const std::vector<std::string> names = {
+      "ListTrials_start", "ListTrials_middle", "ListTrials_end",
+      "GetBestTrials_10", "GetTrial_random",   "WatchStudy_first"};
+  const std::vector<Read> reads = {
+      list_page(-1),
+      list_page(total / 2 - 1),
+      list_page(std::max<int64_t>(-1, total - 101)),
+      [&] {
+        grpc::ClientContext ctx;
+        v1::GetBestTrialsRequest req;
+        req.set_study(kLargeStudy);
+        req.set_count(10);
+        v1::GetBestTrialsResponse resp;
+        return study_stub->GetBestTrials(&ctx, req, &resp);
+      },
+      [&] {
+        grpc::ClientContext ctx;
+        v1::GetTrialRequest req;
+        req.set_study(kLargeStudy);
+        req.set_trial(
+            std::uniform_int_distribution<int64_t>(0, total - 1)(rng));
+        v1::GetTrialResponse resp;
+        grpc::Status st = study_stub->GetTrial(&ctx, req, &resp);
+        points += resp.trial().metric_history_size();
+        return st;
+      },
+      [&] {
+        // Time to the first event (the SNAPSHOT), then hang up.
+        grpc::ClientContext ctx;
+        v1::WatchStudyRequest req;
+        req.set_study(kLargeStudy);
+        auto reader = study_stub->WatchStudy(&ctx, req);
+        v1::WatchStudyResponse resp;
+        const bool got = reader->Read(&resp);
+        ctx.TryCancel();
+        grpc::Status st = reader->Finish();
+        if (got && resp.event().kind() != v1::StudyEvent::SNAPSHOT) {
+          return grpc::Status(grpc::StatusCode::INTERNAL,
+                              "first event not SNAPSHOT");
+        }
+        return got ? grpc::Status::OK : st;
+      },
+  };
+  std::vector<Timed> timed = TimeReads(repeats, reads);
+  for (size_t r = 0; r < reads.size(); ++r) {
+    absl::StrAppend(&json, ReportTimed(names[r], std::move(timed[r])));
+  }
+  std::printf("    (%.1f metric points per GetTrial on average)\n",
+              double(points) / repeats);
+
+  const double load_seconds = absl::GetFlag(FLAGS_large_load_seconds);
+  const int clients = absl::GetFlag(FLAGS_clients);
+  if (load_seconds > 0 && clients > 0) {
+    Shared s;
+    s.study = study_stub.get();
+    s.steps = rows;
+    s.asktell_study = kLargeStudy;
+    std::vector<std::shared_ptr<SimClient>> sim;
+    for (int i = 0; i < clients; ++i) {
+      sim.push_back(std::make_shared<SimClient>(
+          s, absl::StrCat("large-load-", i), rows, nullptr));
+    }
+    const double cpu0 =
+        scheduler.pid() > 0 ? CpuAndPeakMb(scheduler.pid()).first : 0;
+    for (auto& c : sim) c->Suggest();
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(absl::GetFlag(FLAGS_warmup)));
+    s.stats.Start();
+    const int64_t done0 = s.trials_done;
+    const auto t0 = Clock::now();
+    std::this_thread::sleep_for(std::chrono::duration<double>(load_seconds));
+    s.stopping = true;
+    const double elapsed = Seconds(Clock::now() - t0);
+    const int64_t reports = s.stats.Count("ReportIntermediate");
+    std::printf("report load on %s, %d ask/tell clients, %.1f s: %" PRId64
+                " reports (%.0f/s), %" PRId64 " trials finished\n",
+                kLargeStudy, clients, elapsed, reports, reports / elapsed,
+                int64_t(s.trials_done - done0));
+    std::string load = absl::StrCat(
+        "{\"clients\":", clients, ",\"seconds\":", elapsed,
+        ",\"reports\":", reports, ",\"reports_per_s\":", reports / elapsed,
+        ",\"trials_finished\":", s.trials_done - done0);
+    s.in_flight.WaitZero();
+    absl::StrAppend(&load, s.stats.Report(elapsed));
+    if (scheduler.pid() > 0) {
+      const double cpu = CpuAndPeakMb(scheduler.pid()).first - cpu0;
+      std::printf("scheduler: %.1f CPU s under load (%.0f%% of one core)\n",
+                  cpu, 100 * cpu / elapsed);
+      absl::StrAppend(&load, ",\"scheduler_cpu_s\":", cpu);
+    }
+    absl::StrAppend(&json, ",\"load\":", load, "}");
+  }
+
+  if (scheduler.pid() > 0) {
+    auto [rss, peak] = RssAndPeakMb(scheduler.pid());
+    std::printf(
+        "scheduler memory: RSS %.0f MB after start-up, %.0f MB now, "
+        "peak %.0f MB\n",
+        startup_rss, rss, peak);
+    absl::StrAppend(&json, ",\"end_rss_mb\":", rss, ",\"peak_mb\":", peak);
+    scheduler.Kill(SIGTERM);
+  }
+  absl::StrAppend(&json, "}");
+  if (absl::GetFlag(FLAGS_json)) std::printf("%s\n", json.c_str());
+  if (own_dir) std::filesystem::remove_all(dir);
+  return 0;
+}
+
+int Main() {
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "load" && mode != "asktell" && mode != "large") {
+    std::fprintf(stderr, "--mode: load, asktell or large\n");
+    return 2;
+  }
+  SchedulerPath();  // resolved now, before a rebuild can replace us
+  if (mode == "large") return RunLarge();
+  std::string address = absl::GetFlag(FLAGS_address);
+  testing::Subprocess scheduler;
+  bool own_dir = false;
+  std::filesystem::path dir;
+  if (address.empty()) {
+    dir = SchedulerDir(&own_dir);
+    address = StartScheduler(dir, scheduler);
+    if (address.empty()) return 1;
+  }
+
+  auto channel = Connect(address);
   auto study_stub = v1::StudyService::NewStub(channel);
   auto worker_stub = v1::WorkerService::NewStub(channel);
 
@@ -606,7 +1059,7 @@ int Main(const char* argv0) {
   }
   const std::string kind = absl::GetFlag(FLAGS_trial_scheduler);
   s.worker_study = "scale-workers";
-  s.asktell_study = "scale-asktell";
+  s.asktell_study = absl::GetFlag(FLAGS_asktell_study);
   const int64_t big = 1000000;
   if (workers > 0 && !CreateStudy(*study_stub, Spec(s.worker_study, true, kind,
                                                     s.steps, big, workers))) {
@@ -696,7 +1149,7 @@ int Main(const char* argv0) {
   }
   absl::StrAppend(&json, "}");
   if (absl::GetFlag(FLAGS_json)) std::printf("%s\n", json.c_str());
-  if (own_dir && !dir.empty()) std::filesystem::remove_all(dir);
+  if (own_dir) std::filesystem::remove_all(dir);
   return 0;
 }
 
@@ -705,5 +1158,5 @@ int Main(const char* argv0) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  return dial::bench::Main(argv[0]);
+  return dial::bench::Main();
 }

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Scheduler scale benchmark, all of it: Dial's load generator (max rate,
+# paced, trivial ask/tell trials, a big study) and the Optuna peer, with a
+# summary of the Dial/Optuna ratios. Everything printed also goes to
+# bench/scale/results/<date>.txt.
+#
+#   bench/scale/run.sh [BUILD_DIR]          # BUILD_DIR defaults to build
+#
+# Environment:
+#   SCALE_QUICK=1        short runs to try it out: 5 s instead of 20 s, 2000
+#                        ask/tell trials (Optuna 500), a big study of 5000
+#                        trials instead of 100000
+#   SCALE_LARGE_DB_DIR   directory for the big study's database; a scale.db
+#                        already there is reused (not populated again) and
+#                        kept. Default: a fresh one, removed after.
+#   SCALE_PYTHON         Python with Optuna 3.1 (default /usr/bin/python3)
+set -uo pipefail
+
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+bench="$build/bench/scale_bench"
+python=${SCALE_PYTHON:-/usr/bin/python3}
+if [[ ! -x "$bench" ]]; then
+  echo "no $bench: build it first (cd $build && ninja scale_bench dial-scheduler)" >&2
+  exit 2
+fi
+
+if [[ "${SCALE_QUICK:-0}" != 0 ]]; then
+  seconds=5 dial_trials=2000 optuna_trials=500 large_trials=5000 tag=-quick
+else
+  seconds=20 dial_trials=10000 optuna_trials=1000 large_trials=100000 tag=
+fi
+large_args=(--large_trials="$large_trials")
+if [[ -n "${SCALE_LARGE_DB_DIR:-}" ]]; then
+  mkdir -p "$SCALE_LARGE_DB_DIR"
+  large_args+=(--db_dir="$SCALE_LARGE_DB_DIR")
+fi
+
+mkdir -p bench/scale/results
+out="bench/scale/results/$(date +%Y-%m-%d-%H%M%S)$tag.txt"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+log() { echo "$*" | tee -a "$out"; }
+
+# run NAME CMD...: runs it, its output to the screen and the results file;
+# its last JSON line lands in $tmp/NAME.json (empty if it failed).
+failed=()
+run() {
+  local name=$1
+  shift
+  log ""
+  log "=== $name: $*"
+  "$@" 2>&1 | tee "$tmp/$name.txt" | tee -a "$out"
+  local rc=${PIPESTATUS[0]}
+  grep '^{' "$tmp/$name.txt" | tail -n 1 >"$tmp/$name.json"
+  if [[ $rc != 0 ]]; then
+    log "!!! $name failed (exit $rc)"
+    failed+=("$name")
+    : >"$tmp/$name.json"
+  fi
+}
+
+log "scale benchmark $(date -Iseconds) on $(hostname), $(nproc) CPUs"
+log "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+log "build $build, quick=${SCALE_QUICK:-0}"
+
+load=(--workers=200 --clients=8 --steps=81 --seconds="$seconds"
+  --trial_scheduler=asha --json)
+run dial_max "$bench" --mode=load "${load[@]}"
+run dial_paced "$bench" --mode=load "${load[@]}" --rate=2000
+run dial_asktell "$bench" --mode=asktell --clients=32 --trials="$dial_trials" --json
+run optuna_reports "$python" bench/scale/optuna_scale.py --mode reports \
+  --workers 4 --seconds "$seconds" --json
+run optuna_asktell "$python" bench/scale/optuna_scale.py --mode asktell \
+  --workers 4 --trials "$optuna_trials" --json
+run dial_large "$bench" --mode=large "${large_args[@]}" --clients=8 --json
+
+log ""
+log "=== summary"
+"$python" - "$tmp" <<'EOF' 2>&1 | tee -a "$out"
+import json, os, sys
+
+tmp = sys.argv[1]
+
+def load(name):
+    try:
+        with open(os.path.join(tmp, name + ".json")) as f:
+            text = f.read().strip()
+        return json.loads(text) if text else None
+    except (OSError, ValueError):
+        return None
+
+def get(d, *path):
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return None
+        d = d[p]
+    return d
+
+def fmt(x, digits=0):
+    return "n/a" if x is None else f"{x:,.{digits}f}"
+
+def ratio(a, b):
+    return "n/a" if a is None or not b else f"{a / b:.1f}x"
+
+dmax, dpaced, dask = load("dial_max"), load("dial_paced"), load("dial_asktell")
+orep, oask, large = load("optuna_reports"), load("optuna_asktell"), load("dial_large")
+
+d_rps, o_rps = get(dmax, "reports_per_s"), get(orep, "reports_per_s")
+d_tps, o_tps = get(dask, "trials_per_s"), get(oask, "trials_per_s")
+print(f"reports/s   Dial {fmt(d_rps)} (max rate, 200 workers + 8 clients)"
+      f"  Optuna {fmt(o_rps)} (4 processes)  Dial/Optuna {ratio(d_rps, o_rps)}")
+print(f"trials/s    Dial {fmt(d_tps)} (ask/tell, 32 clients)"
+      f"  Optuna {fmt(o_tps)} (4 processes)  Dial/Optuna {ratio(d_tps, o_tps)}")
+print(f"report p99  Dial max rate {fmt(get(dmax, 'ReportProgress', 'p99_ms'), 2)} ms,"
+      f" paced at 2000/s {fmt(get(dpaced, 'ReportProgress', 'p99_ms'), 2)} ms"
+      f" ({fmt(get(dpaced, 'reports_per_s'))}/s);"
+      f" Optuna {fmt(get(orep, 'p99_ms'), 2)} ms")
+print(f"scheduler   max rate: {fmt(get(dmax, 'scheduler_cpu_s'), 1)} CPU s,"
+      f" peak RSS {fmt(get(dmax, 'scheduler_peak_mb'))} MB")
+if large:
+    if large.get("populated"):
+        print(f"large       populated {large['trials']:,} trials x {large['rows']}"
+              f" rows in {fmt(large['populate_s'], 1)} s"
+              f" ({fmt(large['populate_rows_per_s'])} rows/s,"
+              f" {fmt(large['db_mb'])} MB)")
+    print(f"large       start-up {fmt(get(large, 'startup_s'), 2)} s,"
+          f" RSS {fmt(get(large, 'startup_rss_mb'))} MB after it,"
+          f" peak {fmt(get(large, 'peak_mb'))} MB"
+          f" ({fmt(get(large, 'study_trials'))} trials)")
+    reads = ["ListTrials_start", "ListTrials_middle", "ListTrials_end",
+             "GetBestTrials_10", "GetTrial_random", "WatchStudy_first"]
+    print("large       p50/max ms: " + ", ".join(
+        f"{r} {fmt(get(large, r, 'p50_ms'), 2)}/{fmt(get(large, r, 'max_ms'), 2)}"
+        for r in reads))
+    print(f"large       report load: {fmt(get(large, 'load', 'reports_per_s'))}"
+          f" reports/s, p99 {fmt(get(large, 'load', 'ReportIntermediate', 'p99_ms'), 2)} ms")
+else:
+    print("large       n/a")
+EOF
+
+if ((${#failed[@]})); then
+  log "FAILED: ${failed[*]}"
+fi
+log "results: $out"
+((${#failed[@]} == 0))
