@@ -493,17 +493,24 @@ void SqliteStudyStore::CommitLoop() {
       ckpt_wanted_ = true;
       ckpt_cv_.Signal();
     }
+    // The owner reloads before anyone can hear of the loss (durable_seq_
+    // has not moved, so WhenDurable still queues), and a retry meets the
+    // reloaded state.
+    if (lost) {
+      std::function<void()> handler;
+      {
+        absl::MutexLock lock(&durable_mu_);
+        handler = lost_handler_;
+      }
+      if (handler) handler();
+    }
     std::vector<std::function<void(absl::Status)>> ok, failed;
-    std::function<void()> handler;
     {
       absl::MutexLock lock(&durable_mu_);
-      if (lost) {
-        lost_ranges_.push_back({durable_seq_, seq});
-        lost_status_ = status;
-        handler = lost_handler_;
-      } else if (!status.ok()) {
-        // Committed but maybe not on disk: not acknowledged. The state in
-        // memory and in the file agree, so nothing is reloaded.
+      if (!status.ok()) {
+        // Lost, or committed but maybe not on disk (the sync failed): not
+        // acknowledged either way. After a failed sync memory and file
+        // agree, so nothing is reloaded.
         lost_ranges_.push_back({durable_seq_, seq});
         lost_status_ = status;
       }
@@ -517,9 +524,6 @@ void SqliteStudyStore::CommitLoop() {
         it = waiters_.erase(it);
       }
     }
-    // The owner reloads before anyone hears of the loss, so a retry meets
-    // the reloaded state.
-    if (handler) handler();
     for (auto& done : ok) done(absl::OkStatus());
     for (auto& done : failed) done(status);
     if (stop) return;

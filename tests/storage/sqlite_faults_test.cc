@@ -497,7 +497,7 @@ TEST_F(SqliteFaultsTest, GroupCommitAckedWritesSurviveAKilledProcess) {
 // A commit that fails (a full disk) loses its whole group: each of its
 // writes is answered UNAVAILABLE, the owner's lost handler runs before
 // those answers, writes are refused until Recover(), and afterwards the
-// file holds exactly the writes that were acknowledged.
+// file holds every acknowledged write once.
 TEST_F(SqliteFaultsTest, AFailedGroupCommitLosesOnlyUnacknowledgedWrites) {
   {
     auto store = SqliteStudyStore::Create({path_});
@@ -540,8 +540,12 @@ TEST_F(SqliteFaultsTest, AFailedGroupCommitLosesOnlyUnacknowledgedWrites) {
     }
     ::setrlimit(RLIMIT_FSIZE, &old);
     trial.set_last_step(2);
-    c.ExpectCode(s.RecordReport(trial, Point(2, 4000)), absl::StatusCode::kOk,
-                 "step 2 again");
+    // SQLite may have written a commit it reported as failed (an I/O error
+    // after its last frame): then step 2 is on file and the retry is a
+    // repeat. Either way it is there once.
+    absl::Status again = s.RecordReport(trial, Point(2, 4000));
+    c.Expect(again.ok() || absl::IsAlreadyExists(again),
+             "step 2 again: " + again.ToString());
     c.ExpectCode(Durable(s, s.WrittenSeq()), absl::StatusCode::kOk,
                  "step 2 durable");
     return c.failures;
