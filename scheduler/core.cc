@@ -278,9 +278,7 @@ absl::Status SchedulerCore::Load() {
         }
       };
       DIAL_RETURN_IF_ERROR(
-          steps.empty()
-              ? store_->ForEachReport(entry->study.name(), replay)
-              : store_->ForEachReportAt(entry->study.name(), steps, replay));
+          store_->ForEachReport(entry->study.name(), steps, replay));
     }
     for (const v1::Trial* trial : finished) {
       entry->searcher->Observe(*trial);

@@ -58,7 +58,7 @@ Params PbtScheduler::Perturb(const Params& params, std::mt19937_64& rng) const {
   return out;
 }
 
-void PbtScheduler::Replay(const v1::Trial& trial, int64_t step,
+bool PbtScheduler::Update(const v1::Trial& trial, int64_t step,
                           const Metrics& metrics) {
   Member& me = members_[trial.number()];
   me.params = trial.params();
@@ -67,32 +67,27 @@ void PbtScheduler::Replay(const v1::Trial& trial, int64_t step,
     me.checkpoint_step = trial.checkpoint_step();
   }
   auto score = objective_.Score(metrics);
-  if (!score) return;
+  if (!score) return false;
   me.score = *score;
   me.scored = true;
-  if (step - me.last_perturbation >= options_.perturbation_interval()) {
-    me.last_perturbation = step;
+  if (step - me.last_perturbation < options_.perturbation_interval()) {
+    return false;
   }
+  me.last_perturbation = step;
+  return true;
+}
+
+void PbtScheduler::Replay(const v1::Trial& trial, int64_t step,
+                          const Metrics& metrics) {
+  Update(trial, step, metrics);
 }
 
 v1::Decision PbtScheduler::OnReport(const v1::Trial& trial, int64_t step,
                                     const Metrics& metrics) {
   v1::Decision decision;
   decision.set_action(v1::Decision::CONTINUE);
-  Member& me = members_[trial.number()];
-  me.params = trial.params();
-  if (!trial.checkpoint().empty()) {
-    me.checkpoint = trial.checkpoint();
-    me.checkpoint_step = trial.checkpoint_step();
-  }
-  auto score = objective_.Score(metrics);
-  if (!score) return decision;
-  me.score = *score;
-  me.scored = true;
-  if (step - me.last_perturbation < options_.perturbation_interval()) {
-    return decision;
-  }
-  me.last_perturbation = step;
+  if (!Update(trial, step, metrics)) return decision;
+  const double score = members_[trial.number()].score;
   // Rank the population by latest value.
   std::vector<std::pair<double, int64_t>> ranked;
   for (const auto& [number, m] : members_) {
@@ -125,7 +120,7 @@ v1::Decision PbtScheduler::OnReport(const v1::Trial& trial, int64_t step,
   decision.set_source_step(donor.checkpoint_step);
   *decision.mutable_new_params() = Perturb(donor.params, rng);
   decision.set_reason(absl::StrCat(
-      objective_.metric(), " ", objective_.Value(*score), " is in the bottom ",
+      objective_.metric(), " ", objective_.Value(score), " is in the bottom ",
       options_.quantile(), " of ", n, "; copying trial ", source, " at step ",
       donor.checkpoint_step));
   return decision;

@@ -30,6 +30,10 @@ class PbtScheduler : public TrialScheduler {
   void Replay(const v1::Trial& trial, int64_t step,
               const Metrics& metrics) override;
 
+  // Records the report in the trial's member; true when it is due for a
+  // perturbation check (the interval has passed since the last one).
+  bool Update(const v1::Trial& trial, int64_t step, const Metrics& metrics);
+
   // Perturbed copy of `params` (exposed for tests).
   Params Perturb(const Params& params, std::mt19937_64& rng) const;
 

@@ -1017,30 +1017,24 @@ absl::Status SqliteStudyStore::EmitReports(
 }
 
 absl::Status SqliteStudyStore::ForEachReport(
-    const std::string& study,
-    const std::function<void(int64_t number, const v1::MetricPoint& point)>&
-        fn) {
-  absl::MutexLock lock(&mu_);
-  DIAL_ASSIGN_OR_RETURN(int64_t study_id, StudyId(study));
-  // Trials along the (study_id, number) index, each one's rows along the
-  // metrics primary key (trial_id, step, name): one pass, no sort.
-  DIAL_PREPARE(stmt,
-               "SELECT t.number, m.step, m.name, m.value, m.time_ms FROM "
-               "trials t JOIN metrics m ON m.trial_id = t.id WHERE "
-               "t.study_id = ? ORDER BY t.number, m.step");
-  stmt.Bind(1, study_id);
-  return EmitReports(stmt, fn);
-}
-
-absl::Status SqliteStudyStore::ForEachReportAt(
     const std::string& study, const std::vector<int64_t>& steps,
     const std::function<void(int64_t number, const v1::MetricPoint& point)>&
         fn) {
   absl::MutexLock lock(&mu_);
   DIAL_ASSIGN_OR_RETURN(int64_t study_id, StudyId(study));
+  if (steps.empty()) {
+    // Trials along the (study_id, number) index, each one's rows along the
+    // metrics primary key (trial_id, step, name): one pass, no sort.
+    DIAL_PREPARE(all,
+                 "SELECT t.number, m.step, m.name, m.value, m.time_ms FROM "
+                 "trials t JOIN metrics m ON m.trial_id = t.id WHERE "
+                 "t.study_id = ? ORDER BY t.number, m.step");
+    all.Bind(1, study_id);
+    return EmitReports(all, fn);
+  }
   // The wanted (trial, step) pairs: an index seek per trial and step, and
   // each trial's last step; then those rows only, in (trial, step) order.
-  DIAL_PREPARE(stmt,
+  DIAL_PREPARE(some,
                "WITH wanted(trial_id, number, step) AS ("
                " SELECT t.id, t.number, (SELECT MIN(m.step) FROM metrics m"
                "  WHERE m.trial_id = t.id AND m.step >= s.value)"
@@ -1051,9 +1045,9 @@ absl::Status SqliteStudyStore::ForEachReportAt(
                "SELECT w.number, m.step, m.name, m.value, m.time_ms FROM"
                " wanted w JOIN metrics m ON m.trial_id = w.trial_id AND"
                " m.step = w.step ORDER BY w.number, m.step");
-  stmt.Bind(1, study_id)
+  some.Bind(1, study_id)
       .Bind(2, absl::StrCat("[", absl::StrJoin(steps, ","), "]"));
-  return EmitReports(stmt, fn);
+  return EmitReports(some, fn);
 }
 
 absl::Status SqliteStudyStore::PutCheckpoint(const CheckpointRecord& record) {

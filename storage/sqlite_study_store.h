@@ -67,10 +67,6 @@ class SqliteStudyStore : public StudyStore {
   absl::StatusOr<std::vector<v1::MetricPoint>> GetMetricHistory(
       const std::string& study, int64_t number) override;
   absl::Status ForEachReport(
-      const std::string& study,
-      const std::function<void(int64_t number, const v1::MetricPoint& point)>&
-          fn) override;
-  absl::Status ForEachReportAt(
       const std::string& study, const std::vector<int64_t>& steps,
       const std::function<void(int64_t number, const v1::MetricPoint& point)>&
           fn) override;

@@ -65,24 +65,11 @@ class StudyStore {
       const std::string& study, int64_t number) = 0;
   // Every report of a study, trial by trial in number order and by step
   // within a trial, handed to `fn` one at a time (a restarted scheduler
-  // replays them without holding them all). This default reads trial by
-  // trial; stores override it with one streaming read.
+  // replays them without holding them all). With `steps`, only each
+  // trial's first report at or after each of them and its last report
+  // (see TrialScheduler::ReplaySteps). This default reads trial by trial;
+  // stores override it with one streaming read.
   virtual absl::Status ForEachReport(
-      const std::string& study,
-      const std::function<void(int64_t number, const v1::MetricPoint& point)>&
-          fn) {
-    auto trials = ListTrials(study, {});
-    if (!trials.ok()) return trials.status();
-    for (const v1::Trial& trial : *trials) {
-      auto history = GetMetricHistory(study, trial.number());
-      if (!history.ok()) return history.status();
-      for (const auto& point : *history) fn(trial.number(), point);
-    }
-    return absl::OkStatus();
-  }
-  // The same, restricted to each trial's first report at or after each of
-  // `steps` and its last report (see TrialScheduler::ReplaySteps).
-  virtual absl::Status ForEachReportAt(
       const std::string& study, const std::vector<int64_t>& steps,
       const std::function<void(int64_t number, const v1::MetricPoint& point)>&
           fn) {
@@ -94,7 +81,7 @@ class StudyStore {
       for (size_t i = 0; i < history->size(); ++i) {
         const int64_t step = (*history)[i].step();
         const int64_t before = i > 0 ? (*history)[i - 1].step() : INT64_MIN;
-        bool wanted = i + 1 == history->size();
+        bool wanted = steps.empty() || i + 1 == history->size();
         for (int64_t s : steps) wanted |= before < s && s <= step;
         if (wanted) fn(trial.number(), (*history)[i]);
       }

@@ -301,10 +301,31 @@ void Send(Shared& s, const std::string& kind,
   });
 }
 
+// What simulated workers and clients share: their pacing. `Self` has a
+// Report() that sends the next report.
+template <typename Self>
+class Paced : public std::enable_shared_from_this<Self> {
+ protected:
+  explicit Paced(Shared& s) : s_(s) {}
+  // Runs `fn` after `ms` (a retry, or asking again).
+  void Later(int ms, std::function<void()> fn) {
+    s_.timer.At(Clock::now() + std::chrono::milliseconds(ms), std::move(fn));
+  }
+  // The next report: at once, or at the next paced time.
+  void Next() {
+    auto self = this->shared_from_this();
+    if (s_.interval == Clock::duration::zero()) return self->Report();
+    due_ += s_.NextGap();
+    s_.timer.At(std::max(due_, Clock::now()), [self] { self->Report(); });
+  }
+  Shared& s_;
+  Clock::time_point due_;
+};
+
 // A worker daemon that runs one trial at a time.
-class SimWorker : public std::enable_shared_from_this<SimWorker> {
+class SimWorker : public Paced<SimWorker> {
  public:
-  SimWorker(Shared& s, std::string id) : s_(s), id_(std::move(id)) {}
+  SimWorker(Shared& s, std::string id) : Paced(s), id_(std::move(id)) {}
 
   void Acquire() {
     if (s_.stopping) return;
@@ -321,7 +342,7 @@ class SimWorker : public std::enable_shared_from_this<SimWorker> {
         },
         [self](const grpc::Status& st, v1::AcquireTrialResponse& resp) {
           if (!st.ok() || !resp.has_trial()) {
-            self->Later([self] { self->Acquire(); });
+            self->Later(20, [self] { self->Acquire(); });
             return;
           }
           self->study_ = resp.trial().study();
@@ -334,16 +355,7 @@ class SimWorker : public std::enable_shared_from_this<SimWorker> {
   }
 
  private:
-  void Later(std::function<void()> fn) {
-    s_.timer.At(Clock::now() + std::chrono::milliseconds(20), std::move(fn));
-  }
-  // The next report, paced.
-  void Next() {
-    if (s_.interval == Clock::duration::zero()) return Report();
-    due_ += s_.NextGap();
-    auto self = shared_from_this();
-    s_.timer.At(std::max(due_, Clock::now()), [self] { self->Report(); });
-  }
+  friend class Paced<SimWorker>;
   void Report() {
     if (s_.stopping) return;
     auto c = std::make_shared<
@@ -362,7 +374,7 @@ class SimWorker : public std::enable_shared_from_this<SimWorker> {
         },
         [self](const grpc::Status& st, v1::ReportProgressResponse& resp) {
           if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
-            return self->Later([self] { self->Report(); });
+            return self->Later(20, [self] { self->Report(); });
           }
           if (!st.ok()) return self->Acquire();  // fenced: drop the trial
           ++self->step_;
@@ -392,27 +404,25 @@ class SimWorker : public std::enable_shared_from_this<SimWorker> {
         },
         [self](const grpc::Status& st, v1::FinishTrialResponse&) {
           if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
-            return self->Later([self] { self->Finish(); });
+            return self->Later(20, [self] { self->Finish(); });
           }
           ++self->s_.trials_done;
           self->Acquire();
         });
   }
 
-  Shared& s_;
   const std::string id_;
   std::string study_;
   int64_t trial_ = 0;
   int32_t attempt_ = 0;
   int64_t step_ = 0;
-  Clock::time_point due_;
 };
 
 // An ask/tell client: one trial at a time, `steps` reports each.
-class SimClient : public std::enable_shared_from_this<SimClient> {
+class SimClient : public Paced<SimClient> {
  public:
   SimClient(Shared& s, std::string id, int steps, std::atomic<int64_t>* quota)
-      : s_(s), id_(std::move(id)), steps_(steps), quota_(quota) {}
+      : Paced(s), id_(std::move(id)), steps_(steps), quota_(quota) {}
 
   void Suggest() {
     if (s_.stopping) return;
@@ -432,9 +442,7 @@ class SimClient : public std::enable_shared_from_this<SimClient> {
           if (!st.ok() || resp.trials().empty()) {
             if (self->quota_) self->quota_->fetch_add(1);
             if (resp.done()) return;
-            return self->s_.timer.At(
-                Clock::now() + std::chrono::milliseconds(5),
-                [self] { self->Suggest(); });
+            return self->Later(5, [self] { self->Suggest(); });
           }
           self->trial_ = resp.trials(0).number();
           self->step_ =
@@ -445,12 +453,7 @@ class SimClient : public std::enable_shared_from_this<SimClient> {
   }
 
  private:
-  void Next() {
-    if (s_.interval == Clock::duration::zero()) return Report();
-    due_ += s_.NextGap();
-    auto self = shared_from_this();
-    s_.timer.At(std::max(due_, Clock::now()), [self] { self->Report(); });
-  }
+  friend class Paced<SimClient>;
   void Report() {
     if (s_.stopping) return;
     auto c = std::make_shared<
@@ -499,13 +502,11 @@ class SimClient : public std::enable_shared_from_this<SimClient> {
         });
   }
 
-  Shared& s_;
   const std::string id_;
   const int steps_;
   std::atomic<int64_t>* quota_;  // trials left to start; null: no limit
   int64_t trial_ = 0;
   int64_t step_ = 0;
-  Clock::time_point due_;
 };
 
 std::string SchedulerYaml(const std::string& kind, int steps) {
