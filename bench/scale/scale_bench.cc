@@ -163,6 +163,12 @@ class Stats {
     std::lock_guard<std::mutex> lock(mu_);
     return series_[kind].us.size();
   }
+  int64_t Errors() {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t n = 0;
+    for (const auto& [kind, s] : series_) n += s.errors;
+    return n;
+  }
 
  private:
   std::mutex mu_;
@@ -1151,6 +1157,11 @@ int Main() {
   absl::StrAppend(&json, "}");
   if (absl::GetFlag(FLAGS_json)) std::printf("%s\n", json.c_str());
   if (own_dir) std::filesystem::remove_all(dir);
+  // A clean run has no failed call: any is a bug to look at.
+  if (const int64_t errors = s.stats.Errors(); errors > 0) {
+    std::fprintf(stderr, "%" PRId64 " calls failed\n", errors);
+    return 1;
+  }
   return 0;
 }
 
