@@ -88,8 +88,9 @@ const std::vector<Knob>& TrainerKnobs() {
        "stay fp32); fp16 adds dynamic loss scaling and needs CUDA",
        {"fp32", "bf16", "fp16"}},
       {"replicas", KnobType::kInt, "0",
-       "Data-parallel replicas (0: one per visible GPU, else 1); on CPU they "
-       "share the threads", {}, 0, 64},
+       "Data-parallel replicas (0: one per visible GPU; on the CPU one per "
+       "thread for models without batch norm, else 1); on CPU they share "
+       "the threads", {}, 0, 64},
       {"prefetch", KnobType::kInt, "4",
        "Batches a background thread prepares ahead of the step loop", {}, 1,
        64},

@@ -98,6 +98,38 @@ absl::StatusOr<torch::nn::Sequential> BuildModel(
     const TrainerConfig& c, int64_t features, int64_t classes,
     at::Generator dropout_generator);
 
+// --------------------------------------------------------------- fused.cc
+
+// A conv block's batch norm (a BatchNorm2d, registered as `norm`), ReLU
+// and 2x2 pooling (max, or avg when `avg`) as one module. On float32 CPU
+// input (made channels-last) it runs them as one fused kernel with a
+// hand-written backward (training, and evaluation without gradients);
+// anything else (CUDA, bf16 autocast) goes through the three LibTorch ops. Both
+// paths compute the same function, the fused one without storing the
+// intermediate activations.
+class NormReluPoolImpl : public torch::nn::Module {
+ public:
+  NormReluPoolImpl(int64_t channels, bool avg);
+  torch::Tensor forward(const torch::Tensor& x);
+  // Whether forward(x) takes the fused path.
+  bool Fusable(const torch::Tensor& x) const;
+  // The same function through LibTorch's own ops (for tests).
+  torch::Tensor Unfused(const torch::Tensor& x);
+
+  torch::nn::BatchNorm2d norm{nullptr};
+
+ private:
+  bool avg_;
+};
+TORCH_MODULE(NormReluPool);
+
+// ------------------------------------------------------------- trainer.cc
+
+// Replicas for `replicas: 0` on the CPU with `threads` threads: one per
+// thread (at least 32 examples each) unless the model has batch norm,
+// which a split batch would change; then 1.
+int64_t CpuReplicas(const TrainerConfig& c, int threads);
+
 // ----------------------------------------------------------------- amp.cc
 
 enum class Precision { kFp32, kBf16, kFp16 };

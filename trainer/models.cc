@@ -37,7 +37,8 @@ TORCH_MODULE(ChannelsLast);
 void ConvWeightsChannelsLast(torch::nn::Module& net) {
   torch::NoGradGuard no_grad;
   for (auto& p : net.parameters()) {
-    if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
+    if (p.dim() == 4)
+      p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
   }
 }
 
@@ -101,8 +102,7 @@ absl::StatusOr<int64_t> SquareSide(const TrainerConfig& c, int64_t features) {
       static_cast<int64_t>(std::llround(std::sqrt(double(features))));
   if (side * side != features) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model ", c.model, " needs square images; this dataset has ",
-        features,
+        "model ", c.model, " needs square images; this dataset has ", features,
         " features (for synthetic data make synthetic_features a square)"));
   }
   return side;
@@ -145,20 +145,27 @@ torch::nn::Sequential Mlp(const TrainerConfig& c, int64_t features,
 
 // Conv blocks (conv, norm, activation, 2x2 pooling), then a dense layer of
 // `units` and the classifier.
-torch::nn::Sequential Cnn(const TrainerConfig& c, int64_t side,
-                          int64_t classes, const at::Generator& generator) {
+torch::nn::Sequential Cnn(const TrainerConfig& c, int64_t side, int64_t classes,
+                          const at::Generator& generator) {
   torch::nn::Sequential net = ImageInput(side);
   int64_t channels = 1, size = side;
   for (int64_t b = 0; b < c.conv_layers; ++b) {
     const int64_t out = c.channels << b;
-    auto conv = torch::nn::Conv2d(
-        torch::nn::Conv2dOptions(channels, out, c.kernel_size)
-            .padding(c.kernel_size / 2)
-            .bias(c.norm == "none"));
+    auto conv =
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, out, c.kernel_size)
+                              .padding(c.kernel_size / 2)
+                              .bias(c.norm == "none"));
     net->push_back(conv);
+    size = size + 2 * (c.kernel_size / 2) - c.kernel_size + 1;
+    if (c.norm == "batch" && c.activation == "relu" && size >= 2) {
+      // The common block: its tail runs fused on the CPU.
+      net->push_back(NormReluPool(out, c.pooling == "avg"));
+      size /= 2;
+      channels = out;
+      continue;
+    }
     net->push_back(Norm(c.norm, out));
     net->push_back(Activation(c.activation));
-    size = size + 2 * (c.kernel_size / 2) - c.kernel_size + 1;
     if (size >= 2) {
       if (c.pooling == "avg") {
         net->push_back(torch::nn::AvgPool2d(torch::nn::AvgPool2dOptions(2)));
@@ -214,8 +221,8 @@ absl::StatusOr<torch::nn::Sequential> BuildModel(
   if (c.model == "resnet") {
     if (*side < 8) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "model resnet needs images of at least 8x8; this dataset has ",
-          *side, "x", *side));
+          "model resnet needs images of at least 8x8; this dataset has ", *side,
+          "x", *side));
     }
     auto net = ResNet(c, *side, classes, dropout_generator);
     ConvWeightsChannelsLast(*net);

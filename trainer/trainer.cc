@@ -1,5 +1,6 @@
 #include "trainer/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -17,6 +18,21 @@
 #include "trainer/lr_schedule.h"
 
 namespace dial::trainer {
+
+// Matrix products go to OpenBLAS, which runs single-threaded here
+// (OPENBLAS_NUM_THREADS=1: its own pool fights LibTorch's OpenMP threads),
+// so a second intra-op thread only helps the element-wise kernels, and at
+// a batch of 128 the MLP ran slower on two threads than on one. Replicas
+// of one thread each split the batch instead and compute the same
+// gradient. Batch norm would normalise each replica's share on its own,
+// which changes the model, so a model with it keeps one replica and gives
+// it every thread.
+int64_t CpuReplicas(const TrainerConfig& c, int threads) {
+  const bool batch_norm = c.model != "mlp" && c.norm == "batch";
+  if (batch_norm || threads < 2) return 1;
+  return std::clamp<int64_t>(c.batch_size / 32, 1, threads);
+}
+
 namespace {
 
 std::unique_ptr<torch::optim::Optimizer> BuildOptimizer(
@@ -239,7 +255,8 @@ EvalResult Evaluate(torch::nn::Sequential& net, const Split& s, int64_t batch,
   result.loss = loss_sum.item<double>() / double(n);
   result.accuracy = double(correct.item<int64_t>()) / double(n);
   if (predictions) {
-    auto p = torch::cat(predicted), q = torch::cat(confidence).to(torch::kFloat32);
+    auto p = torch::cat(predicted),
+         q = torch::cat(confidence).to(torch::kFloat32);
     auto y = s.y.cpu();
     auto ya = y.accessor<int64_t, 1>();
     auto pa = p.accessor<int64_t, 1>();
@@ -256,13 +273,18 @@ EvalResult Evaluate(torch::nn::Sequential& net, const Split& s, int64_t batch,
 class Run {
  public:
   Run(const TrainerConfig& c, const RunContext& ctx, ReportSink* sink)
-      : c_(c), ctx_(ctx), sink_(sink), precision_(ParsePrecision(c.precision)) {}
+      : c_(c),
+        ctx_(ctx),
+        sink_(sink),
+        precision_(ParsePrecision(c.precision)) {}
 
   // Data, replicas, checkpoint store and (when asked) the restored state.
   absl::StatusOr<int64_t> Setup(bool with_test) {
     const int64_t gpus =
         torch::cuda::is_available() ? torch::cuda::device_count() : 0;
-    const int64_t n = c_.replicas > 0 ? c_.replicas : std::max<int64_t>(1, gpus);
+    const int64_t n = c_.replicas > 0 ? c_.replicas
+                      : gpus > 0      ? gpus
+                                      : CpuReplicas(c_, ctx_.threads);
     if (gpus > 0 && n > gpus) {
       return absl::InvalidArgumentError(absl::StrCat(
           "replicas ", n, " needs as many GPUs; ", gpus, " are visible"));
@@ -305,14 +327,15 @@ class Run {
     for (int64_t r = 0; r < n; ++r) {
       auto& gen = replicas_[r].generator;
       std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_current_seed(SplitMix64(static_cast<uint64_t>(c_.seed) ^
-                                      SplitMix64(static_cast<uint64_t>(r) + 77)));
+      gen.set_current_seed(
+          SplitMix64(static_cast<uint64_t>(c_.seed) ^
+                     SplitMix64(static_cast<uint64_t>(r) + 77)));
     }
     scaler_ = std::make_unique<LossScaler>(precision_ == Precision::kFp16,
                                            LossScaler::Options{});
     if (!ctx_.checkpoint_root.empty()) {
-      DIAL_ASSIGN_OR_RETURN(store_, storage::FileCheckpointStore::Create(
-                                        {ctx_.checkpoint_root}));
+      DIAL_ASSIGN_OR_RETURN(
+          store_, storage::FileCheckpointStore::Create({ctx_.checkpoint_root}));
     }
     DIAL_RETURN_IF_ERROR(ParseSchedule());
     if (ctx_.restore_checkpoint.empty()) return 0;
@@ -325,14 +348,14 @@ class Run {
     if (step > 0) {
       std::fprintf(stderr,
                    "dial-train: resuming from checkpoint %s at step %lld\n",
-                   restored_id_.c_str(),
-                   static_cast<long long>(step));
+                   restored_id_.c_str(), static_cast<long long>(step));
       // A resumed run takes the scheduled knobs in force at its step.
       if (auto it = schedule_.upper_bound(step); it != schedule_.begin()) {
         DIAL_RETURN_IF_ERROR(ApplyOptimizerKnobs(std::prev(it)->second));
       }
     } else {
-      std::fprintf(stderr, "dial-train: starting at step 0 (%zu replica%s, %s)\n",
+      std::fprintf(stderr,
+                   "dial-train: starting at step 0 (%zu replica%s, %s)\n",
                    replicas_.size(), replicas_.size() == 1 ? "" : "s",
                    replicas_[0].device.str().c_str());
     }
@@ -346,9 +369,9 @@ class Run {
     }
     DIAL_RETURN_IF_ERROR(Setup(/*with_test=*/split == "test").status());
     const Split& s = split == "test" ? data_.test : data_.val;
-    EvalResult r = Evaluate(replicas_[0].net, s, EvalBatch(),
-                            replicas_[0].device, precision_,
-                            !predictions_path.empty());
+    EvalResult r =
+        Evaluate(replicas_[0].net, s, EvalBatch(), replicas_[0].device,
+                 precision_, !predictions_path.empty());
     if (!predictions_path.empty()) {
       std::ofstream out(predictions_path, std::ios::trunc);
       out << r.predictions_csv;
@@ -363,7 +386,9 @@ class Run {
   }
 
  private:
-  int64_t EvalBatch() const { return std::max(c_.eval_batch_size, c_.batch_size); }
+  int64_t EvalBatch() const {
+    return std::max(c_.eval_batch_size, c_.batch_size);
+  }
 
   // Loads weights and optimiser state into every replica.
   absl::Status LoadModel(std::map<std::string, std::string>& files,
@@ -411,9 +436,10 @@ class Run {
         }
       }
       if (!read.ok()) {
-        return absl::DataLossError(absl::StrCat(
-            "checkpoint ", id, " is damaged and no earlier checkpoint of trial ",
-            ctx_.trial, " verifies"));
+        return absl::DataLossError(
+            absl::StrCat("checkpoint ", id,
+                         " is damaged and no earlier checkpoint of trial ",
+                         ctx_.trial, " verifies"));
       }
     }
     if (!read.ok()) return read.status();
@@ -438,7 +464,8 @@ class Run {
                    "streams, this run %zu: dropout starts fresh streams\n",
                    id.c_str(), states.size(), replicas_.size());
     }
-    if (files.count("scaler")) DIAL_RETURN_IF_ERROR(scaler_->Load(files["scaler"]));
+    if (files.count("scaler"))
+      DIAL_RETURN_IF_ERROR(scaler_->Load(files["scaler"]));
     if (!absl::SimpleAtoi(files["step"], &last_checkpoint_step_)) {
       return absl::DataLossError(absl::StrCat("checkpoint ", id, ": bad step"));
     }
@@ -519,8 +546,8 @@ class Run {
     std::map<std::string, std::string> files;
     files["model.pt"] =
         Serialize([&](std::ostream& out) { torch::save(lead.net, out); });
-    files["optimizer.pt"] =
-        Serialize([&](std::ostream& out) { torch::save(*lead.optimizer, out); });
+    files["optimizer.pt"] = Serialize(
+        [&](std::ostream& out) { torch::save(*lead.optimizer, out); });
     std::vector<torch::Tensor> states;
     for (auto& rep : replicas_) {
       std::lock_guard<std::mutex> lock(rep.generator.mutex());
@@ -647,9 +674,9 @@ class Run {
       const bool checkpoint = c_.checkpoint_every == 0 ||
                               step % c_.checkpoint_every == 0 ||
                               step == c_.steps;
-      EvalResult val =
-          Evaluate(replicas_[0].net, data_.val, EvalBatch(), replicas_[0].device,
-                   precision_, checkpoint && store_ && c_.save_predictions);
+      EvalResult val = Evaluate(replicas_[0].net, data_.val, EvalBatch(),
+                                replicas_[0].device, precision_,
+                                checkpoint && store_ && c_.save_predictions);
       report.metrics["val_loss"] = val.loss;
       report.metrics["val_accuracy"] = val.accuracy;
       report.metrics["epoch"] = static_cast<double>(step) / double(per_epoch);

@@ -35,11 +35,16 @@ TEST_F(TrainerTest, ReplicasWithShardsMatchOneReplicaWithTheWholeBatch) {
   for (const char* optimizer : {"sgd", "adam"}) {
     SCOPED_TRACE(optimizer);
     auto weights = [&](int replicas, double dropout = 0) {
-      TrainerConfig c = Config(Knobs({{"steps", 50}, {"eval_every", 50},
-                                      {"batch_size", 32}, {"units", 32},
-                                      {"lr", 0.02}, {"grad_clip", 5.0},
-                                      {"replicas", replicas}, {"threads", 2},
-                                      {"dropout", dropout}, {"seed", 11}},
+      TrainerConfig c = Config(Knobs({{"steps", 50},
+                                      {"eval_every", 50},
+                                      {"batch_size", 32},
+                                      {"units", 32},
+                                      {"lr", 0.02},
+                                      {"grad_clip", 5.0},
+                                      {"replicas", replicas},
+                                      {"threads", 2},
+                                      {"dropout", dropout},
+                                      {"seed", 11}},
                                      {{"optimizer", optimizer}}));
       const fs::path root = root_ / absl::StrCat(optimizer, replicas, dropout);
       RunContext ctx;
@@ -59,7 +64,8 @@ TEST_F(TrainerTest, ReplicasWithShardsMatchOneReplicaWithTheWholeBatch) {
     // The replicas really ran apart: with dropout, each draws its own
     // masks, so 2 replicas no longer follow 1.
     auto one_dropout = weights(1, 0.5), two_dropout = weights(2, 0.5);
-    EXPECT_GT((one_dropout[0] - two_dropout[0]).abs().max().item<double>(), 1e-4);
+    EXPECT_GT((one_dropout[0] - two_dropout[0]).abs().max().item<double>(),
+              1e-4);
   }
 }
 
@@ -67,10 +73,107 @@ TEST_F(TrainerTest, ReplicasWithShardsMatchOneReplicaWithTheWholeBatch) {
 // gradients of one step skips that step (weights unchanged) and halves the
 // scale; training then goes on, and the scale grows back after a run of
 // good steps.
+// LibTorch's own batch norm, ReLU and pooling ops with the module's
+// parameters: what the fused path must compute.
+struct Pair {
+  NormReluPool fused, plain;
+};
+
+Pair MakePair(int64_t channels, bool avg) {
+  Pair p{NormReluPool(channels, avg), NormReluPool(channels, avg)};
+  torch::NoGradGuard no_grad;
+  p.fused->norm->weight.uniform_(0.5, 1.5);
+  p.fused->norm->bias.uniform_(-0.5, 0.5);
+  p.plain->norm->weight.copy_(p.fused->norm->weight);
+  p.plain->norm->bias.copy_(p.fused->norm->bias);
+  return p;
+}
+
+void ExpectClose(const torch::Tensor& a, const torch::Tensor& b,
+                 const std::string& what) {
+  ASSERT_EQ(a.sizes(), b.sizes()) << what;
+  EXPECT_TRUE(torch::allclose(a, b, /*rtol=*/1e-4, /*atol=*/1e-5))
+      << what << ": max difference " << (a - b).abs().max().item<double>();
+}
+
+// The fused batch norm + ReLU + 2x2 pooling against LibTorch's three ops:
+// outputs, the gradients of the input and of the norm's weight and bias,
+// and the running statistics agree, for max and avg pooling, even and odd
+// sizes, 12 channels (a group of 8 and 4 more), and in evaluation.
+TEST(NormReluPoolTest, FusedPathComputesWhatLibTorchsOpsDo) {
+  for (bool avg : {false, true}) {
+    for (auto [h, w] : {std::pair<int64_t, int64_t>{8, 8}, {7, 5}}) {
+      SCOPED_TRACE(absl::StrCat(avg ? "avg" : "max", " ", h, "x", w));
+      torch::manual_seed(3);
+      Pair p = MakePair(12, avg);
+      auto x = (torch::randn({6, 12, h, w}) * 2 + 0.3)
+                   .contiguous(torch::MemoryFormat::ChannelsLast);
+      auto xa = x.clone().requires_grad_(true);
+      auto xb = x.clone().requires_grad_(true);
+      ASSERT_TRUE(p.fused->Fusable(xa));
+      auto ya = p.fused->forward(xa), yb = p.plain->Unfused(xb);
+      ExpectClose(ya, yb, "output");
+      auto g = torch::randn_like(yb);
+      (ya * g).sum().backward();
+      (yb * g).sum().backward();
+      ExpectClose(xa.grad(), xb.grad(), "input gradient");
+      ExpectClose(p.fused->norm->weight.grad(), p.plain->norm->weight.grad(),
+                  "weight gradient");
+      ExpectClose(p.fused->norm->bias.grad(), p.plain->norm->bias.grad(),
+                  "bias gradient");
+      ExpectClose(p.fused->norm->running_mean, p.plain->norm->running_mean,
+                  "running mean");
+      ExpectClose(p.fused->norm->running_var, p.plain->norm->running_var,
+                  "running variance");
+      EXPECT_EQ(p.fused->norm->num_batches_tracked.item<int64_t>(), 1);
+
+      p.fused->eval();
+      p.plain->eval();
+      torch::NoGradGuard no_grad;
+      ASSERT_TRUE(p.fused->Fusable(x));
+      ExpectClose(p.fused->forward(x), p.plain->Unfused(x), "evaluation");
+    }
+  }
+}
+
+// A one-channel conv's NCHW output takes the fused path too; a NaN in the
+// input poisons its channel as in LibTorch rather than vanishing in the
+// ReLU; bf16 input goes through LibTorch's ops.
+TEST(NormReluPoolTest, NchwInputNanAndFallback) {
+  torch::manual_seed(5);
+  Pair p = MakePair(3, /*avg=*/false);
+  auto x = torch::randn({4, 3, 6, 6});
+  ASSERT_TRUE(x.is_contiguous());
+  ASSERT_TRUE(p.fused->Fusable(x));
+  ExpectClose(p.fused->forward(x), p.plain->Unfused(x), "NCHW input");
+
+  x[1][2][3][4].fill_(NAN);
+  auto ya = p.fused->forward(x), yb = p.plain->Unfused(x);
+  EXPECT_TRUE(torch::equal(ya.isnan(), yb.isnan()));
+  EXPECT_TRUE(ya.select(1, 2).isnan().all().item<bool>());
+  EXPECT_FALSE(ya.select(1, 0).isnan().any().item<bool>());
+
+  EXPECT_FALSE(p.fused->Fusable(x.to(torch::kBFloat16)));
+}
+
+// `replicas: 0` on the CPU: one replica per thread for models without
+// batch norm, each with at least 32 examples; one with batch norm.
+TEST(CpuReplicasTest, OnePerThreadUnlessBatchNorm) {
+  TrainerConfig c = Config(Knobs({{"batch_size", 128}}));
+  EXPECT_EQ(CpuReplicas(c, 1), 1);
+  EXPECT_EQ(CpuReplicas(c, 2), 2);
+  EXPECT_EQ(CpuReplicas(c, 8), 4);  // 32 examples each
+  c.model = "cnn";
+  EXPECT_EQ(CpuReplicas(c, 2), 1);  // norm: batch
+  c.norm = "layer";
+  EXPECT_EQ(CpuReplicas(c, 2), 2);
+}
+
 TEST(LossScalerTest, SkipsAStepWithAnInfAndRecovers) {
   torch::manual_seed(1);
   torch::nn::Linear model(4, 1);
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  torch::optim::SGD optimizer(model->parameters(),
+                              torch::optim::SGDOptions(0.1));
   LossScaler::Options options;
   options.init_scale = 1024;
   options.growth_interval = 5;
