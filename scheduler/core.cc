@@ -239,7 +239,11 @@ absl::Status SchedulerCore::Load() {
                           store_->ListTrials(entry->study.name(), {}));
     for (auto& trial : trials) Mirror(*entry, std::move(trial));
     trials.clear();
-    // Searchers and trial schedulers see history in the order it happened.
+    // Finished trials reach the searcher and the trial scheduler in the
+    // order they finished. Reports do not: they are replayed trial by trial
+    // below, to trial schedulers and to searchers that fit on rung results
+    // (TPE, BOHB) alike, which is why neither may depend on the order of
+    // reports across trials.
     std::vector<const v1::Trial*> finished;
     for (const auto& [number, trial] : entry->trials) {
       if (IsFinal(trial.state())) finished.push_back(&trial);
@@ -277,8 +281,9 @@ absl::Status SchedulerCore::Load() {
                                          point.metrics());
         }
       };
-      DIAL_RETURN_IF_ERROR(
-          store_->ForEachReport(entry->study.name(), steps, replay));
+      DIAL_RETURN_IF_ERROR(store_->ForEachReport(
+          entry->study.name(), steps, entry->study.spec().objective().metric(),
+          replay));
     }
     for (const v1::Trial* trial : finished) {
       entry->searcher->Observe(*trial);

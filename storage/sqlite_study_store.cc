@@ -1018,6 +1018,7 @@ absl::Status SqliteStudyStore::EmitReports(
 
 absl::Status SqliteStudyStore::ForEachReport(
     const std::string& study, const std::vector<int64_t>& steps,
+    const std::string& metric,
     const std::function<void(int64_t number, const v1::MetricPoint& point)>&
         fn) {
   absl::MutexLock lock(&mu_);
@@ -1032,21 +1033,29 @@ absl::Status SqliteStudyStore::ForEachReport(
     all.Bind(1, study_id);
     return EmitReports(all, fn);
   }
-  // The wanted (trial, step) pairs: an index seek per trial and step, and
-  // each trial's last step; then those rows only, in (trial, step) order.
-  DIAL_PREPARE(some,
-               "WITH wanted(trial_id, number, step) AS ("
-               " SELECT t.id, t.number, (SELECT MIN(m.step) FROM metrics m"
-               "  WHERE m.trial_id = t.id AND m.step >= s.value)"
-               " FROM trials t, json_each(?2) s WHERE t.study_id = ?1"
-               " UNION"
-               " SELECT t.id, t.number, t.last_step FROM trials t"
-               " WHERE t.study_id = ?1)"
-               "SELECT w.number, m.step, m.name, m.value, m.time_ms FROM"
-               " wanted w JOIN metrics m ON m.trial_id = w.trial_id AND"
-               " m.step = w.step ORDER BY w.number, m.step");
+  // The wanted (trial, step) pairs: per trial and step an index seek to the
+  // first step at or after it with a finite value of the metric (NaN is
+  // stored as NULL), and each trial's last such step; then those rows only,
+  // in (trial, step) order.
+  DIAL_PREPARE(
+      some,
+      "WITH wanted(trial_id, number, step) AS ("
+      " SELECT t.id, t.number, (SELECT m.step FROM metrics m"
+      "  WHERE m.trial_id = t.id AND m.step >= s.value AND m.name = ?3"
+      "  AND abs(m.value) <= 1.7976931348623157e308 ORDER BY m.step LIMIT 1)"
+      " FROM trials t, json_each(?2) s WHERE t.study_id = ?1"
+      " UNION"
+      " SELECT t.id, t.number, (SELECT m.step FROM metrics m"
+      "  WHERE m.trial_id = t.id AND m.name = ?3"
+      "  AND abs(m.value) <= 1.7976931348623157e308"
+      "  ORDER BY m.step DESC LIMIT 1)"
+      " FROM trials t WHERE t.study_id = ?1)"
+      "SELECT w.number, m.step, m.name, m.value, m.time_ms FROM"
+      " wanted w JOIN metrics m ON m.trial_id = w.trial_id AND"
+      " m.step = w.step ORDER BY w.number, m.step");
   some.Bind(1, study_id)
-      .Bind(2, absl::StrCat("[", absl::StrJoin(steps, ","), "]"));
+      .Bind(2, absl::StrCat("[", absl::StrJoin(steps, ","), "]"))
+      .Bind(3, metric);
   return EmitReports(some, fn);
 }
 

@@ -68,6 +68,7 @@ class SqliteStudyStore : public StudyStore {
       const std::string& study, int64_t number) override;
   absl::Status ForEachReport(
       const std::string& study, const std::vector<int64_t>& steps,
+      const std::string& metric,
       const std::function<void(int64_t number, const v1::MetricPoint& point)>&
           fn) override;
   absl::Status PutCheckpoint(const CheckpointRecord& record) override;
