@@ -844,15 +844,27 @@ void SchedulerCore::Retain(StudyEntry& entry, int64_t trial) {
     doomed.push_back(id);
     s = scores.erase(s);
   }
-  for (const auto& id : doomed) {
-    Enqueue({[this, id] {
+  if (doomed.empty()) return;
+  // Deleted only once the write that made them obsolete (the caller's,
+  // just made) is durable: were it lost, the reloaded study would still
+  // name them. The wait is one commit, on the suggestion thread.
+  Enqueue({[this, doomed, seq = store_->WrittenSeq()] {
+             absl::Notification answered;
+             absl::Status durable;
+             store_->WhenDurable(seq, [&](absl::Status s) {
+               durable = s;
+               answered.Notify();
+             });
+             answered.WaitForNotification();
+             if (!durable.ok()) return;
+             for (const auto& id : doomed) {
                absl::Status status = checkpoints_->Delete(id);
                if (!status.ok() && !absl::IsNotFound(status)) {
                  spdlog::warn("retention: {}", status.ToString());
                }
-             },
-             nullptr});
-  }
+             }
+           },
+           nullptr});
 }
 
 absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(

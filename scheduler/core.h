@@ -291,8 +291,8 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Mirror(StudyEntry& entry, v1::Trial trial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Deletes (on the suggestion thread) the trial's checkpoints that the
-  // study's policy no longer keeps.
+  // Deletes the trial's checkpoints that the study's policy no longer keeps,
+  // on the suggestion thread, once the caller's latest write is durable.
   void Retain(StudyEntry& entry, int64_t trial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SaveStudyState(StudyEntry& entry, v1::StudyState state)
