@@ -214,6 +214,12 @@ void SchedulerCore::Reload() {
   reload_needed_ = !status.ok();
   if (reload_needed_) {
     spdlog::error("reload failed, retrying: {}", status.ToString());
+    // The studies loaded before the failure have work queued (ScheduleFill)
+    // that must not run on entries about to be dropped.
+    for (auto& [name, entry] : studies_) {
+      entry->deleted = true;
+      entry->stale = true;
+    }
     studies_.clear();
     dispatched_.clear();
   }
