@@ -343,8 +343,10 @@ SqliteStudyStore::~SqliteStudyStore() {
       ckpt_cv_.Signal();
     }
     checkpointer_.join();
-    sqlite3_close(ckpt_db_);
   }
+  // Also when Create failed after opening it (a failed open leaves a
+  // handle to close too); no-op when null.
+  sqlite3_close(ckpt_db_);
   absl::MutexLock lock(&mu_);
   for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
   sqlite3_close(db_);
