@@ -19,6 +19,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
+#include "spdlog/spdlog.h"
 
 namespace dial::storage {
 namespace {
@@ -407,7 +408,20 @@ absl::Status SqliteStudyStore::Transaction(
     }
     return status;
   }
+  if (!broken_.ok()) return broken_;
   if (!lost_.ok()) return lost_;
+  if (txn_open_ && sqlite3_get_autocommit(db_)) {
+    // A statement that failed since (a read's I/O error, say) made SQLite
+    // roll back the open transaction: the group's writes are gone. Not
+    // noticed here, this write's SAVEPOINT would begin a transaction of its
+    // own, and its RELEASE commit it, unsynced.
+    txn_open_ = false;
+    LoseGroup(absl::UnavailableError(
+        absl::StrCat("database ", path_,
+                     ": the open transaction was rolled back after an "
+                     "error")));
+    return lost_;
+  }
   if (!txn_open_) {
     DIAL_RETURN_IF_ERROR(Run("BEGIN IMMEDIATE"));
     txn_open_ = true;
@@ -434,6 +448,26 @@ absl::Status SqliteStudyStore::Transaction(
   txn_open_ = false;
   LoseGroup(status);
   return status;
+}
+
+// After a failed fdatasync of the log the kernel may have dropped its dirty
+// pages, and later syncs succeed without writing them ("fsyncgate"): no
+// later commit can be promised durable, since recovery stops at the first
+// missing frame. So every further write is refused until the process
+// restarts, and the writes applied meanwhile (the next group) are rolled
+// back and lost.
+void SqliteStudyStore::Break(const absl::Status& cause) {
+  absl::MutexLock lock(&mu_);
+  broken_ = absl::UnavailableError(absl::StrCat(
+      cause.message(),
+      "; every write is refused until dial-scheduler restarts, since after "
+      "a failed sync the system may have dropped writes it reported done"));
+  spdlog::error("{}", std::string(broken_.message()));
+  if (txn_open_) {
+    Exec("ROLLBACK").IgnoreError();
+    txn_open_ = false;
+    LoseGroup(broken_);
+  }
 }
 
 // Marks the writes applied since the last commit as lost (mu_ held); the
@@ -490,6 +524,7 @@ void SqliteStudyStore::CommitLoop() {
     // the next group's writes go on meanwhile. An acknowledged write is in
     // the synced log, which SQLite replays after a crash.
     if (committed && full_sync_) status = SyncWal();
+    if (committed && !status.ok()) Break(status);
     if (committed && wal_pages_.load() >= kCheckpointPages) {
       absl::MutexLock lock(&ckpt_mu_);
       ckpt_wanted_ = true;
@@ -503,8 +538,11 @@ void SqliteStudyStore::CommitLoop() {
       {
         absl::MutexLock lock(&durable_mu_);
         handler = lost_handler_;
+        handler_running_ = true;
       }
       if (handler) handler();
+      absl::MutexLock lock(&durable_mu_);
+      handler_running_ = false;
     }
     std::vector<std::function<void(absl::Status)>> ok, failed;
     {
@@ -512,7 +550,8 @@ void SqliteStudyStore::CommitLoop() {
       if (!status.ok()) {
         // Lost, or committed but maybe not on disk (the sync failed): not
         // acknowledged either way. After a failed sync memory and file
-        // agree, so nothing is reloaded.
+        // agree, so nothing is reloaded for this group (Break loses the
+        // next one).
         lost_ranges_.push_back({durable_seq_, seq});
         lost_status_ = status;
       }
@@ -566,6 +605,13 @@ void SqliteStudyStore::WhenDurable(uint64_t seq,
 
 void SqliteStudyStore::SetLostHandler(std::function<void()> handler) {
   absl::MutexLock lock(&durable_mu_);
+  // A running handler may use what the caller is about to destroy: wait for
+  // it to return, unless this is the handler itself (it runs on the
+  // committer thread).
+  if (std::this_thread::get_id() != committer_.get_id()) {
+    durable_mu_.Await(absl::Condition(
+        +[](bool* running) { return !*running; }, &handler_running_));
+  }
   lost_handler_ = std::move(handler);
 }
 

@@ -131,8 +131,10 @@ class StudyStore {
   // are lost (their commit failed): then the store refuses writes until
   // Recover(), and the lost handler runs first (once per loss, on a thread
   // of the store's, holding none of its locks) so the owner can re-read
-  // the store, which holds none of the lost writes. Stores that commit every
-  // call keep these defaults: everything is durable when the call returns.
+  // the store, which holds none of the lost writes. SetLostHandler returns
+  // only once a running handler has returned (unless called from it), so
+  // its owner may then be destroyed. Stores that commit every call keep
+  // these defaults: everything is durable when the call returns.
   virtual uint64_t WrittenSeq() const { return 0; }
   virtual void WhenDurable(uint64_t /*seq*/,
                            std::function<void(absl::Status)> done) {
