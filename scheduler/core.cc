@@ -16,6 +16,11 @@
 namespace dial::scheduler {
 namespace {
 
+// The store's sequence number when this thread last released the core's
+// lock, or answered a parked call under it: what the answer it is about to
+// send waits for (see WhenDurable).
+thread_local uint64_t t_written_seq = 0;
+
 constexpr int32_t kMaxPageSize = 1000;
 constexpr int32_t kDefaultPageSize = 100;
 constexpr int32_t kMaxSuggest = 1000;
@@ -104,7 +109,7 @@ SchedulerCore::~SchedulerCore() {
   if (suggester_.joinable()) suggester_.join();
   std::thread backup;
   {
-    absl::MutexLock lock(&mu_);
+    Lock lock(this);
     backup = std::move(backup_thread_);
   }
   if (backup.joinable()) backup.join();
@@ -117,7 +122,7 @@ void SchedulerCore::RunTasks() {
     Task task;
     std::deque<Task> cancelled;
     {
-      absl::MutexLock lock(&mu_);
+      Lock lock(this);
       executing_ = false;
       mu_.Await(absl::Condition(this, &SchedulerCore::HasWork));
       if (stopping_) {
@@ -139,7 +144,7 @@ void SchedulerCore::RunTasks() {
 }
 
 void SchedulerCore::WaitIdle() {
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   mu_.Await(absl::Condition(this, &SchedulerCore::Idle));
 }
 
@@ -156,10 +161,10 @@ void SchedulerCore::ScheduleFill(const std::string& name) {
 }
 
 void SchedulerCore::StopWaiting() {
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   stopping_ = true;
   // Parked long polls end empty rather than dangle.
-  for (auto& w : waiters_) w.done(std::optional<Assignment>());
+  for (auto& w : waiters_) Answer(w.done, std::optional<Assignment>());
   waiters_.clear();
 }
 
@@ -174,7 +179,7 @@ absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
     DIAL_RETURN_IF_ERROR(core->Load());
   }
   core->store_->SetLostHandler([self = core.get()] {
-    absl::MutexLock lock(&self->mu_);
+    Lock lock(self);
     self->Reload();
   });
   core->suggester_ = std::thread([self = core.get()] { self->RunTasks(); });
@@ -184,7 +189,7 @@ absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
     core->ticker_ = std::thread([self, tick] {
       while (true) {
         {
-          absl::MutexLock lock(&self->mu_);
+          Lock lock(self);
           self->mu_.AwaitWithTimeout(absl::Condition(&self->stopping_), tick);
           if (self->stopping_) return;
         }
@@ -195,8 +200,19 @@ absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
   return core;
 }
 
+void SchedulerCore::NoteWritten() { t_written_seq = store_->WrittenSeq(); }
+
 void SchedulerCore::WhenDurable(std::function<void(absl::Status)> done) {
-  store_->WhenDurable(store_->WrittenSeq(), std::move(done));
+  // Read under the lock, not now: by now a lost write of this call may have
+  // been reloaded away and followed by other calls' writes that will be
+  // durable.
+  store_->WhenDurable(std::exchange(t_written_seq, 0), std::move(done));
+}
+
+void SchedulerCore::Answer(const AcquireCallback& done,
+                           absl::StatusOr<std::optional<Assignment>> result) {
+  NoteWritten();
+  done(std::move(result));
 }
 
 void SchedulerCore::Reload() {
@@ -214,6 +230,12 @@ void SchedulerCore::Reload() {
   reload_needed_ = !status.ok();
   if (reload_needed_) {
     spdlog::error("reload failed, retrying: {}", status.ToString());
+    // The studies loaded before the failure have work queued (ScheduleFill)
+    // that must not run on entries about to be dropped.
+    for (auto& [name, entry] : studies_) {
+      entry->deleted = true;
+      entry->stale = true;
+    }
     studies_.clear();
     dispatched_.clear();
   }
@@ -239,7 +261,11 @@ absl::Status SchedulerCore::Load() {
                           store_->ListTrials(entry->study.name(), {}));
     for (auto& trial : trials) Mirror(*entry, std::move(trial));
     trials.clear();
-    // Searchers and trial schedulers see history in the order it happened.
+    // Finished trials reach the searcher and the trial scheduler in the
+    // order they finished. Reports do not: they are replayed trial by trial
+    // below, to trial schedulers and to searchers that fit on rung results
+    // (TPE, BOHB) alike, which is why neither may depend on the order of
+    // reports across trials.
     std::vector<const v1::Trial*> finished;
     for (const auto& [number, trial] : entry->trials) {
       if (IsFinal(trial.state())) finished.push_back(&trial);
@@ -277,8 +303,9 @@ absl::Status SchedulerCore::Load() {
                                          point.metrics());
         }
       };
-      DIAL_RETURN_IF_ERROR(
-          store_->ForEachReport(entry->study.name(), steps, replay));
+      DIAL_RETURN_IF_ERROR(store_->ForEachReport(
+          entry->study.name(), steps, entry->study.spec().objective().metric(),
+          replay));
     }
     for (const v1::Trial* trial : finished) {
       entry->searcher->Observe(*trial);
@@ -494,7 +521,7 @@ absl::StatusOr<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec) {
   *entry->study.mutable_create_time() = Now();
   *entry->study.mutable_update_time() = entry->study.create_time();
 
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   if (studies_.count(entry->study.name())) {
     return absl::AlreadyExistsError(
         absl::StrCat("study '", entry->study.name(), "' already exists"));
@@ -507,13 +534,13 @@ absl::StatusOr<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec) {
 }
 
 absl::StatusOr<v1::Study> SchedulerCore::GetStudy(const std::string& name) {
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
   return WithCounts(*entry);
 }
 
 absl::StatusOr<std::vector<v1::Study>> SchedulerCore::ListStudies() {
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   std::vector<v1::Study> out;
   for (const auto& [name, entry] : studies_) out.push_back(WithCounts(*entry));
   std::sort(out.begin(), out.end(), [](const v1::Study& a, const v1::Study& b) {
@@ -527,7 +554,7 @@ absl::StatusOr<std::vector<v1::Study>> SchedulerCore::ListStudies() {
 
 absl::StatusOr<v1::Study> SchedulerCore::UpdateStudy(
     const std::string& name, int32_t max_trials, int32_t max_parallel_trials) {
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
   if (entry->study.state() == v1::STUDY_STOPPED) {
     return absl::FailedPreconditionError(
@@ -570,7 +597,7 @@ absl::StatusOr<v1::Study> SchedulerCore::UpdateStudy(
          if (!searcher.ok()) return;  // checked above
          std::vector<v1::Trial> finished, all;
          {
-           absl::MutexLock lock(&mu_);
+           Lock lock(this);
            for (const auto& [number, trial] : shared->trials) {
              if (IsFinal(trial.state())) finished.push_back(trial);
              all.push_back(trial);
@@ -610,7 +637,7 @@ absl::StatusOr<v1::Study> SchedulerCore::UpdateStudy(
 }
 
 absl::StatusOr<v1::Study> SchedulerCore::StopStudy(const std::string& name) {
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
   if (entry->study.state() != v1::STUDY_ACTIVE) return WithCounts(*entry);
   for (auto& [number, trial] : entry->trials) {
@@ -627,7 +654,7 @@ absl::StatusOr<v1::Study> SchedulerCore::StopStudy(const std::string& name) {
 }
 
 absl::Status SchedulerCore::DeleteStudy(const std::string& name) {
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
   DIAL_RETURN_IF_ERROR(store_->DeleteStudy(name));
   Emit(*entry, v1::StudyEvent::STUDY_FINISHED, nullptr);
@@ -651,7 +678,7 @@ absl::StatusOr<TrialPage> SchedulerCore::ListTrials(
     return absl::InvalidArgumentError(
         "page_token: not a token returned by ListTrials");
   }
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
   TrialPage page;
   for (auto it = entry->trials.upper_bound(after); it != entry->trials.end();
@@ -673,7 +700,7 @@ absl::StatusOr<v1::Trial> SchedulerCore::GetTrial(const std::string& name,
                                                   int64_t number) {
   v1::Trial trial;
   {
-    absl::MutexLock lock(&mu_);
+    Lock lock(this);
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
     DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
     trial = *stored;
@@ -693,7 +720,7 @@ absl::StatusOr<std::vector<v1::Trial>> SchedulerCore::GetBestTrials(
         absl::StrCat("count: must be between 0 (= 1) and ", kMaxPageSize));
   }
   if (count == 0) count = 1;
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
   std::vector<v1::Trial> out;
   for (auto it = entry->ranked.begin();
@@ -707,12 +734,23 @@ absl::StatusOr<Suggestion> SchedulerCore::SuggestTrials(
     const std::string& name, int32_t count, const std::string& client_id) {
   absl::Notification ready;
   absl::StatusOr<Suggestion> result;
+  uint64_t seq = 0;
   SuggestTrialsAsync(name, count, client_id, [&](absl::StatusOr<Suggestion> r) {
     result = std::move(r);
+    seq = t_written_seq;  // the suggestion thread's, for WhenDurable here
     ready.Notify();
   });
   ready.WaitForNotification();
+  t_written_seq = seq;
   return result;
+}
+
+absl::Status SchedulerCore::Gone(const StudyEntry& entry) {
+  if (entry.stale) {
+    return absl::UnavailableError("the scheduler reloaded its state; retry");
+  }
+  if (entry.deleted) return absl::NotFoundError("the study was deleted");
+  return absl::OkStatus();
 }
 
 void SchedulerCore::SuggestTrialsAsync(
@@ -727,74 +765,75 @@ void SchedulerCore::SuggestTrialsAsync(
         absl::StrCat("client_id: at most ", kMaxClientId, " characters")));
   }
   if (count == 0) count = 1;
-  std::shared_ptr<StudyEntry> entry;
+  absl::Status refused;
   {
-    absl::MutexLock lock(&mu_);
+    Lock lock(this);
     auto found = Find(name);
-    if (!found.ok()) return done(found.status());
-    if (stopping_) {
-      return done(absl::UnavailableError("the scheduler is shutting down"));
-    }
-    entry = studies_[name];
-    Enqueue({[this, entry, count, client_id, done] {
-               Suggestion result;
-               bool deleted = false, reuse = false;
-               {
-                 absl::MutexLock lock(&mu_);
-                 deleted = entry->deleted;
-                 // A client with open trials gets those back, not new ones.
-                 auto it = entry->open_by_client.find(client_id);
-                 if (!deleted && !client_id.empty() &&
-                     it != entry->open_by_client.end() && !it->second.empty()) {
-                   for (int64_t number : it->second) {
-                     result.trials.push_back(entry->trials.at(number));
-                   }
-                   result.study_state = entry->study.state();
-                   reuse = true;
+    if (!found.ok()) {
+      refused = found.status();
+    } else if (stopping_) {
+      refused = absl::UnavailableError("the scheduler is shutting down");
+    } else {
+      Enqueue(
+          {[this, entry = studies_[name], count, client_id, done] {
+             Suggestion result;
+             absl::Status gone;
+             bool reuse = false;
+             {
+               Lock lock(this);
+               gone = Gone(*entry);
+               // A client with open trials gets those back, not new
+               // ones.
+               auto it = entry->open_by_client.find(client_id);
+               if (gone.ok() && !client_id.empty() &&
+                   it != entry->open_by_client.end() && !it->second.empty()) {
+                 for (int64_t number : it->second) {
+                   result.trials.push_back(entry->trials.at(number));
                  }
-               }
-               // `done` runs without the lock, as promised.
-               if (deleted && entry->stale) {
-                 return done(absl::UnavailableError(
-                     "the scheduler reloaded its state; retry"));
-               }
-               if (deleted)
-                 return done(absl::NotFoundError("the study was deleted"));
-               if (reuse) return done(std::move(result));
-               while (int32_t(result.trials.size()) < count) {
-                 auto trial = NewTrial(entry, v1::RUNNING, client_id);
-                 if (!trial.ok() && result.trials.empty()) {
-                   return done(trial.status());
-                 }
-                 // The trials created before a store error are durable
-                 // and this client's: hand them over rather than orphan
-                 // them.
-                 if (!trial.ok() || !trial->has_value()) break;
-                 result.trials.push_back(std::move(**trial));
-               }
-               absl::Status status;
-               {
-                 absl::MutexLock lock(&mu_);
-                 status = MaybeFinish(*entry);
                  result.study_state = entry->study.state();
-                 result.done =
-                     entry->study.state() != v1::STUDY_ACTIVE ||
-                     (result.trials.empty() && entry->open_trials == 0);
+                 reuse = true;
                }
-               if (!status.ok()) return done(status);
-               done(std::move(result));
-             },
-             [done] {
-               done(absl::UnavailableError("the scheduler is shutting down"));
-             }});
+             }
+             // `done` runs without the lock, as promised.
+             if (!gone.ok()) return done(gone);
+             if (reuse) return done(std::move(result));
+             while (int32_t(result.trials.size()) < count) {
+               auto trial = NewTrial(entry, v1::RUNNING, client_id);
+               if (!trial.ok() && result.trials.empty()) {
+                 return done(trial.status());
+               }
+               // The trials created before a store error are this
+               // client's: hand them over rather than orphan them.
+               if (!trial.ok() || !trial->has_value()) break;
+               result.trials.push_back(std::move(**trial));
+             }
+             absl::Status status;
+             {
+               Lock lock(this);
+               // A Reload meanwhile dropped this entry (and maybe the
+               // trials just created): it must not write any more.
+               status = Gone(*entry);
+               if (status.ok()) status = MaybeFinish(*entry);
+               result.study_state = entry->study.state();
+               result.done = entry->study.state() != v1::STUDY_ACTIVE ||
+                             (result.trials.empty() && entry->open_trials == 0);
+             }
+             if (!status.ok()) return done(status);
+             done(std::move(result));
+           },
+           [done] {
+             done(absl::UnavailableError("the scheduler is shutting down"));
+           }});
+    }
   }
+  if (!refused.ok()) done(refused);
 }
 
 absl::StatusOr<v1::Decision> SchedulerCore::ReportIntermediate(
     const std::string& name, int64_t number, int64_t step,
     const searchers::Metrics& metrics, const std::string& checkpoint) {
   DIAL_RETURN_IF_ERROR(CheckReport(step, metrics, checkpoint));
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
   DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
   if (stored->state() != v1::RUNNING) {
@@ -839,15 +878,27 @@ void SchedulerCore::Retain(StudyEntry& entry, int64_t trial) {
     doomed.push_back(id);
     s = scores.erase(s);
   }
-  for (const auto& id : doomed) {
-    Enqueue({[this, id] {
+  if (doomed.empty()) return;
+  // Deleted only once the write that made them obsolete (the caller's,
+  // just made) is durable: were it lost, the reloaded study would still
+  // name them. The wait is one commit, on the suggestion thread.
+  Enqueue({[this, doomed, seq = store_->WrittenSeq()] {
+             absl::Notification answered;
+             absl::Status durable;
+             store_->WhenDurable(seq, [&](absl::Status s) {
+               durable = s;
+               answered.Notify();
+             });
+             answered.WaitForNotification();
+             if (!durable.ok()) return;
+             for (const auto& id : doomed) {
                absl::Status status = checkpoints_->Delete(id);
                if (!status.ok() && !absl::IsNotFound(status)) {
                  spdlog::warn("retention: {}", status.ToString());
                }
-             },
-             nullptr});
-  }
+             }
+           },
+           nullptr});
 }
 
 absl::StatusOr<v1::Decision> SchedulerCore::RecordReport(
@@ -986,7 +1037,7 @@ absl::StatusOr<v1::Trial> SchedulerCore::CompleteTrial(
     const std::string& name, int64_t number,
     const searchers::Metrics& final_metrics, const std::string& error) {
   DIAL_RETURN_IF_ERROR(CheckMetrics(final_metrics, "final_metrics"));
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
   DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
   const bool stopped_open = stored->state() == v1::STOPPED &&
@@ -1029,7 +1080,7 @@ absl::StatusOr<v1::Trial> SchedulerCore::CompleteTrial(
 absl::StatusOr<v1::StudyEvent> SchedulerCore::Watch(const std::string& name,
                                                     WatchCallback callback,
                                                     int64_t* watch_id) {
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(name));
   v1::StudyEvent event;
   event.set_kind(v1::StudyEvent::SNAPSHOT);
@@ -1041,7 +1092,7 @@ absl::StatusOr<v1::StudyEvent> SchedulerCore::Watch(const std::string& name,
 }
 
 void SchedulerCore::Unwatch(int64_t watch_id) {
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   watchers_.erase(watch_id);
 }
 
@@ -1061,7 +1112,7 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
   std::vector<v1::Trial> observe;
   std::vector<StudyEntry::Report> reports;
   {
-    absl::MutexLock lock(&mu_);
+    Lock lock(this);
     if (!CanCreate(*entry)) return std::optional<v1::Trial>();
     reports.swap(entry->unobserved_reports);
     number = static_cast<int64_t>(entry->trials.size());
@@ -1078,7 +1129,7 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
   }
   for (const auto& t : observe) entry->searcher->Observe(t);
   auto params = entry->searcher->Suggest(number, pending);
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   if (absl::IsOutOfRange(params.status())) {
     entry->exhausted = true;
     return std::optional<v1::Trial>();
@@ -1105,13 +1156,13 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
 
 void SchedulerCore::FillPending(const std::shared_ptr<StudyEntry>& entry) {
   {
-    absl::MutexLock lock(&mu_);
+    Lock lock(this);
     entry->fill_queued = false;
   }
   while (true) {
     {
       // Paused trials the trial scheduler promotes go first (ASHA).
-      absl::MutexLock lock(&mu_);
+      Lock lock(this);
       if (!entry->deleted && entry->study.state() == v1::STUDY_ACTIVE &&
           entry->active_trials <
               entry->study.spec().budget().max_parallel_trials()) {
@@ -1127,7 +1178,7 @@ void SchedulerCore::FillPending(const std::shared_ptr<StudyEntry>& entry) {
       }
     }
     auto trial = NewTrial(entry, v1::PENDING, "");
-    absl::MutexLock lock(&mu_);
+    Lock lock(this);
     if (!trial.ok()) {
       // E.g. the disk is full: the next AcquireTrial asks again.
       spdlog::error("study {}: cannot queue a trial: {}", entry->study.name(),
@@ -1137,7 +1188,8 @@ void SchedulerCore::FillPending(const std::shared_ptr<StudyEntry>& entry) {
     }
     Dispatch();
     if (!trial->has_value()) {
-      FinishIfDone(*entry);
+      // Not for an entry that DeleteStudy or a Reload dropped meanwhile.
+      if (!entry->deleted) FinishIfDone(*entry);
       return;
     }
   }
@@ -1180,7 +1232,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> SchedulerCore::RegisterWorker(
     return absl::InvalidArgumentError(
         "resources.slots: must be between 1 and 1024");
   }
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   std::random_device rd;
   char suffix[9];
   std::snprintf(suffix, sizeof(suffix), "%08x", rd());
@@ -1200,7 +1252,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> SchedulerCore::RegisterWorker(
 
 absl::StatusOr<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
     const v1::HeartbeatRequest& request) {
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   DIAL_RETURN_IF_ERROR(Touch(request.worker_id()));
   std::set<std::pair<std::string, int64_t>> running;
   for (const auto& r : request.running())
@@ -1273,7 +1325,7 @@ absl::StatusOr<std::optional<Assignment>> SchedulerCore::Assign(
 void SchedulerCore::Dispatch() {
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (!it->alive()) {
-      it->done(std::optional<Assignment>());
+      Answer(it->done, std::optional<Assignment>());
       it = waiters_.erase(it);
       continue;
     }
@@ -1282,7 +1334,7 @@ void SchedulerCore::Dispatch() {
       ++it;
       continue;
     }
-    it->done(std::move(assignment));
+    Answer(it->done, std::move(assignment));
     it = waiters_.erase(it);
   }
 }
@@ -1291,9 +1343,9 @@ void SchedulerCore::AcquireTrial(const std::string& worker_id,
                                  int32_t free_gpus, absl::Duration wait,
                                  std::function<bool()> alive,
                                  AcquireCallback done) {
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   absl::Status touched = Touch(worker_id);
-  if (!touched.ok()) return done(touched);
+  if (!touched.ok()) return Answer(done, touched);
   // Top-ups that failed on the store (a full disk) are retried while
   // workers ask for work, so the studies move again once the store heals.
   for (auto& [name, entry] : studies_) {
@@ -1305,7 +1357,7 @@ void SchedulerCore::AcquireTrial(const std::string& worker_id,
   auto assignment = Assign(worker_id, free_gpus);
   if (!assignment.ok() || assignment->has_value() ||
       wait <= absl::ZeroDuration() || stopping_) {
-    return done(std::move(assignment));
+    return Answer(done, std::move(assignment));
   }
   waiters_.push_back({worker_id, free_gpus,
                       clock_->Now() + std::min(wait, absl::Seconds(30)),
@@ -1332,7 +1384,7 @@ absl::StatusOr<v1::Decision> SchedulerCore::ReportProgress(
     const v1::ReportProgressRequest& request) {
   DIAL_RETURN_IF_ERROR(
       CheckReport(request.step(), request.metrics(), request.checkpoint()));
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   DIAL_RETURN_IF_ERROR(Touch(request.worker_id()));
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(request.study()));
   DIAL_ASSIGN_OR_RETURN(
@@ -1365,7 +1417,7 @@ absl::StatusOr<v1::Decision> SchedulerCore::ReportProgress(
 
 absl::Status SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request) {
   DIAL_RETURN_IF_ERROR(CheckMetrics(request.final_metrics(), "final_metrics"));
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   DIAL_RETURN_IF_ERROR(Touch(request.worker_id()));
   DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, Find(request.study()));
   DIAL_ASSIGN_OR_RETURN(
@@ -1437,7 +1489,8 @@ absl::Status SchedulerCore::LoseWorker(const std::string& worker_id) {
   // Its parked long polls must not be handed the trials just requeued.
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (it->worker_id == worker_id) {
-      it->done(absl::NotFoundError("worker lease expired; register again"));
+      Answer(it->done,
+             absl::NotFoundError("worker lease expired; register again"));
       it = waiters_.erase(it);
     } else {
       ++it;
@@ -1452,7 +1505,7 @@ void SchedulerCore::BackupDatabaseAsync(
   absl::Status refused;
   std::thread previous;
   {
-    absl::MutexLock lock(&mu_);
+    Lock lock(this);
     if (stopping_) {
       refused = absl::UnavailableError("the scheduler is shutting down");
     } else if (backup_running_) {
@@ -1472,7 +1525,7 @@ void SchedulerCore::BackupDatabaseAsync(
                        bytes.status().ToString());
         }
         {
-          absl::MutexLock lock(&mu_);
+          Lock lock(this);
           backup_running_ = false;
         }
         done(std::move(bytes));
@@ -1495,7 +1548,7 @@ absl::StatusOr<int64_t> SchedulerCore::BackupDatabase(const std::string& path) {
 }
 
 void SchedulerCore::Tick() {
-  absl::MutexLock lock(&mu_);
+  Lock lock(this);
   if (reload_needed_) Reload();
   const absl::Time now = clock_->Now();
   std::vector<std::string> expired;
@@ -1510,7 +1563,7 @@ void SchedulerCore::Tick() {
   Dispatch();
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (it->deadline <= now || !it->alive()) {
-      it->done(std::optional<Assignment>());
+      Answer(it->done, std::optional<Assignment>());
       it = waiters_.erase(it);
     } else {
       ++it;

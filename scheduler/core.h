@@ -188,11 +188,14 @@ class SchedulerCore {
   // The same, waiting for the answer.
   absl::StatusOr<int64_t> BackupDatabase(const std::string& path);
 
-  // Calls `done` once every change made so far is durable (OK), or lost
-  // (UNAVAILABLE; the core then reloads from the store). Every answer to a
-  // client goes through it, so nothing is acknowledged before its commit
-  // (group commit: see StudyStore::WhenDurable). `done` may run at once, on
-  // the caller's thread, or on the store's committer thread.
+  // Calls `done` once every change that the calling thread's latest call
+  // made or saw is durable (OK), or once one of them is lost (UNAVAILABLE;
+  // the core has then reloaded from the store). "Latest call": the last
+  // one to release the core's lock on this thread, or, inside an
+  // AcquireCallback or a SuggestTrialsAsync `done`, the call answered. Every
+  // answer to a client goes through it, so nothing is acknowledged before
+  // its commit (group commit: see StudyStore::WhenDurable). `done` may run
+  // at once, on the caller's thread, or on the store's committer thread.
   void WhenDurable(std::function<void(absl::Status)> done);
 
   // Expires long polls and worker leases; the background thread calls it.
@@ -266,7 +269,33 @@ class SchedulerCore {
     AcquireCallback done;
   };
 
+  // Holds mu_. On release it notes the store's sequence number for this
+  // thread, so WhenDurable waits for exactly what the call wrote or read.
+  class ABSL_SCOPED_LOCKABLE Lock {
+   public:
+    explicit Lock(SchedulerCore* core) ABSL_EXCLUSIVE_LOCK_FUNCTION(core->mu_)
+        : core_(core) {
+      core_->mu_.Lock();
+    }
+    ~Lock() ABSL_UNLOCK_FUNCTION() {
+      core_->NoteWritten();
+      core_->mu_.Unlock();
+    }
+
+   private:
+    SchedulerCore* core_;
+  };
+
   explicit SchedulerCore(const SchedulerCoreOptions& options);
+  void NoteWritten() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls an AcquireCallback (under the lock), noting the sequence number
+  // its answer waits for.
+  void Answer(const AcquireCallback& done,
+              absl::StatusOr<std::optional<Assignment>> result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why queued work must leave `entry` alone: NOT_FOUND once DeleteStudy
+  // dropped it, UNAVAILABLE once a Reload replaced it; else OK.
+  absl::Status Gone(const StudyEntry& entry) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After the store lost writes: drops every study and loads them again.
   void Reload() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -291,8 +320,8 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Mirror(StudyEntry& entry, v1::Trial trial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Deletes (on the suggestion thread) the trial's checkpoints that the
-  // study's policy no longer keeps.
+  // Deletes the trial's checkpoints that the study's policy no longer keeps,
+  // on the suggestion thread, once the caller's latest write is durable.
   void Retain(StudyEntry& entry, int64_t trial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SaveStudyState(StudyEntry& entry, v1::StudyState state)

@@ -147,9 +147,13 @@ v1::Decision AshaScheduler::OnReport(const v1::Trial& trial, int64_t step,
                                      const Metrics& metrics) {
   auto score = objective_.Score(metrics);
   if (!score) return Continue();
-  // Every rung this report reaches that the trial has not passed yet.
+  // Every rung this report reaches that the trial has not passed yet. The
+  // report is recorded at each of them even when a lower one stops the
+  // trial, so the rungs depend on the trial's reports alone and Replay
+  // rebuilds them exactly (a stopped trial reports no more).
   bool reached_new_rung = false;
   int64_t rung_step = 0;
+  std::optional<v1::Decision> stop;
   for (size_t k = 0; k < rungs_.size() && rungs_[k] <= step; ++k) {
     auto& rung = recorded_[k];
     // Reporting past a rung means the trial was let past it.
@@ -160,7 +164,7 @@ v1::Decision AshaScheduler::OnReport(const v1::Trial& trial, int64_t step,
     ranked.insert({*score, trial.number()});
     reached_new_rung = true;
     rung_step = rungs_[k];
-    if (promotion_) continue;
+    if (promotion_ || stop) continue;
     // Quantile(values, 1 - 1/eta) of the rung, from its ranks.
     const double pos = (1.0 - 1.0 / eta_) * (ranked.size() - 1);
     const size_t lo = static_cast<size_t>(std::floor(pos));
@@ -169,12 +173,13 @@ v1::Decision AshaScheduler::OnReport(const v1::Trial& trial, int64_t step,
     const double cutoff =
         v_lo + (pos - lo) * (ranked.find_by_order(hi)->first - v_lo);
     if (*score < cutoff) {
-      return Stop(absl::StrCat(
+      stop = Stop(absl::StrCat(
           objective_.metric(), " ", objective_.Value(*score), " at rung ",
           rungs_[k], " is outside the top 1/", eta_, " of ", ranked.size(),
           " trials (cut-off ", objective_.Value(cutoff), ")"));
     }
   }
+  if (stop) return *stop;
   if (promotion_ && reached_new_rung &&
       !promoted_[std::min<size_t>(
                      rungs_.size() - 1,

@@ -81,8 +81,9 @@ class AshaScheduler : public TrialScheduler {
   // so replaying trial by trial rebuilds the rungs as they were.
   void Replay(const v1::Trial& trial, int64_t step,
               const Metrics& metrics) override;
-  // Its rungs: a rung's value is the first report at or after it, and a
-  // trial went past a rung if its last report is beyond it.
+  // Its rungs: a rung's value is the first report with a finite objective
+  // at or after it, and a trial went past a rung if its last such report
+  // is beyond it.
   std::vector<int64_t> ReplaySteps() const override { return rungs_; }
   std::optional<int64_t> NextPromotion() override;
   bool HasPromotion() const override;

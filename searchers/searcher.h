@@ -36,7 +36,8 @@ class Searcher {
   virtual void Observe(const v1::Trial& trial) {}
 
   // Model-based search under early stopping (ASHA, Hyperband): every
-  // report of a running trial, in arrival order (also replayed on restart),
+  // report of a running trial, in arrival order (a restart replays them
+  // trial by trial, so state must not depend on their order across trials),
   // for searchers that fit on the highest rung with enough results, as BOHB
   // does, instead of on a mix of budgets. Only called if WantsReports().
   virtual bool WantsReports() const { return false; }

@@ -36,9 +36,10 @@ class TrialScheduler {
     OnReport(trial, step, metrics);
   }
 
-  // Non-empty: Replay reads nothing of a trial's history but its first
-  // report at or after each of these steps and its last report, so a
-  // restart may replay just those (a few per trial instead of every one).
+  // Non-empty: Replay reads nothing of a trial's history but reports with a
+  // finite value of the objective, and of those only the first at or after
+  // each of these steps and the last, so a restart may replay just those (a
+  // few per trial instead of every one).
   virtual std::vector<int64_t> ReplaySteps() const { return {}; }
 
   // `trial` reached a final state.

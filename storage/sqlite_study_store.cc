@@ -19,6 +19,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
+#include "spdlog/spdlog.h"
 
 namespace dial::storage {
 namespace {
@@ -343,8 +344,10 @@ SqliteStudyStore::~SqliteStudyStore() {
       ckpt_cv_.Signal();
     }
     checkpointer_.join();
-    sqlite3_close(ckpt_db_);
   }
+  // Also when Create failed after opening it (a failed open leaves a
+  // handle to close too); no-op when null.
+  sqlite3_close(ckpt_db_);
   absl::MutexLock lock(&mu_);
   for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
   sqlite3_close(db_);
@@ -405,7 +408,20 @@ absl::Status SqliteStudyStore::Transaction(
     }
     return status;
   }
+  if (!broken_.ok()) return broken_;
   if (!lost_.ok()) return lost_;
+  if (txn_open_ && sqlite3_get_autocommit(db_)) {
+    // A statement that failed since (a read's I/O error, say) made SQLite
+    // roll back the open transaction: the group's writes are gone. Not
+    // noticed here, this write's SAVEPOINT would begin a transaction of its
+    // own, and its RELEASE commit it, unsynced.
+    txn_open_ = false;
+    LoseGroup(absl::UnavailableError(
+        absl::StrCat("database ", path_,
+                     ": the open transaction was rolled back after an "
+                     "error")));
+    return lost_;
+  }
   if (!txn_open_) {
     DIAL_RETURN_IF_ERROR(Run("BEGIN IMMEDIATE"));
     txn_open_ = true;
@@ -432,6 +448,26 @@ absl::Status SqliteStudyStore::Transaction(
   txn_open_ = false;
   LoseGroup(status);
   return status;
+}
+
+// After a failed fdatasync of the log the kernel may have dropped its dirty
+// pages, and later syncs succeed without writing them ("fsyncgate"): no
+// later commit can be promised durable, since recovery stops at the first
+// missing frame. So every further write is refused until the process
+// restarts, and the writes applied meanwhile (the next group) are rolled
+// back and lost.
+void SqliteStudyStore::Break(const absl::Status& cause) {
+  absl::MutexLock lock(&mu_);
+  broken_ = absl::UnavailableError(absl::StrCat(
+      cause.message(),
+      "; every write is refused until dial-scheduler restarts, since after "
+      "a failed sync the system may have dropped writes it reported done"));
+  spdlog::error("{}", std::string(broken_.message()));
+  if (txn_open_) {
+    Exec("ROLLBACK").IgnoreError();
+    txn_open_ = false;
+    LoseGroup(broken_);
+  }
 }
 
 // Marks the writes applied since the last commit as lost (mu_ held); the
@@ -488,6 +524,7 @@ void SqliteStudyStore::CommitLoop() {
     // the next group's writes go on meanwhile. An acknowledged write is in
     // the synced log, which SQLite replays after a crash.
     if (committed && full_sync_) status = SyncWal();
+    if (committed && !status.ok()) Break(status);
     if (committed && wal_pages_.load() >= kCheckpointPages) {
       absl::MutexLock lock(&ckpt_mu_);
       ckpt_wanted_ = true;
@@ -501,8 +538,11 @@ void SqliteStudyStore::CommitLoop() {
       {
         absl::MutexLock lock(&durable_mu_);
         handler = lost_handler_;
+        handler_running_ = true;
       }
       if (handler) handler();
+      absl::MutexLock lock(&durable_mu_);
+      handler_running_ = false;
     }
     std::vector<std::function<void(absl::Status)>> ok, failed;
     {
@@ -510,7 +550,8 @@ void SqliteStudyStore::CommitLoop() {
       if (!status.ok()) {
         // Lost, or committed but maybe not on disk (the sync failed): not
         // acknowledged either way. After a failed sync memory and file
-        // agree, so nothing is reloaded.
+        // agree, so nothing is reloaded for this group (Break loses the
+        // next one).
         lost_ranges_.push_back({durable_seq_, seq});
         lost_status_ = status;
       }
@@ -564,6 +605,13 @@ void SqliteStudyStore::WhenDurable(uint64_t seq,
 
 void SqliteStudyStore::SetLostHandler(std::function<void()> handler) {
   absl::MutexLock lock(&durable_mu_);
+  // A running handler may use what the caller is about to destroy: wait for
+  // it to return, unless this is the handler itself (it runs on the
+  // committer thread).
+  if (std::this_thread::get_id() != committer_.get_id()) {
+    durable_mu_.Await(absl::Condition(
+        +[](bool* running) { return !*running; }, &handler_running_));
+  }
   lost_handler_ = std::move(handler);
 }
 
@@ -1018,6 +1066,7 @@ absl::Status SqliteStudyStore::EmitReports(
 
 absl::Status SqliteStudyStore::ForEachReport(
     const std::string& study, const std::vector<int64_t>& steps,
+    const std::string& metric,
     const std::function<void(int64_t number, const v1::MetricPoint& point)>&
         fn) {
   absl::MutexLock lock(&mu_);
@@ -1032,21 +1081,29 @@ absl::Status SqliteStudyStore::ForEachReport(
     all.Bind(1, study_id);
     return EmitReports(all, fn);
   }
-  // The wanted (trial, step) pairs: an index seek per trial and step, and
-  // each trial's last step; then those rows only, in (trial, step) order.
-  DIAL_PREPARE(some,
-               "WITH wanted(trial_id, number, step) AS ("
-               " SELECT t.id, t.number, (SELECT MIN(m.step) FROM metrics m"
-               "  WHERE m.trial_id = t.id AND m.step >= s.value)"
-               " FROM trials t, json_each(?2) s WHERE t.study_id = ?1"
-               " UNION"
-               " SELECT t.id, t.number, t.last_step FROM trials t"
-               " WHERE t.study_id = ?1)"
-               "SELECT w.number, m.step, m.name, m.value, m.time_ms FROM"
-               " wanted w JOIN metrics m ON m.trial_id = w.trial_id AND"
-               " m.step = w.step ORDER BY w.number, m.step");
+  // The wanted (trial, step) pairs: per trial and step an index seek to the
+  // first step at or after it with a finite value of the metric (NaN is
+  // stored as NULL), and each trial's last such step; then those rows only,
+  // in (trial, step) order.
+  DIAL_PREPARE(
+      some,
+      "WITH wanted(trial_id, number, step) AS ("
+      " SELECT t.id, t.number, (SELECT m.step FROM metrics m"
+      "  WHERE m.trial_id = t.id AND m.step >= s.value AND m.name = ?3"
+      "  AND abs(m.value) <= 1.7976931348623157e308 ORDER BY m.step LIMIT 1)"
+      " FROM trials t, json_each(?2) s WHERE t.study_id = ?1"
+      " UNION"
+      " SELECT t.id, t.number, (SELECT m.step FROM metrics m"
+      "  WHERE m.trial_id = t.id AND m.name = ?3"
+      "  AND abs(m.value) <= 1.7976931348623157e308"
+      "  ORDER BY m.step DESC LIMIT 1)"
+      " FROM trials t WHERE t.study_id = ?1)"
+      "SELECT w.number, m.step, m.name, m.value, m.time_ms FROM"
+      " wanted w JOIN metrics m ON m.trial_id = w.trial_id AND"
+      " m.step = w.step ORDER BY w.number, m.step");
   some.Bind(1, study_id)
-      .Bind(2, absl::StrCat("[", absl::StrJoin(steps, ","), "]"));
+      .Bind(2, absl::StrCat("[", absl::StrJoin(steps, ","), "]"))
+      .Bind(3, metric);
   return EmitReports(some, fn);
 }
 

@@ -68,6 +68,7 @@ class SqliteStudyStore : public StudyStore {
       const std::string& study, int64_t number) override;
   absl::Status ForEachReport(
       const std::string& study, const std::vector<int64_t>& steps,
+      const std::string& metric,
       const std::function<void(int64_t number, const v1::MetricPoint& point)>&
           fn) override;
   absl::Status PutCheckpoint(const CheckpointRecord& record) override;
@@ -107,6 +108,8 @@ class SqliteStudyStore : public StudyStore {
   absl::Status Transaction(const std::function<absl::Status()>& body)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoseGroup(const absl::Status& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a failed sync of the log (committer thread, mu_ not held).
+  void Break(const absl::Status& cause) ABSL_LOCKS_EXCLUDED(mu_);
   // The committer thread's loop.
   void CommitLoop();
   // The checkpointer thread's loop (group commit).
@@ -146,6 +149,8 @@ class SqliteStudyStore : public StudyStore {
   bool txn_open_ ABSL_GUARDED_BY(mu_) = false;
   // Set when a group is lost; writes fail with it until Recover().
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
+  // Set when a sync failed; writes fail with it for good.
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
   bool lost_pending_ ABSL_GUARDED_BY(mu_) = false;  // not yet reported
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool committer_idle_ ABSL_GUARDED_BY(mu_) = false;  // waiting for work
@@ -161,6 +166,7 @@ class SqliteStudyStore : public StudyStore {
   std::vector<std::pair<uint64_t, std::function<void(absl::Status)>>> waiters_
       ABSL_GUARDED_BY(durable_mu_);
   std::function<void()> lost_handler_ ABSL_GUARDED_BY(durable_mu_);
+  bool handler_running_ ABSL_GUARDED_BY(durable_mu_) = false;
   std::thread committer_;
   // Checkpoints on a connection of their own (group commit only).
   sqlite3* ckpt_db_ = nullptr;

@@ -4,6 +4,7 @@
 // thread-safe.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -65,12 +66,14 @@ class StudyStore {
       const std::string& study, int64_t number) = 0;
   // Every report of a study, trial by trial in number order and by step
   // within a trial, handed to `fn` one at a time (a restarted scheduler
-  // replays them without holding them all). With `steps`, only each
-  // trial's first report at or after each of them and its last report
-  // (see TrialScheduler::ReplaySteps). This default reads trial by trial;
-  // stores override it with one streaming read.
+  // replays them without holding them all). With `steps`, only reports that
+  // hold a finite value of `metric`, and of those each trial's first at or
+  // after each of the steps and its last (see TrialScheduler::ReplaySteps).
+  // This default reads trial by trial; stores override it with one
+  // streaming read.
   virtual absl::Status ForEachReport(
       const std::string& study, const std::vector<int64_t>& steps,
+      const std::string& metric,
       const std::function<void(int64_t number, const v1::MetricPoint& point)>&
           fn) {
     auto trials = ListTrials(study, {});
@@ -78,6 +81,12 @@ class StudyStore {
     for (const v1::Trial& trial : *trials) {
       auto history = GetMetricHistory(study, trial.number());
       if (!history.ok()) return history.status();
+      if (!steps.empty()) {
+        std::erase_if(*history, [&](const v1::MetricPoint& p) {
+          auto it = p.metrics().find(metric);
+          return it == p.metrics().end() || !std::isfinite(it->second);
+        });
+      }
       for (size_t i = 0; i < history->size(); ++i) {
         const int64_t step = (*history)[i].step();
         const int64_t before = i > 0 ? (*history)[i - 1].step() : INT64_MIN;
@@ -122,8 +131,10 @@ class StudyStore {
   // are lost (their commit failed): then the store refuses writes until
   // Recover(), and the lost handler runs first (once per loss, on a thread
   // of the store's, holding none of its locks) so the owner can re-read
-  // the store, which holds none of the lost writes. Stores that commit every
-  // call keep these defaults: everything is durable when the call returns.
+  // the store, which holds none of the lost writes. SetLostHandler returns
+  // only once a running handler has returned (unless called from it), so
+  // its owner may then be destroyed. Stores that commit every call keep
+  // these defaults: everything is durable when the call returns.
   virtual uint64_t WrittenSeq() const { return 0; }
   virtual void WhenDurable(uint64_t /*seq*/,
                            std::function<void(absl::Status)> done) {

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,8 +25,56 @@
 #include "storage/memory_study_store.h"
 #include "storage/sqlite_study_store.h"
 
+// Fails this process's next fdatasync calls while positive, as a disk that
+// reports an I/O error does (interposes the C library's).
+std::atomic<int> g_failing_syncs{0};
+extern "C" int fdatasync(int fd) {
+  if (g_failing_syncs.load() > 0) {
+    --g_failing_syncs;
+    errno = EIO;
+    return -1;
+  }
+  return static_cast<int>(::syscall(SYS_fdatasync, fd));
+}
+
 namespace dial::storage {
 namespace {
+
+// Makes SQLite's reads fail while set, through the system calls its unix
+// VFS lets tests replace. ETIMEDOUT (a network filesystem's) rather than
+// EIO, which SQLite reports as a damaged file.
+std::atomic<bool> g_failing_reads{false};
+sqlite3_syscall_ptr g_pread, g_pread64, g_read;
+ssize_t FailingPread(int fd, void* buf, size_t n, off_t off) {
+  if (g_failing_reads) return errno = ETIMEDOUT, -1;
+  return reinterpret_cast<ssize_t (*)(int, void*, size_t, off_t)>(g_pread)(
+      fd, buf, n, off);
+}
+ssize_t FailingPread64(int fd, void* buf, size_t n, off_t off) {
+  if (g_failing_reads) return errno = ETIMEDOUT, -1;
+  return reinterpret_cast<ssize_t (*)(int, void*, size_t, off_t)>(g_pread64)(
+      fd, buf, n, off);
+}
+ssize_t FailingRead(int fd, void* buf, size_t n) {
+  if (g_failing_reads) return errno = ETIMEDOUT, -1;
+  return reinterpret_cast<ssize_t (*)(int, void*, size_t)>(g_read)(fd, buf, n);
+}
+void InstallFailingReads() {
+  sqlite3_vfs* vfs = sqlite3_vfs_find(nullptr);
+  g_pread = vfs->xGetSystemCall(vfs, "pread");
+  g_pread64 = vfs->xGetSystemCall(vfs, "pread64");
+  g_read = vfs->xGetSystemCall(vfs, "read");
+  vfs->xSetSystemCall(vfs, "pread",
+                      reinterpret_cast<sqlite3_syscall_ptr>(FailingPread));
+  vfs->xSetSystemCall(vfs, "pread64",
+                      reinterpret_cast<sqlite3_syscall_ptr>(FailingPread64));
+  vfs->xSetSystemCall(vfs, "read",
+                      reinterpret_cast<sqlite3_syscall_ptr>(FailingRead));
+}
+void RestoreReads() {
+  sqlite3_vfs* vfs = sqlite3_vfs_find(nullptr);
+  vfs->xSetSystemCall(vfs, nullptr, nullptr);  // every call back to default
+}
 
 namespace fs = std::filesystem;
 using google::protobuf::util::MessageDifferencer;
@@ -558,6 +607,114 @@ TEST_F(SqliteFaultsTest, AFailedGroupCommitLosesOnlyUnacknowledgedWrites) {
   ASSERT_EQ(history->size(), 2u);  // step 1, and step 2 once (the retry)
   EXPECT_EQ((*history)[1].metrics_size(), 4000);
   EXPECT_EQ((*store)->GetTrial("f", 0)->last_step(), 2);
+}
+
+// After a failed sync of the log nothing later can be promised durable
+// (the system may have dropped the log's pages and will report later syncs
+// as done): the store refuses every further write, also after Recover().
+TEST_F(SqliteFaultsTest, AFailedSyncRefusesEveryLaterWrite) {
+  auto store = SqliteStudyStore::Create({path_, true, /*group_commit=*/true});
+  ASSERT_TRUE(store.ok()) << store.status();
+  SqliteStudyStore& s = **store;
+  ASSERT_TRUE(s.CreateStudy(MakeStudy("y")).ok());
+  ASSERT_TRUE(s.PutTrial(MakeTrial("y", 0)).ok());
+  ASSERT_TRUE(s.Flush().ok());
+  v1::Trial trial = MakeTrial("y", 0);
+  trial.set_last_step(1);
+  g_failing_syncs = 1;
+  ASSERT_TRUE(s.RecordReport(trial, Point(1, 1)).ok());
+  EXPECT_EQ(Durable(s, s.WrittenSeq()).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(g_failing_syncs, 0) << "the sync never ran";
+  g_failing_syncs = 0;
+  s.Recover();
+  trial.set_last_step(2);
+  const absl::Status later = s.RecordReport(trial, Point(2, 1));
+  EXPECT_EQ(later.code(), absl::StatusCode::kUnavailable) << later;
+  EXPECT_THAT(later.message(), HasSubstr("restarts"));
+}
+
+// A read error that makes SQLite roll back the open transaction loses the
+// group: the next write is refused instead of committing on its own.
+TEST_F(SqliteFaultsTest, AReadErrorThatEndsTheGroupLosesIt) {
+  {
+    auto store = SqliteStudyStore::Create({path_});
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->CreateStudy(MakeStudy("r")).ok());
+    // More than SQLite's page cache holds, so reads below go to the file.
+    for (int t = 0; t < 300; ++t) {
+      ASSERT_TRUE((*store)->PutTrial(MakeTrial("r", t, 16 << 10)).ok());
+    }
+  }
+  {
+    auto store = SqliteStudyStore::Create({path_, true, /*group_commit=*/true});
+    ASSERT_TRUE(store.ok()) << store.status();
+    SqliteStudyStore& s = **store;
+    v1::Trial first = MakeTrial("r", 0);
+    first.set_last_step(1);
+    ASSERT_TRUE(s.PutTrial(first).ok());  // opens the group's transaction
+    const uint64_t seq = s.WrittenSeq();
+    InstallFailingReads();
+    g_failing_reads = true;
+    const absl::Status read = s.GetTrial("r", 299).status();
+    g_failing_reads = false;
+    RestoreReads();
+    ASSERT_FALSE(read.ok()) << "the read did not reach the file";
+    v1::Trial second = MakeTrial("r", 1);
+    second.set_last_step(7);
+    EXPECT_EQ(s.PutTrial(second).code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(Durable(s, seq).code(), absl::StatusCode::kUnavailable);
+  }
+  auto store = SqliteStudyStore::Create({path_});
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->GetTrial("r", 1)->last_step(), -1);
+}
+
+// SetLostHandler returns only once a running handler has returned (its
+// owner may be destroyed next), and from inside the handler it does not
+// wait for itself.
+TEST_F(SqliteFaultsTest, SetLostHandlerWaitsForARunningHandler) {
+  {
+    auto store = SqliteStudyStore::Create({path_});
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->CreateStudy(MakeStudy("h")).ok());
+    ASSERT_TRUE((*store)->PutTrial(MakeTrial("h", 0)).ok());
+  }
+  const std::string path = path_;
+  std::string report = InChild([&] {
+    Checks c;
+    auto store = SqliteStudyStore::Create({path, true, true});
+    if (!store.ok()) return "open: " + store.status().ToString();
+    SqliteStudyStore& s = **store;
+    absl::Notification entered, replaced;
+    bool replaced_while_running = true;
+    s.SetLostHandler([&] {
+      s.SetLostHandler([] {});  // from inside: must not wait for itself
+      entered.Notify();
+      // Times out unless SetLostHandler below returned while this runs.
+      replaced_while_running =
+          replaced.WaitForNotificationWithTimeout(absl::Milliseconds(300));
+    });
+    std::thread other([&] {
+      entered.WaitForNotification();
+      s.SetLostHandler(nullptr);
+      replaced.Notify();
+    });
+    c.Expect(s.ListStudies().ok(), "list before the limit");
+    const rlimit old = LimitFileSize(16 << 10);
+    v1::Trial trial = MakeTrial("h", 0);
+    trial.set_last_step(1);
+    // Applied (it fits in memory), but its commit cannot be written.
+    c.ExpectCode(s.RecordReport(trial, Point(1, 4000)), absl::StatusCode::kOk,
+                 "the big report is applied");
+    c.ExpectCode(Durable(s, s.WrittenSeq()), absl::StatusCode::kUnavailable,
+                 "its commit");
+    other.join();
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    c.Expect(!replaced_while_running,
+             "SetLostHandler returned while the handler ran");
+    return c.failures;
+  });
+  EXPECT_EQ(report, "");
 }
 
 }  // namespace
