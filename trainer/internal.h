@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -129,6 +130,20 @@ TORCH_MODULE(NormReluPool);
 // thread (at least 32 examples each) unless the model has batch norm,
 // which a split batch would change; then 1.
 int64_t CpuReplicas(const TrainerConfig& c, int threads);
+
+// ---------------------------------------------------------------- nccl.cc
+
+// Sums tensors[r][i] over the replicas r in place: every replica ends with
+// the total.
+class AllReduce {
+ public:
+  virtual ~AllReduce() = default;
+  virtual void Sum(std::vector<std::vector<torch::Tensor>>& tensors) = 0;
+};
+
+// An NCCL all-reduce over CUDA devices 0 .. devices - 1 (replica r on
+// device r). Defined only in builds with DIAL_WITH_NCCL.
+std::unique_ptr<AllReduce> MakeNcclAllReduce(int devices);
 
 // ----------------------------------------------------------------- amp.cc
 

@@ -285,6 +285,11 @@ class Run {
     const int64_t n = c_.replicas > 0 ? c_.replicas
                       : gpus > 0      ? gpus
                                       : CpuReplicas(c_, ctx_.threads);
+#ifdef DIAL_WITH_NCCL
+    if (gpus > 0 && n > 1 && n <= gpus) {
+      all_reduce_ = MakeNcclAllReduce(static_cast<int>(n));
+    }
+#endif
     if (gpus > 0 && n > gpus) {
       return absl::InvalidArgumentError(absl::StrCat(
           "replicas ", n, " needs as many GPUs; ", gpus, " are visible"));
@@ -530,10 +535,16 @@ class Run {
       }
     }
     torch::NoGradGuard no_grad;
-    AllReduceSum(buffers);
+    Sum(buffers);
     for (auto& per_replica : buffers) {
       for (auto& b : per_replica) b.div_(static_cast<double>(replicas_.size()));
     }
+  }
+
+  // Across replicas: NCCL on GPUs where built with it, else in-process.
+  void Sum(std::vector<std::vector<torch::Tensor>>& tensors) {
+    if (all_reduce_) return all_reduce_->Sum(tensors);
+    AllReduceSum(tensors);
   }
 
   absl::StatusOr<std::string> Checkpoint(int64_t step,
@@ -604,7 +615,7 @@ class Run {
     if (n > 1) {
       std::vector<std::vector<torch::Tensor>> grads;
       for (auto& rep : replicas_) grads.push_back(Grads(*rep.net));
-      AllReduceSum(grads);
+      Sum(grads);
     }
     pool_->Run([&](int r) {
       Replica& rep = replicas_[r];
@@ -732,6 +743,7 @@ class Run {
   Data data_;
   std::vector<Replica> replicas_;
   std::unique_ptr<ReplicaPool> pool_;
+  std::unique_ptr<AllReduce> all_reduce_;  // NCCL, multi-GPU builds only
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<storage::FileCheckpointStore> store_;
   int64_t last_checkpoint_step_ = -1;

@@ -24,8 +24,11 @@ if [ "$abi" != 1 ]; then
   echo "libraries use the C++11 one, so they cannot link together" >&2
   exit 2
 fi
+# NCCL: the one pip installs beside PyTorch (nvidia-nccl-*), else NCCL_ROOT.
+nccl=$($PY -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' \
+  2>/dev/null || echo "${NCCL_ROOT:-}")
 cmake -S . -B build-gpu -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_BUILD_TYPE=Release > /dev/null
+  -DNCCL_ROOT="$nccl" -DCMAKE_BUILD_TYPE=Release | grep -i nccl || true
 ninja -C build-gpu dial-train trainer_test trainer_internals_test
 build-gpu/tests/trainer_internals_test
 build-gpu/tests/trainer_test --gtest_filter=-TrainerConfigTest.*
