@@ -15,6 +15,7 @@
 #include "searchers/searcher.h"
 #include "storage/checkpoint_store.h"
 #include "storage/memory_study_store.h"
+#include "tests/scheduler/test_util.h"
 
 namespace dial::scheduler {
 namespace {
@@ -159,23 +160,7 @@ v1::StudySpec Spec(const std::string& name, const std::string& extra) {
   return *spec;
 }
 
-searchers::Metrics Acc(double v) {
-  searchers::Metrics m;
-  m["acc"] = v;
-  return m;
-}
-
-// Waits for core.WhenDurable's answer on this thread.
-absl::Status Durable(SchedulerCore& core) {
-  absl::Notification done;
-  absl::Status result;
-  core.WhenDurable([&](absl::Status s) {
-    result = s;
-    done.Notify();
-  });
-  done.WaitForNotification();
-  return result;
-}
+searchers::Metrics Acc(double v) { return Metric("acc", v); }
 
 class DurabilityTest : public ::testing::Test {
  protected:

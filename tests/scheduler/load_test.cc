@@ -21,6 +21,7 @@
 #include "scheduler/core.h"
 #include "searchers/early_stopping.h"
 #include "storage/sqlite_study_store.h"
+#include "tests/scheduler/test_util.h"
 
 namespace dial::scheduler {
 namespace {
@@ -36,22 +37,7 @@ v1::StudySpec Spec(const std::string& extra) {
   return *spec;
 }
 
-searchers::Metrics Loss(double v) {
-  searchers::Metrics m;
-  m["loss"] = v;
-  return m;
-}
-
-absl::Status Durable(SchedulerCore& core) {
-  absl::Notification done;
-  absl::Status result;
-  core.WhenDurable([&](absl::Status s) {
-    result = s;
-    done.Notify();
-  });
-  done.WaitForNotification();
-  return result;
-}
+searchers::Metrics Loss(double v) { return Metric("loss", v); }
 
 // Every report the trial scheduler decided, in the order it decided them
 // (OnReport runs under the core's lock, so this is the core's order).
@@ -82,22 +68,7 @@ class RecordingScheduler : public searchers::TrialScheduler {
   std::vector<Decided>* log_;
 };
 
-class LoadTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           absl::StrCat(
-               "dial-load-", ::getpid(), "-",
-               ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    path_ = (dir_ / "dial.db").string();
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path dir_;
-  std::string path_;
-};
+class LoadTest : public DbDirTest {};
 
 TEST_F(LoadTest, ConcurrentReportsAreKeptOnceAndDecidedAsInASequentialReplay) {
   constexpr int kClients = 8, kTrialsEach = 6, kSteps = 27;

@@ -12,28 +12,14 @@
 #include "scheduler/core.h"
 #include "storage/memory_study_store.h"
 #include "storage/sqlite_study_store.h"
+#include "tests/scheduler/test_util.h"
 
 namespace dial::scheduler {
 namespace {
 
 namespace fs = std::filesystem;
 
-class ReplayTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           absl::StrCat(
-               "dial-replay-", ::getpid(), "-",
-               ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    path_ = (dir_ / "dial.db").string();
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path dir_;
-  std::string path_;
-};
+class ReplayTest : public DbDirTest {};
 
 // One trial's reports: strictly rising steps that often jump over a rung
 // (so one report reaches two rungs at once), some without the objective.
