@@ -84,7 +84,9 @@ struct MaxPool {
       moved[k] = (r[k] > m) | (r[k] != r[k]);
       m = moved[k] ? r[k] : m;
     }
-    const T gg = m > 0 ? g : T{};
+    // Where the ReLU passed the value on (NaN included, as LibTorch's
+    // threshold_backward does).
+    const T gg = m <= 0 ? T{} : g;
     d[0] = gg;
     for (int k = 1; k < 4; ++k) {
       for (int j = 0; j < k; ++j) d[j] = moved[k] ? T{} : d[j];
@@ -101,7 +103,7 @@ struct AvgPool {
   template <class T>
   static void Grad(const T h[4], T g, T d[4]) {
     const T q = g / 4.0f;
-    for (int k = 0; k < 4; ++k) d[k] = h[k] > 0 ? q : T{};
+    for (int k = 0; k < 4; ++k) d[k] = h[k] <= 0 ? T{} : q;
   }
 };
 
@@ -312,14 +314,17 @@ struct NormReluPoolFn : torch::autograd::Function<NormReluPoolFn> {
   }
 };
 
-// Per channel, the sums of x and of x^2 over the batch.
+// Per channel, the sums of x - k and of (x - k)^2 over the batch. Shifting
+// by a value k of the channel keeps E[(x-k)^2] - E[x-k]^2 exact when the
+// mean is large against the spread.
 std::pair<std::vector<double>, std::vector<double>> Moments(const Shape& s,
-                                                            const float* px) {
+                                                            const float* px,
+                                                            const float* k) {
   return ChannelSums(s, s.h, [&](int64_t i, int64_t y, float* a, float* b) {
     const float* p = px + s.At(i, y, 0);
     for (int64_t xx = 0; xx < s.w; ++xx, p += s.c) {
       ForChannels(s.c, [&]<class T>(int64_t c) {
-        const T v = Load<T>(p + c);
+        const T v = Load<T>(p + c) - Load<T>(k + c);
         Store(a + c, Load<T>(a + c) + v);
         Store(b + c, Load<T>(b + c) + v * v);
       });
@@ -360,12 +365,14 @@ torch::Tensor NormReluPoolImpl::forward(const torch::Tensor& input) {
       const Shape s = ShapeOf(x);
       const float* px = x.data_ptr<float>();
       const int64_t pixels = s.h * s.w;
-      auto [sum, sum_sq] = Moments(s, px);
+      // Sample 0's top-left pixel: a value of each channel to shift by.
+      auto [sum, sum_sq] = Moments(s, px, px);
       const double count = double(s.n * pixels);
       std::vector<double> m(s.c), var(s.c);
       for (int64_t c = 0; c < s.c; ++c) {
-        m[c] = sum[c] / count;
-        var[c] = std::max(0.0, sum_sq[c] / count - m[c] * m[c]);
+        const double shifted = sum[c] / count;
+        m[c] = double(px[c]) + shifted;
+        var[c] = std::max(0.0, sum_sq[c] / count - shifted * shifted);
       }
       auto dopts = torch::TensorOptions().dtype(torch::kFloat64);
       auto mean64 = torch::tensor(m, dopts), var64 = torch::tensor(var, dopts);

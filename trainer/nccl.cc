@@ -53,21 +53,45 @@ class NcclAllReduce : public AllReduce {
   // One all-reduce per tensor, on each device's current stream (where the
   // replica's backward queued the gradients), grouped so that one thread
   // can drive every device. Tensors i of all replicas have the same shape
-  // and strides (the replicas are built alike).
+  // and strides (the replicas are built alike); everything is checked
+  // before the group opens, so an error never leaves it open.
   void Sum(std::vector<std::vector<torch::Tensor>>& tensors) override {
+    if (tensors.size() != comms_.size()) {
+      throw std::runtime_error(absl::StrCat("nccl: ", tensors.size(),
+                                            " replicas for ", comms_.size(),
+                                            " communicators"));
+    }
+    if (tensors[0].empty()) return;  // e.g. a model without buffers
+    for (size_t r = 0; r < tensors.size(); ++r) {
+      if (tensors[r].size() != tensors[0].size()) {
+        throw std::runtime_error("nccl: replicas differ in tensor count");
+      }
+      for (size_t i = 0; i < tensors[r].size(); ++i) {
+        const auto& t = tensors[r][i];
+        if (!t.is_cuda() || t.device().index() != static_cast<int>(r) ||
+            !t.is_non_overlapping_and_dense() ||
+            t.numel() != tensors[0][i].numel() ||
+            t.scalar_type() != tensors[0][i].scalar_type()) {
+          throw std::runtime_error(absl::StrCat(
+              "nccl: tensor ", i, " of replica ", r,
+              " is not a dense tensor on cuda:", r, " like replica 0's"));
+        }
+        (void)NcclType(t);  // throws for a type NCCL cannot sum
+      }
+    }
     Check(ncclGroupStart(), "ncclGroupStart");
     for (size_t r = 0; r < tensors.size(); ++r) {
-      const auto device = tensors[r][0].device().index();
+      const int device = static_cast<int>(r);
       c10::cuda::CUDAGuard guard(device);
       cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
       for (auto& t : tensors[r]) {
-        if (!t.is_non_overlapping_and_dense()) {
-          throw std::runtime_error("nccl: a gradient is not dense");
+        const ncclResult_t result = ncclAllReduce(
+            t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+            NcclType(t), ncclSum, comms_[r], stream);
+        if (result != ncclSuccess) {
+          (void)ncclGroupEnd();
+          Check(result, "ncclAllReduce");
         }
-        Check(ncclAllReduce(t.data_ptr(), t.data_ptr(),
-                            static_cast<size_t>(t.numel()), NcclType(t),
-                            ncclSum, comms_[r], stream),
-              "ncclAllReduce");
       }
     }
     Check(ncclGroupEnd(), "ncclGroupEnd");

@@ -279,15 +279,36 @@ class Run {
         precision_(ParsePrecision(c.precision)) {}
 
   // Data, replicas, checkpoint store and (when asked) the restored state.
-  absl::StatusOr<int64_t> Setup(bool with_test) {
+  // An evaluation builds one replica: it never steps.
+  absl::StatusOr<int64_t> Setup(bool evaluate, bool with_test) {
     const int64_t gpus =
         torch::cuda::is_available() ? torch::cuda::device_count() : 0;
-    const int64_t n = c_.replicas > 0 ? c_.replicas
-                      : gpus > 0      ? gpus
-                                      : CpuReplicas(c_, ctx_.threads);
+    if (!ctx_.checkpoint_root.empty()) {
+      DIAL_ASSIGN_OR_RETURN(
+          store_, storage::FileCheckpointStore::Create({ctx_.checkpoint_root}));
+    }
+    Restored restored;
+    if (!ctx_.restore_checkpoint.empty()) {
+      DIAL_ASSIGN_OR_RETURN(restored, ReadCheckpoint(ctx_.restore_checkpoint));
+    }
+    int64_t n = c_.replicas > 0 ? c_.replicas
+                : gpus > 0      ? gpus
+                                : CpuReplicas(c_, ctx_.threads);
+    if (c_.replicas == 0 && gpus == 0 && !restored.rng.empty()) {
+      // A resume keeps the CPU replica count it was trained with (it follows
+      // the thread count), so every dropout stream goes on where it stopped.
+      n = static_cast<int64_t>(restored.rng.size());
+    }
+    if (evaluate) n = 1;
 #ifdef DIAL_WITH_NCCL
     if (gpus > 0 && n > 1 && n <= gpus) {
-      all_reduce_ = MakeNcclAllReduce(static_cast<int>(n));
+      try {
+        all_reduce_ = MakeNcclAllReduce(static_cast<int>(n));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr,
+                     "dial-train: %s; summing gradients with device copies\n",
+                     e.what());
+      }
     }
 #endif
     if (gpus > 0 && n > gpus) {
@@ -338,18 +359,14 @@ class Run {
     }
     scaler_ = std::make_unique<LossScaler>(precision_ == Precision::kFp16,
                                            LossScaler::Options{});
-    if (!ctx_.checkpoint_root.empty()) {
-      DIAL_ASSIGN_OR_RETURN(
-          store_, storage::FileCheckpointStore::Create({ctx_.checkpoint_root}));
-    }
     DIAL_RETURN_IF_ERROR(ParseSchedule());
     if (ctx_.restore_checkpoint.empty()) return 0;
-    restored_id_ = ctx_.restore_checkpoint;
-    return Restore(ctx_.restore_checkpoint);
+    return Restore(restored, /*streams=*/!evaluate);
   }
 
   absl::StatusOr<RunResult> Train() {
-    DIAL_ASSIGN_OR_RETURN(int64_t step, Setup(/*with_test=*/false));
+    DIAL_ASSIGN_OR_RETURN(int64_t step,
+                          Setup(/*evaluate=*/false, /*with_test=*/false));
     if (step > 0) {
       std::fprintf(stderr,
                    "dial-train: resuming from checkpoint %s at step %lld\n",
@@ -372,11 +389,10 @@ class Run {
     if (ctx_.restore_checkpoint.empty()) {
       return absl::InvalidArgumentError("evaluation needs a checkpoint id");
     }
-    DIAL_RETURN_IF_ERROR(Setup(/*with_test=*/split == "test").status());
+    DIAL_RETURN_IF_ERROR(
+        Setup(/*evaluate=*/true, /*with_test=*/split == "test").status());
     const Split& s = split == "test" ? data_.test : data_.val;
-    EvalResult r =
-        Evaluate(replicas_[0].net, s, EvalBatch(), replicas_[0].device,
-                 precision_, !predictions_path.empty());
+    EvalResult r = EvaluateLead(s, !predictions_path.empty());
     if (!predictions_path.empty()) {
       std::ofstream out(predictions_path, std::ios::trunc);
       out << r.predictions_csv;
@@ -391,8 +407,17 @@ class Run {
   }
 
  private:
-  int64_t EvalBatch() const {
-    return std::max(c_.eval_batch_size, c_.batch_size);
+  // Evaluates replica 0's model with every thread of the run (training
+  // gives this thread only its replica's share).
+  EvalResult EvaluateLead(const Split& s, bool predictions) {
+    at::set_num_threads(ctx_.threads);
+    struct Back {
+      int threads;
+      ~Back() { at::set_num_threads(threads); }
+    } back{threads_per_replica_};
+    return Evaluate(replicas_[0].net, s,
+                    std::max(c_.eval_batch_size, c_.batch_size),
+                    replicas_[0].device, precision_, predictions);
   }
 
   // Loads weights and optimiser state into every replica.
@@ -402,16 +427,35 @@ class Run {
       return absl::DataLossError(
           absl::StrCat("checkpoint ", id, " has no model or optimizer"));
     }
-    for (auto& rep : replicas_) {
-      std::istringstream model(files["model.pt"]);
-      torch::load(rep.net, model, rep.device);
-      std::istringstream optim(files["optimizer.pt"]);
-      torch::load(*rep.optimizer, optim, rep.device);
+    try {
+      for (auto& rep : replicas_) {
+        std::istringstream model(files["model.pt"]);
+        torch::load(rep.net, model, rep.device);
+        std::istringstream optim(files["optimizer.pt"]);
+        torch::load(*rep.optimizer, optim, rep.device);
+      }
+    } catch (const c10::Error& e) {
+      // Other model knobs, or a CNN saved before Dial fused its block tail.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", id,
+          " does not fit this trial's model and optimizer (written with other "
+          "model knobs or by an older Dial?): ",
+          e.what_without_backtrace()));
     }
     return absl::OkStatus();
   }
 
-  absl::StatusOr<int64_t> Restore(const std::string& id) {
+  // A checkpoint's files, with its dropout streams read ahead of building
+  // the replicas.
+  struct Restored {
+    std::map<std::string, std::string> files;
+    std::vector<torch::Tensor> rng;
+  };
+
+  // Reads checkpoint `id`, or the newest earlier one of its trial that
+  // verifies when `id` is damaged (restored_id_ says which).
+  absl::StatusOr<Restored> ReadCheckpoint(const std::string& id) {
+    restored_id_ = id;
     if (!store_) {
       return absl::InvalidArgumentError(
           "restoring a checkpoint needs a checkpoint root");
@@ -448,26 +492,36 @@ class Run {
       }
     }
     if (!read.ok()) return read.status();
-    auto& files = *read;
+    Restored restored;
+    restored.files = std::move(*read);
+    auto& files = restored.files;
     if (!files.count("step") || !files.count("rng.pt")) {
       return absl::DataLossError(
           absl::StrCat("checkpoint ", id, " has no step or rng state"));
     }
-    DIAL_RETURN_IF_ERROR(LoadModel(files, id));
     std::istringstream rng(files["rng.pt"]);
-    std::vector<torch::Tensor> states;
-    torch::load(states, rng);
-    if (states.size() == replicas_.size()) {
+    torch::load(restored.rng, rng);
+    return restored;
+  }
+
+  // Puts a read checkpoint's state into the replicas (the dropout streams
+  // only when `streams`); returns its step.
+  absl::StatusOr<int64_t> Restore(Restored& restored, bool streams) {
+    auto& files = restored.files;
+    const std::string& id = restored_id_;
+    DIAL_RETURN_IF_ERROR(LoadModel(files, id));
+    const auto& states = restored.rng;
+    if (streams && states.size() != replicas_.size()) {
+      std::fprintf(stderr,
+                   "dial-train: checkpoint %s has %zu replicas' dropout "
+                   "streams, this run %zu: dropout starts fresh streams\n",
+                   id.c_str(), states.size(), replicas_.size());
+    } else if (streams) {
       for (size_t r = 0; r < states.size(); ++r) {
         auto& gen = replicas_[r].generator;
         std::lock_guard<std::mutex> lock(gen.mutex());
         gen.set_state(states[r]);
       }
-    } else {
-      std::fprintf(stderr,
-                   "dial-train: checkpoint %s has %zu replicas' dropout "
-                   "streams, this run %zu: dropout starts fresh streams\n",
-                   id.c_str(), states.size(), replicas_.size());
     }
     if (files.count("scaler"))
       DIAL_RETURN_IF_ERROR(scaler_->Load(files["scaler"]));
@@ -685,9 +739,8 @@ class Run {
       const bool checkpoint = c_.checkpoint_every == 0 ||
                               step % c_.checkpoint_every == 0 ||
                               step == c_.steps;
-      EvalResult val = Evaluate(replicas_[0].net, data_.val, EvalBatch(),
-                                replicas_[0].device, precision_,
-                                checkpoint && store_ && c_.save_predictions);
+      EvalResult val =
+          EvaluateLead(data_.val, checkpoint && store_ && c_.save_predictions);
       report.metrics["val_loss"] = val.loss;
       report.metrics["val_accuracy"] = val.accuracy;
       report.metrics["epoch"] = static_cast<double>(step) / double(per_epoch);
@@ -724,8 +777,7 @@ class Run {
       // final evaluation is all that is left.
       Report report;
       report.step = step;
-      EvalResult val = Evaluate(replicas_[0].net, data_.val, EvalBatch(),
-                                replicas_[0].device, precision_, false);
+      EvalResult val = EvaluateLead(data_.val, false);
       report.metrics["val_loss"] = val.loss;
       report.metrics["val_accuracy"] = val.accuracy;
       DIAL_ASSIGN_OR_RETURN(report.checkpoint, Checkpoint(step, ""));

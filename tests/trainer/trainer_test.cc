@@ -41,15 +41,19 @@ TEST_F(TrainerTest, TrainingLowersTheLossOnSyntheticData) {
 }
 
 // Stop at step 100 (checkpointed), resume from that checkpoint in a fresh
-// run, and compare with a run that was never interrupted.
-void ExpectExactResume(const fs::path& root, google::protobuf::Struct knobs) {
+// run (on `resume_threads` threads), and compare with a run that was never
+// interrupted.
+void ExpectExactResume(const fs::path& root, google::protobuf::Struct knobs,
+                       int threads = 1, int resume_threads = 1) {
   TrainerConfig c = Config(knobs);
   RunContext whole;
+  whole.threads = threads;
   whole.checkpoint_root = (root / "whole").string();
   Recorder uninterrupted;
   ASSERT_TRUE(Train(c, whole, uninterrupted).ok());
 
   RunContext first;
+  first.threads = threads;
   first.checkpoint_root = (root / "split").string();
   Recorder stopped(100);
   auto part = Train(c, first, stopped);
@@ -59,6 +63,7 @@ void ExpectExactResume(const fs::path& root, google::protobuf::Struct knobs) {
   ASSERT_FALSE(stopped.reports.back().checkpoint.empty());
 
   RunContext second = first;
+  second.threads = resume_threads;
   second.restore_checkpoint = stopped.reports.back().checkpoint;
   Recorder resumed;
   auto rest = Train(c, second, resumed);
@@ -145,6 +150,40 @@ TEST_F(TrainerTest, ResumeIsExactWithTwoReplicasAndDropout) {
   ExpectExactResume(root_, Knobs({{"steps", 200}, {"eval_every", 50},
                                   {"batch_size", 32}, {"dropout", 0.3},
                                   {"replicas", 2}, {"seed", 3}}));
+}
+
+// `replicas: 0` gives one CPU replica per thread; a resume on a worker
+// with fewer threads keeps the checkpoint's two, so both dropout streams
+// go on and the run stays exact.
+TEST_F(TrainerTest, AutoReplicasResumeExactlyOnFewerThreads) {
+  ExpectExactResume(root_,
+                    Knobs({{"steps", 200}, {"eval_every", 50},
+                           {"batch_size", 64}, {"dropout", 0.3},
+                           {"replicas", 0}, {"seed", 8}}),
+                    /*threads=*/2, /*resume_threads=*/1);
+}
+
+// A checkpoint of another model (or of a CNN saved before the fused block
+// tail) is refused with the reason, not a LibTorch internal error.
+TEST_F(TrainerTest, ACheckpointOfAnotherModelIsRefusedClearly) {
+  RunContext ctx;
+  ctx.checkpoint_root = root_.string();
+  Recorder mlp;
+  ASSERT_TRUE(Train(Config(Knobs({{"steps", 20}, {"eval_every", 20},
+                                  {"synthetic_features", 64}})),
+                    ctx, mlp)
+                  .ok());
+  ctx.restore_checkpoint = mlp.reports.back().checkpoint;
+  Recorder cnn;
+  auto result = Train(Config(Knobs({{"steps", 40}, {"eval_every", 20},
+                                    {"synthetic_features", 64},
+                                    {"channels", 4}},
+                                   {{"model", "cnn"}})),
+                      ctx, cnn);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition)
+      << result.status();
+  EXPECT_THAT(result.status().message(), HasSubstr("does not fit"));
+  EXPECT_TRUE(cnn.reports.empty());
 }
 
 TEST_F(TrainerTest, Bf16AutocastTrainsOnTheCpu) {
