@@ -202,6 +202,8 @@ absl::StatusOr<std::unique_ptr<SchedulerCore>> SchedulerCore::Create(
 
 void SchedulerCore::NoteWritten() { t_written_seq = store_->WrittenSeq(); }
 
+void SchedulerCore::ForgetWritten() { t_written_seq = 0; }
+
 void SchedulerCore::WhenDurable(std::function<void(absl::Status)> done) {
   // Read under the lock, not now: by now a lost write of this call may have
   // been reloaded away and followed by other calls' writes that will be

@@ -197,6 +197,10 @@ class SchedulerCore {
   // its commit (group commit: see StudyStore::WhenDurable). `done` may run
   // at once, on the caller's thread, or on the store's committer thread.
   void WhenDurable(std::function<void(absl::Status)> done);
+  // Forgets what an earlier call on this thread noted (a Watch or a backup
+  // answers without WhenDurable), so that a call that fails before taking
+  // the lock waits for nothing rather than for another call's writes.
+  void ForgetWritten();
 
   // Expires long polls and worker leases; the background thread calls it.
   void Tick();

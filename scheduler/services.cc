@@ -22,6 +22,7 @@ template <typename F>
 grpc::ServerUnaryReactor* Unary(SchedulerCore* core,
                                 grpc::CallbackServerContext* ctx, F&& body) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  core->ForgetWritten();
   FinishDurable(core, reactor, body());
   return reactor;
 }
