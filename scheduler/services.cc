@@ -227,6 +227,7 @@ grpc::ServerUnaryReactor* StudyServiceImpl::SuggestTrials(
   // Model fits can take a while: the core answers from its suggestion
   // thread and this reactor finishes then.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  core_->ForgetWritten();  // its checks answer before taking the lock
   core_->SuggestTrialsAsync(
       request->study(), request->count(), request->client_id(),
       [this, reactor, response](absl::StatusOr<Suggestion> s) {

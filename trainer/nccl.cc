@@ -61,7 +61,6 @@ class NcclAllReduce : public AllReduce {
                                             " replicas for ", comms_.size(),
                                             " communicators"));
     }
-    if (tensors[0].empty()) return;  // e.g. a model without buffers
     for (size_t r = 0; r < tensors.size(); ++r) {
       if (tensors[r].size() != tensors[0].size()) {
         throw std::runtime_error("nccl: replicas differ in tensor count");
@@ -70,7 +69,8 @@ class NcclAllReduce : public AllReduce {
         const auto& t = tensors[r][i];
         if (!t.is_cuda() || t.device().index() != static_cast<int>(r) ||
             !t.is_non_overlapping_and_dense() ||
-            t.numel() != tensors[0][i].numel() ||
+            t.sizes() != tensors[0][i].sizes() ||
+            t.strides() != tensors[0][i].strides() ||
             t.scalar_type() != tensors[0][i].scalar_type()) {
           throw std::runtime_error(absl::StrCat(
               "nccl: tensor ", i, " of replica ", r,
@@ -79,6 +79,7 @@ class NcclAllReduce : public AllReduce {
         (void)NcclType(t);  // throws for a type NCCL cannot sum
       }
     }
+    if (tensors[0].empty()) return;  // e.g. a model without buffers
     Check(ncclGroupStart(), "ncclGroupStart");
     for (size_t r = 0; r < tensors.size(); ++r) {
       const int device = static_cast<int>(r);

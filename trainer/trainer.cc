@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/random.h"
 #include "common/status.h"
@@ -294,9 +295,10 @@ class Run {
     int64_t n = c_.replicas > 0 ? c_.replicas
                 : gpus > 0      ? gpus
                                 : CpuReplicas(c_, ctx_.threads);
-    if (c_.replicas == 0 && gpus == 0 && !restored.rng.empty()) {
+    if (c_.replicas == 0 && gpus == 0 && CpuStreams(restored.rng)) {
       // A resume keeps the CPU replica count it was trained with (it follows
       // the thread count), so every dropout stream goes on where it stopped.
+      // Even on fewer threads: then replicas share them.
       n = static_cast<int64_t>(restored.rng.size());
     }
     if (evaluate) n = 1;
@@ -427,20 +429,42 @@ class Run {
       return absl::DataLossError(
           absl::StrCat("checkpoint ", id, " has no model or optimizer"));
     }
-    try {
-      for (auto& rep : replicas_) {
-        std::istringstream model(files["model.pt"]);
-        torch::load(rep.net, model, rep.device);
-        std::istringstream optim(files["optimizer.pt"]);
-        torch::load(*rep.optimizer, optim, rep.device);
-      }
-    } catch (const c10::Error& e) {
-      // Other model knobs, or a CNN saved before Dial fused its block tail.
+    // Other model knobs, or a CNN saved before Dial fused its block tail.
+    auto misfit = [&](absl::string_view why) {
       return absl::FailedPreconditionError(absl::StrCat(
           "checkpoint ", id,
           " does not fit this trial's model and optimizer (written with other "
           "model knobs or by an older Dial?): ",
-          e.what_without_backtrace()));
+          why));
+    };
+    // LibTorch loads a tensor of another shape without a word: compare.
+    auto shapes = [](torch::nn::Module& net) {
+      std::map<std::string, std::vector<int64_t>> out;
+      for (const auto& p : net.named_parameters()) {
+        out[p.key()] = p.value().sizes().vec();
+      }
+      for (const auto& b : net.named_buffers()) {
+        out[b.key()] = b.value().sizes().vec();
+      }
+      return out;
+    };
+    const auto expected = shapes(*replicas_[0].net);
+    try {
+      for (auto& rep : replicas_) {
+        std::istringstream model(files["model.pt"]);
+        torch::load(rep.net, model, rep.device);
+        for (const auto& [name, sizes] : shapes(*rep.net)) {
+          if (sizes != expected.at(name)) {
+            return misfit(absl::StrCat(
+                name, " has shape [", absl::StrJoin(sizes, ", "), "] there, [",
+                absl::StrJoin(expected.at(name), ", "), "] here"));
+          }
+        }
+        std::istringstream optim(files["optimizer.pt"]);
+        torch::load(*rep.optimizer, optim, rep.device);
+      }
+    } catch (const c10::Error& e) {
+      return misfit(e.what_without_backtrace());
     }
     return absl::OkStatus();
   }
@@ -451,6 +475,19 @@ class Run {
     std::map<std::string, std::string> files;
     std::vector<torch::Tensor> rng;
   };
+
+  // Whether `rng` holds the streams of as many CPU replicas as `replicas:
+  // 0` gives this model on that many threads: a count the resume can take
+  // over.
+  bool CpuStreams(const std::vector<torch::Tensor>& rng) const {
+    static const int64_t cpu_state =
+        at::detail::createCPUGenerator().get_state().numel();
+    const int64_t n = static_cast<int64_t>(rng.size());
+    if (n == 0 || CpuReplicas(c_, static_cast<int>(n)) != n) return false;
+    return std::all_of(rng.begin(), rng.end(), [](const torch::Tensor& t) {
+      return t.numel() == cpu_state;
+    });
+  }
 
   // Reads checkpoint `id`, or the newest earlier one of its trial that
   // verifies when `id` is damaged (restored_id_ says which).
@@ -496,8 +533,8 @@ class Run {
     restored.files = std::move(*read);
     auto& files = restored.files;
     if (!files.count("step") || !files.count("rng.pt")) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint ", id, " has no step or rng state"));
+      return absl::DataLossError(absl::StrCat("checkpoint ", restored_id_,
+                                              " has no step or rng state"));
     }
     std::istringstream rng(files["rng.pt"]);
     torch::load(restored.rng, rng);
@@ -517,10 +554,17 @@ class Run {
                    "streams, this run %zu: dropout starts fresh streams\n",
                    id.c_str(), states.size(), replicas_.size());
     } else if (streams) {
-      for (size_t r = 0; r < states.size(); ++r) {
-        auto& gen = replicas_[r].generator;
-        std::lock_guard<std::mutex> lock(gen.mutex());
-        gen.set_state(states[r]);
+      try {
+        for (size_t r = 0; r < states.size(); ++r) {
+          auto& gen = replicas_[r].generator;
+          std::lock_guard<std::mutex> lock(gen.mutex());
+          gen.set_state(states[r]);
+        }
+      } catch (const c10::Error&) {  // e.g. a GPU run's streams on the CPU
+        std::fprintf(stderr,
+                     "dial-train: checkpoint %s has another device's dropout "
+                     "streams: dropout starts fresh streams\n",
+                     id.c_str());
       }
     }
     if (files.count("scaler"))

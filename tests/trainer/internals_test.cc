@@ -69,6 +69,34 @@ TEST_F(TrainerTest, ReplicasWithShardsMatchOneReplicaWithTheWholeBatch) {
   }
 }
 
+// A checkpoint whose dropout streams are not a CPU generator's (a GPU
+// run's Philox states, 16 bytes each) resumes on the CPU with fresh
+// streams instead of failing in LibTorch.
+TEST_F(TrainerTest, AnotherDevicesDropoutStreamsStartFresh) {
+  TrainerConfig c =
+      Config(Knobs({{"steps", 40}, {"eval_every", 20}, {"dropout", 0.3}}));
+  RunContext ctx;
+  ctx.checkpoint_root = root_.string();
+  Recorder first(20);
+  ASSERT_TRUE(Train(c, ctx, first).ok());
+  auto store = storage::FileCheckpointStore::Create({root_.string()});
+  ASSERT_TRUE(store.ok());
+  auto files = (*store)->Read(first.reports.back().checkpoint);
+  ASSERT_TRUE(files.ok()) << files.status();
+  std::vector<torch::Tensor> philox{torch::zeros({16}, torch::kUInt8)};
+  std::ostringstream out;
+  torch::save(philox, out);
+  (*files)["rng.pt"] = out.str();
+  auto info = (*store)->Write("gpu-run", 1, 20, *files);
+  ASSERT_TRUE(info.ok()) << info.status();
+  ctx.restore_checkpoint = info->id;
+  Recorder resumed;
+  auto result = Train(c, ctx, resumed);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(resumed.reports.size(), 1u);
+  EXPECT_EQ(resumed.reports[0].step, 40);
+}
+
 // LibTorch's own batch norm, ReLU and pooling ops with the module's
 // parameters: what the fused path must compute.
 struct Pair {

@@ -184,6 +184,16 @@ TEST_F(TrainerTest, ACheckpointOfAnotherModelIsRefusedClearly) {
       << result.status();
   EXPECT_THAT(result.status().message(), HasSubstr("does not fit"));
   EXPECT_TRUE(cnn.reports.empty());
+
+  // Same names, other shapes (LibTorch would load them silently).
+  Recorder wider;
+  result = Train(Config(Knobs({{"steps", 40}, {"eval_every", 20},
+                               {"synthetic_features", 64}, {"units", 128}})),
+                 ctx, wider);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition)
+      << result.status();
+  EXPECT_THAT(result.status().message(), HasSubstr("has shape"));
+  EXPECT_TRUE(wider.reports.empty());
 }
 
 TEST_F(TrainerTest, Bf16AutocastTrainsOnTheCpu) {
