@@ -314,22 +314,29 @@ struct NormReluPoolFn : torch::autograd::Function<NormReluPoolFn> {
   }
 };
 
-// Per channel, the sums of x - k and of (x - k)^2 over the batch. Shifting
-// by a value k of the channel keeps E[(x-k)^2] - E[x-k]^2 exact when the
-// mean is large against the spread.
-std::pair<std::vector<double>, std::vector<double>> Moments(const Shape& s,
-                                                            const float* px,
-                                                            const float* k) {
-  return ChannelSums(s, s.h, [&](int64_t i, int64_t y, float* a, float* b) {
-    const float* p = px + s.At(i, y, 0);
-    for (int64_t xx = 0; xx < s.w; ++xx, p += s.c) {
-      ForChannels(s.c, [&]<class T>(int64_t c) {
-        const T v = Load<T>(p + c) - Load<T>(k + c);
-        Store(a + c, Load<T>(a + c) + v);
-        Store(b + c, Load<T>(b + c) + v * v);
+// Per channel, the batch mean and (biased) variance. The sums are of x - k,
+// k being sample 0's top-left pixel of the channel, which keeps
+// E[(x-k)^2] - E[x-k]^2 exact when the mean is large against the spread.
+std::pair<std::vector<double>, std::vector<double>> MeanVar(const Shape& s,
+                                                            const float* px) {
+  auto [sum, sum_sq] =
+      ChannelSums(s, s.h, [&](int64_t i, int64_t y, float* a, float* b) {
+        const float* p = px + s.At(i, y, 0);
+        for (int64_t xx = 0; xx < s.w; ++xx, p += s.c) {
+          ForChannels(s.c, [&]<class T>(int64_t c) {
+            const T v = Load<T>(p + c) - Load<T>(px + c);
+            Store(a + c, Load<T>(a + c) + v);
+            Store(b + c, Load<T>(b + c) + v * v);
+          });
+        }
       });
-    }
-  });
+  const double count = double(s.n * s.h * s.w);
+  for (int64_t c = 0; c < s.c; ++c) {
+    const double shifted = sum[c] / count;
+    sum_sq[c] = std::max(0.0, sum_sq[c] / count - shifted * shifted);
+    sum[c] = double(px[c]) + shifted;
+  }
+  return {std::move(sum), std::move(sum_sq)};
 }
 
 #pragma GCC pop_options
@@ -363,17 +370,8 @@ torch::Tensor NormReluPoolImpl::forward(const torch::Tensor& input) {
     torch::NoGradGuard no_grad;
     if (is_training()) {
       const Shape s = ShapeOf(x);
-      const float* px = x.data_ptr<float>();
-      const int64_t pixels = s.h * s.w;
-      // Sample 0's top-left pixel: a value of each channel to shift by.
-      auto [sum, sum_sq] = Moments(s, px, px);
-      const double count = double(s.n * pixels);
-      std::vector<double> m(s.c), var(s.c);
-      for (int64_t c = 0; c < s.c; ++c) {
-        const double shifted = sum[c] / count;
-        m[c] = double(px[c]) + shifted;
-        var[c] = std::max(0.0, sum_sq[c] / count - shifted * shifted);
-      }
+      auto [m, var] = MeanVar(s, x.data_ptr<float>());
+      const double count = double(s.n * s.h * s.w);
       auto dopts = torch::TensorOptions().dtype(torch::kFloat64);
       auto mean64 = torch::tensor(m, dopts), var64 = torch::tensor(var, dopts);
       mean = mean64.to(torch::kFloat);
