@@ -41,9 +41,9 @@ absl::Status DialClient::WaitForReady(absl::Duration timeout) {
 }
 
 // Runs one unary RPC with the client's deadline.
-#define DIAL_CALL(method, request, response)                    \
-  grpc::ClientContext ctx;                                      \
-  SetDeadline(ctx);                                             \
+#define DIAL_CALL(method, request, response)                          \
+  grpc::ClientContext ctx;                                            \
+  SetDeadline(ctx);                                                   \
   grpc::Status grpc_status = stub_->method(&ctx, request, &response); \
   if (!grpc_status.ok()) return FromGrpcStatus(grpc_status)
 

@@ -17,13 +17,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "common/flags.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/client.h"
+#include "common/flags.h"
 #include "common/spec.h"
 #include "common/trial_protocol.h"
 #include "google/protobuf/util/time_util.h"
@@ -32,7 +32,8 @@
 ABSL_FLAG(std::string, scheduler, "",
           "Scheduler address (default: $DIAL_SCHEDULER or 127.0.0.1:7070)");
 ABSL_FLAG(bool, json, false, "Print JSON instead of tables");
-ABSL_FLAG(std::string, f, "", "Study spec file (YAML or JSON), for study create");
+ABSL_FLAG(std::string, f, "",
+          "Study spec file (YAML or JSON), for study create");
 ABSL_FLAG(std::string, state, "",
           "Comma-separated trial states to list, e.g. COMPLETED,RUNNING");
 ABSL_FLAG(int32_t, count, 5, "How many trials for trials best");
@@ -124,10 +125,10 @@ std::string Params(const v1::Trial& trial) {
   std::vector<std::string> parts;
   for (const auto& k : keys) {
     const auto& v = trial.params().at(k);
-    parts.push_back(absl::StrCat(
-        k, "=",
-        v.has_double_value() ? Number(v.double_value())
-                             : dial::searchers::ParamValueToString(v)));
+    parts.push_back(absl::StrCat(k, "=",
+                                 v.has_double_value()
+                                     ? Number(v.double_value())
+                                     : dial::searchers::ParamValueToString(v)));
   }
   return absl::StrJoin(parts, " ");
 }
@@ -151,7 +152,8 @@ void PrintTable(const std::vector<std::string>& header,
     std::string out;
     for (size_t i = 0; i < cells.size(); ++i) {
       out += cells[i];
-      if (i + 1 < cells.size()) out += std::string(width[i] - cells[i].size() + 2, ' ');
+      if (i + 1 < cells.size())
+        out += std::string(width[i] - cells[i].size() + 2, ' ');
     }
     std::cout << out << "\n";
   };
@@ -161,8 +163,8 @@ void PrintTable(const std::vector<std::string>& header,
 
 std::string Counts(const v1::Study& study) {
   std::vector<std::string> parts;
-  for (const char* s : {"COMPLETED", "RUNNING", "PENDING", "PAUSED", "STOPPED",
-                        "FAILED"}) {
+  for (const char* s :
+       {"COMPLETED", "RUNNING", "PENDING", "PAUSED", "STOPPED", "FAILED"}) {
     auto it = study.trial_counts().find(s);
     if (it != study.trial_counts().end() && it->second > 0) {
       parts.push_back(absl::StrCat(it->second, " ", absl::AsciiStrToLower(s)));
@@ -174,15 +176,13 @@ std::string Counts(const v1::Study& study) {
 void PrintStudies(const std::vector<v1::Study>& studies) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& s : studies) {
-    rows.push_back({s.name(), StudyStateName(s.state()),
-                    absl::StrCat(s.trials_created(), "/",
-                                 s.spec().budget().max_trials()),
-                    absl::StrCat(s.spec().objective().metric(), " (",
-                                 s.spec().objective().goal() == v1::MAXIMIZE
-                                     ? "max"
-                                     : "min",
-                                 ")"),
-                    Time(s.create_time())});
+    rows.push_back(
+        {s.name(), StudyStateName(s.state()),
+         absl::StrCat(s.trials_created(), "/", s.spec().budget().max_trials()),
+         absl::StrCat(
+             s.spec().objective().metric(), " (",
+             s.spec().objective().goal() == v1::MAXIMIZE ? "max" : "min", ")"),
+         Time(s.create_time())});
   }
   PrintTable({"STUDY", "STATE", "TRIALS", "OBJECTIVE", "CREATED"}, rows);
 }
@@ -194,19 +194,21 @@ void PrintStudy(const v1::Study& s) {
             << "objective:   " << spec.objective().metric() << " ("
             << v1::Goal_Name(spec.objective().goal()) << ")\n"
             << "searcher:    "
-            << spec.searcher().GetDescriptor()
+            << spec.searcher()
+                   .GetDescriptor()
                    ->FindFieldByNumber(spec.searcher().kind_case())
                    ->name()
             << "\n"
             << "scheduler:   "
-            << spec.scheduler().GetDescriptor()
+            << spec.scheduler()
+                   .GetDescriptor()
                    ->FindFieldByNumber(spec.scheduler().kind_case())
                    ->name()
             << "\n"
             << "trials:      " << s.trials_created() << " of "
-            << spec.budget().max_trials() << " created ("
-            << Counts(s) << "), at most "
-            << spec.budget().max_parallel_trials() << " at once\n"
+            << spec.budget().max_trials() << " created (" << Counts(s)
+            << "), at most " << spec.budget().max_parallel_trials()
+            << " at once\n"
             << "created:     " << Time(s.create_time()) << "\n";
   std::cout << "parameters:\n";
   for (const auto& p : spec.search_space()) {
@@ -222,9 +224,8 @@ void PrintStudy(const v1::Study& s) {
                               "]", p.int_().scale() == v1::LOG ? " log" : "");
         break;
       case v1::ParameterSpec::kCategorical:
-        domain = absl::StrCat("one of {",
-                              absl::StrJoin(p.categorical().values(), ", "),
-                              "}");
+        domain = absl::StrCat(
+            "one of {", absl::StrJoin(p.categorical().values(), ", "), "}");
         break;
       case v1::ParameterSpec::kDiscrete: {
         std::vector<std::string> values;
@@ -270,7 +271,8 @@ void PrintTrial(const v1::Trial& t, const std::string& metric) {
             << "params:   " << Params(t) << "\n"
             << "started:  " << Time(t.start_time()) << "\n"
             << "ended:    " << Time(t.end_time()) << "\n";
-  if (!t.client_id().empty()) std::cout << "client:   " << t.client_id() << "\n";
+  if (!t.client_id().empty())
+    std::cout << "client:   " << t.client_id() << "\n";
   if (!t.checkpoint().empty()) {
     std::cout << "checkpoint: " << t.checkpoint() << "\n";
   }
@@ -319,9 +321,9 @@ std::string ProgressLine(const v1::StudyEvent& event) {
   const int bar_width = 30;
   const int filled = std::min(bar_width, finished * bar_width / max_trials);
   std::string line = absl::StrCat(
-      "[", std::string(filled, '#'), std::string(bar_width - filled, '.'),
-      "] ", finished, "/", max_trials, " done, ", count("RUNNING"),
-      " running, ", count("PENDING"), " pending");
+      "[", std::string(filled, '#'), std::string(bar_width - filled, '.'), "] ",
+      finished, "/", max_trials, " done, ", count("RUNNING"), " running, ",
+      count("PENDING"), " pending");
   if (event.has_best_trial()) {
     absl::StrAppend(&line, " | best ", s.spec().objective().metric(), "=",
                     Value(event.best_trial()), " (trial ",
@@ -362,12 +364,13 @@ absl::Status Schedule(DialClient& client, const std::string& study,
   // The copied weights had trained `start` steps (in their own lineage);
   // this trial then trained them until - step more with its new params.
   const int64_t start = out->back().to;
-  out->push_back({start, start + (until - last->step()), number,
-                  last->new_params()});
+  out->push_back(
+      {start, start + (until - last->step()), number, last->new_params()});
   return absl::OkStatus();
 }
 
-std::string ParamsOf(const google::protobuf::Map<std::string, v1::ParamValue>& p) {
+std::string ParamsOf(
+    const google::protobuf::Map<std::string, v1::ParamValue>& p) {
   v1::Trial t;
   *t.mutable_params() = p;
   return Params(t);
@@ -485,7 +488,8 @@ std::vector<v1::TrialState> ParseStates(const std::string& text,
 
 // Runs `argv` and returns what it printed on stdout; its stderr passes
 // through. FAILED_PRECONDITION when it exits non-zero.
-absl::StatusOr<std::string> RunAndCapture(const std::vector<std::string>& argv) {
+absl::StatusOr<std::string> RunAndCapture(
+    const std::vector<std::string>& argv) {
   int out[2];
   if (pipe(out) != 0) return absl::InternalError("pipe failed");
   posix_spawn_file_actions_t actions;
@@ -496,8 +500,8 @@ absl::StatusOr<std::string> RunAndCapture(const std::vector<std::string>& argv) 
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid;
-  const int err = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(),
-                               environ);
+  const int err =
+      posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   close(out[1]);
   if (err != 0) {
@@ -530,9 +534,10 @@ int Evaluate(DialClient& client, const std::string& name, int64_t number) {
   auto study = client.GetStudy(name);
   if (!study.ok()) return Fail(study.status());
   if (!study->spec().trial().has_trainer()) {
-    return Fail(absl::FailedPreconditionError(absl::StrCat(
-        "study ", name, " does not run the built-in trainer; evaluate its "
-        "trials with your own code")));
+    return Fail(absl::FailedPreconditionError(
+        absl::StrCat("study ", name,
+                     " does not run the built-in trainer; evaluate its "
+                     "trials with your own code")));
   }
   auto trial = client.GetTrial(name, number);
   if (!trial.ok()) return Fail(trial.status());
@@ -546,11 +551,12 @@ int Evaluate(DialClient& client, const std::string& name, int64_t number) {
   }
   if (root.empty()) {
     return Usage(
-        "trials evaluate needs --checkpoint-root: the store the workers write to");
+        "trials evaluate needs --checkpoint-root: the store the workers write "
+        "to");
   }
   std::string knobs;
-  (void)google::protobuf::util::MessageToJsonString(study->spec().trial().trainer(),
-                                                    &knobs);
+  (void)google::protobuf::util::MessageToJsonString(
+      study->spec().trial().trainer(), &knobs);
   std::string trainer = absl::GetFlag(FLAGS_trainer);
   if (trainer.empty()) trainer = dial::DefaultTrainerPath();
   std::vector<std::string> argv = {
@@ -567,10 +573,13 @@ int Evaluate(DialClient& client, const std::string& name, int64_t number) {
   if (!output.ok()) return Fail(output.status());
   google::protobuf::Struct metrics;
   if (!google::protobuf::util::JsonStringToMessage(*output, &metrics).ok()) {
-    return Fail(absl::InternalError("dial-train printed no metrics: " + *output));
+    return Fail(
+        absl::InternalError("dial-train printed no metrics: " + *output));
   }
-  (*metrics.mutable_fields())["trial"].set_number_value(static_cast<double>(number));
-  (*metrics.mutable_fields())["checkpoint"].set_string_value(trial->checkpoint());
+  (*metrics.mutable_fields())["trial"].set_number_value(
+      static_cast<double>(number));
+  (*metrics.mutable_fields())["checkpoint"].set_string_value(
+      trial->checkpoint());
   if (absl::GetFlag(FLAGS_json)) {
     std::cout << ToJson(metrics) << "\n";
     return 0;
@@ -633,11 +642,11 @@ int Run(const std::vector<std::string>& args) {
     const std::string& name = args[2];
     if (verb == "get" || verb == "stop" || verb == "update") {
       absl::StatusOr<v1::Study> study =
-          verb == "get"    ? client.GetStudy(name)
-          : verb == "stop" ? client.StopStudy(name)
-                           : client.UpdateStudy(
-                                 name, absl::GetFlag(FLAGS_max_trials),
-                                 absl::GetFlag(FLAGS_max_parallel_trials));
+          verb == "get" ? client.GetStudy(name)
+          : verb == "stop"
+              ? client.StopStudy(name)
+              : client.UpdateStudy(name, absl::GetFlag(FLAGS_max_trials),
+                                   absl::GetFlag(FLAGS_max_parallel_trials));
       if (!study.ok()) return Fail(study.status());
       if (json) {
         std::cout << ToJson(*study) << "\n";

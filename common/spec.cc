@@ -45,11 +45,21 @@ void AppendJsonString(absl::string_view s, std::string& out) {
   out.push_back('"');
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -268,8 +278,8 @@ absl::Status MessageToJson(const YAML::Node& node, const Descriptor* desc,
         const std::string k = entry.first.Scalar();
         AppendJsonString(k, out);
         out.push_back(':');
-        DIAL_RETURN_IF_ERROR(ValueToJson(entry.second, value_field,
-                                         field_path + "." + k, out));
+        DIAL_RETURN_IF_ERROR(
+            ValueToJson(entry.second, value_field, field_path + "." + k, out));
       }
       out.push_back('}');
     } else if (field->is_repeated()) {
@@ -425,9 +435,9 @@ absl::Status ValidateParameter(const v1::ParameterSpec& p,
                        absl::StrCat("must be LINEAR or LOG, got ", r.scale()));
       }
       if (r.scale() == v1::LOG && r.min() <= 0) {
-        return Invalid(where + ".int.min",
-                       absl::StrCat("must be > 0 with scale LOG, got ",
-                                    r.min()));
+        return Invalid(
+            where + ".int.min",
+            absl::StrCat("must be > 0 with scale LOG, got ", r.min()));
       }
       if (r.min() < -kMaxIntMagnitude || r.max() > kMaxIntMagnitude) {
         return Invalid(where + ".int",
@@ -476,8 +486,9 @@ absl::Status ValidateParameter(const v1::ParameterSpec& p,
       break;
     }
     case v1::ParameterSpec::DOMAIN_NOT_SET:
-      return Invalid(where, "one of float, int, categorical or discrete is "
-                            "required");
+      return Invalid(where,
+                     "one of float, int, categorical or discrete is "
+                     "required");
   }
   return absl::OkStatus();
 }
@@ -494,9 +505,9 @@ absl::Status ValidateName(absl::string_view field, absl::string_view name) {
            (c >= '0' && c <= '9');
   };
   if (!alnum(name[0])) {
-    return Invalid(std::string(field),
-                   "'" + std::string(name) +
-                       "' must start with a letter or digit");
+    return Invalid(
+        std::string(field),
+        "'" + std::string(name) + "' must start with a letter or digit");
   }
   for (char c : name) {
     if (!alnum(c) && c != '_' && c != '-' && c != '.') {
@@ -522,8 +533,8 @@ absl::StatusOr<v1::StudySpec> ParseStudySpec(absl::string_view text) {
   v1::StudySpec spec;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
-  auto status = google::protobuf::util::JsonStringToMessage(json, &spec,
-                                                            options);
+  auto status =
+      google::protobuf::util::JsonStringToMessage(json, &spec, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec: ", std::string(status.message())));
@@ -563,9 +574,10 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
     const std::string where = absl::StrCat("search_space[", i, "]");
     DIAL_RETURN_IF_ERROR(ValidateParameter(p, where));
     if (index.count(p.name())) {
-      return Invalid(where + ".name",
-                     absl::StrCat("'", p.name(), "' is already used by "
-                                  "search_space[", index[p.name()], "]"));
+      return Invalid(where + ".name", absl::StrCat("'", p.name(),
+                                                   "' is already used by "
+                                                   "search_space[",
+                                                   index[p.name()], "]"));
     }
     // Conditions may name only parameters listed earlier, which rules out
     // cycles and lets activity be decided in list order.
@@ -642,9 +654,9 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
                         int64_t max_steps, double eta) -> absl::Status {
     if (min_steps < 1) return Invalid(where + ".min_steps", "must be >= 1");
     if (max_steps <= min_steps) {
-      return Invalid(where + ".max_steps",
-                     absl::StrCat("must be greater than min_steps (",
-                                  min_steps, ")"));
+      return Invalid(
+          where + ".max_steps",
+          absl::StrCat("must be greater than min_steps (", min_steps, ")"));
     }
     if (!(eta > 1)) {
       return Invalid(where + ".reduction_factor",
@@ -690,8 +702,7 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
     }
     if (!(sched.pbt().resample_probability() >= 0 &&
           sched.pbt().resample_probability() <= 1)) {
-      return Invalid("scheduler.pbt.resample_probability",
-                     "must be in [0, 1]");
+      return Invalid("scheduler.pbt.resample_probability", "must be in [0, 1]");
     }
   }
 
@@ -715,7 +726,9 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
         }
       }
       std::vector<google::protobuf::Value> values;
-      auto number = [&](double v) { values.emplace_back().set_number_value(v); };
+      auto number = [&](double v) {
+        values.emplace_back().set_number_value(v);
+      };
       switch (p.domain_case()) {
         case v1::ParameterSpec::kFloat:
           number(p.float_().min());
@@ -741,8 +754,9 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
       }
     }
   }
-  const bool pauses = (sched.has_asha() && sched.asha().promotion()) ||
-                     (sched.has_hyperband() && sched.hyperband().synchronous());
+  const bool pauses =
+      (sched.has_asha() && sched.asha().promotion()) ||
+      (sched.has_hyperband() && sched.hyperband().synchronous());
   if (pauses && trial.run_case() == v1::TrialTemplate::RUN_NOT_SET) {
     return Invalid(sched.has_asha() ? "scheduler.asha.promotion"
                                     : "scheduler.hyperband.synchronous",
@@ -759,8 +773,9 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
       const std::string& name = spec.search_space(i).name();
       if (name != "lr" && name != "momentum" && name != "weight_decay") {
         return Invalid(absl::StrCat("search_space[", i, "]"),
-                       "'" + name + "' cannot change in a running trial; with "
-                       "scheduler.pbt tune lr, momentum and weight_decay");
+                       "'" + name +
+                           "' cannot change in a running trial; with "
+                           "scheduler.pbt tune lr, momentum and weight_decay");
       }
     }
   }

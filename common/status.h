@@ -10,15 +10,15 @@
 #define DIAL_STATUS_CONCAT_(a, b) DIAL_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` yields a non-OK status.
-#define DIAL_RETURN_IF_ERROR(expr)                \
-  do {                                            \
-    ::absl::Status dial_status_ = (expr);         \
-    if (!dial_status_.ok()) return dial_status_;  \
+#define DIAL_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::absl::Status dial_status_ = (expr);        \
+    if (!dial_status_.ok()) return dial_status_; \
   } while (0)
 
 // `DIAL_ASSIGN_OR_RETURN(auto x, F())` declares x from F()'s value, or
 // returns F()'s error.
-#define DIAL_ASSIGN_OR_RETURN(lhs, expr)                                   \
+#define DIAL_ASSIGN_OR_RETURN(lhs, expr)                                     \
   DIAL_ASSIGN_OR_RETURN_IMPL_(DIAL_STATUS_CONCAT_(dial_sor_, __LINE__), lhs, \
                               expr)
 #define DIAL_ASSIGN_OR_RETURN_IMPL_(sor, lhs, expr) \

@@ -13,8 +13,8 @@ absl::StatusOr<google::protobuf::Struct> ParseObject(const std::string& line) {
   google::protobuf::Struct object;
   auto status = google::protobuf::util::JsonStringToMessage(line, &object);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "not a JSON object: ", std::string(status.message())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a JSON object: ", std::string(status.message())));
   }
   return object;
 }
@@ -74,10 +74,10 @@ absl::StatusOr<TrialReport> ParseReport(const std::string& line) {
                (value.string_value() == "NaN" ||
                 value.string_value() == "Infinity" ||
                 value.string_value() == "-Infinity")) {
-      report.metrics[name] = std::stod(value.string_value() == "NaN" ? "nan"
-                                       : value.string_value() == "Infinity"
-                                           ? "inf"
-                                           : "-inf");
+      report.metrics[name] =
+          std::stod(value.string_value() == "NaN"        ? "nan"
+                    : value.string_value() == "Infinity" ? "inf"
+                                                         : "-inf");
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("report: metric '", name, "' must be a number"));
@@ -99,13 +99,15 @@ std::string EncodeDecision(const TrialDecision& decision) {
   google::protobuf::Struct object;
   auto& fields = *object.mutable_fields();
   fields["action"].set_string_value(decision.action);
-  if (!decision.reason.empty()) fields["reason"].set_string_value(decision.reason);
+  if (!decision.reason.empty())
+    fields["reason"].set_string_value(decision.reason);
   if (!decision.checkpoint.empty()) {
     fields["checkpoint"].set_string_value(decision.checkpoint);
   }
   if (!decision.params_json.empty() && decision.params_json != "{}") {
     google::protobuf::Struct params;
-    if (google::protobuf::util::JsonStringToMessage(decision.params_json, &params)
+    if (google::protobuf::util::JsonStringToMessage(decision.params_json,
+                                                    &params)
             .ok()) {
       *fields["params"].mutable_struct_value() = params;
     }

@@ -10,10 +10,9 @@
 #include <map>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "dial/v1/study.pb.h"
 #include "google/protobuf/struct.pb.h"
-
-#include "absl/status/statusor.h"
 
 namespace dial {
 

@@ -18,7 +18,8 @@
 #include "storage/checkpoint_store.h"
 #include "storage/sqlite_study_store.h"
 
-ABSL_FLAG(std::string, db, "dial.db", "SQLite database file (created if missing)");
+ABSL_FLAG(std::string, db, "dial.db",
+          "SQLite database file (created if missing)");
 ABSL_FLAG(std::string, checkpoint_root, "dial-checkpoints",
           "Checkpoint directory (local or a shared mount)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
@@ -74,7 +75,8 @@ int main(int argc, char** argv) {
   options.checkpoints = checkpoints->get();
   options.listen = absl::GetFlag(FLAGS_listen);
   options.allow_remote = absl::GetFlag(FLAGS_allow_remote);
-  options.worker_lease = absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
+  options.worker_lease =
+      absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
   auto server = dial::scheduler::SchedulerServer::Create(options);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());

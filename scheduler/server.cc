@@ -14,8 +14,7 @@
 
 namespace dial::scheduler {
 
-absl::Status CheckListenAddress(const std::string& address,
-                                bool allow_remote) {
+absl::Status CheckListenAddress(const std::string& address, bool allow_remote) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon + 1 == address.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -34,7 +33,8 @@ absl::Status CheckListenAddress(const std::string& address,
 
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
     const SchedulerServerOptions& options) {
-  DIAL_RETURN_IF_ERROR(CheckListenAddress(options.listen, options.allow_remote));
+  DIAL_RETURN_IF_ERROR(
+      CheckListenAddress(options.listen, options.allow_remote));
   std::unique_ptr<SchedulerServer> server(new SchedulerServer());
   SchedulerCoreOptions core_options;
   core_options.store = options.store;

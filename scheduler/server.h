@@ -21,7 +21,7 @@ class StudyServiceImpl;
 class WorkerServiceImpl;
 
 struct SchedulerServerOptions {
-  storage::StudyStore* store = nullptr;  // required, not owned
+  storage::StudyStore* store = nullptr;   // required, not owned
   std::string listen = "127.0.0.1:7070";  // port 0 picks a free one
   // Allow a non-loopback listen address. Off until authentication exists.
   bool allow_remote = false;

@@ -1,4 +1,3 @@
-#include "common/random.h"
 #include "searchers/bayesian_searcher.h"
 
 #include <nlopt.h>
@@ -9,9 +8,10 @@
 #include <numeric>
 #include <random>
 
+#include "common/random.h"
 #include "common/status.h"
-#include "searchers/quantile.h"
 #include "google/protobuf/util/time_util.h"
+#include "searchers/quantile.h"
 
 namespace dial::searchers {
 namespace {
@@ -223,11 +223,11 @@ void BayesianSearcher::Observe(const v1::Trial& trial) {
   Observation o{google::protobuf::util::TimeUtil::TimestampToMilliseconds(
                     trial.end_time()),
                 trial.number(), features_.Encode(trial.params()), y};
-  auto pos = std::upper_bound(
-      observations_.begin(), observations_.end(), o,
-      [](const Observation& a, const Observation& b) {
-        return std::tie(a.end_ms, a.number) < std::tie(b.end_ms, b.number);
-      });
+  auto pos = std::upper_bound(observations_.begin(), observations_.end(), o,
+                              [](const Observation& a, const Observation& b) {
+                                return std::tie(a.end_ms, a.number) <
+                                       std::tie(b.end_ms, b.number);
+                              });
   observations_.insert(pos, std::move(o));
 }
 
@@ -237,8 +237,9 @@ Params BayesianSearcher::InitialDesign(int64_t number) const {
   std::vector<double> u(space_.size());
   for (int d = 0; d < space_.size(); ++d) {
     double shift = unit(rng);  // Cranley-Patterson scrambling, fixed per seed
-    u[d] = std::fmod(RadicalInverse(static_cast<uint64_t>(number) + 1,
-                                    kPrimes[d]) + shift, 1.0);
+    u[d] = std::fmod(
+        RadicalInverse(static_cast<uint64_t>(number) + 1, kPrimes[d]) + shift,
+        1.0);
   }
   return space_.Decode(u);
 }
@@ -332,7 +333,8 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
     if (believed.ok()) gp = std::move(believed);
   }
 
-  std::mt19937_64 rng(SplitMix64(options_.seed) ^ SplitMix64(static_cast<uint64_t>(number)));
+  std::mt19937_64 rng(SplitMix64(options_.seed) ^
+                      SplitMix64(static_cast<uint64_t>(number)));
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   std::normal_distribution<double> normal(0.0, 1.0);
   auto taken = [&](const Eigen::VectorXd& f) {
@@ -347,7 +349,8 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
   };
   std::vector<Candidate> candidates;
   std::vector<double> u(space_.size());
-  const int random_count = n > 300 ? options_.candidates / 2 : options_.candidates;
+  const int random_count =
+      n > 300 ? options_.candidates / 2 : options_.candidates;
   for (int c = 0; c < random_count; ++c) {
     for (auto& v : u) v = unit(rng);
     Eigen::VectorXd f = features_.Encode(space_.Decode(u));
@@ -370,8 +373,9 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
       candidates.push_back({NegLogEi(*gp, best, f, nullptr), f});
     }
   }
-  std::sort(candidates.begin(), candidates.end(),
-            [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
+  std::sort(
+      candidates.begin(), candidates.end(),
+      [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
 
   // Refine the best distinct candidates with bounded L-BFGS on the relaxed
   // features, then snap back to a valid configuration.
@@ -380,10 +384,12 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
   std::vector<double> lower(dims, 0.0), upper(dims, 1.0);
   std::vector<Candidate> refined;
   int starts = 0;
-  for (size_t c = 0; c < candidates.size() && starts < options_.local_starts; ++c) {
+  for (size_t c = 0; c < candidates.size() && starts < options_.local_starts;
+       ++c) {
     if (taken(candidates[c].f)) continue;
     ++starts;
-    std::vector<double> point(candidates[c].f.data(), candidates[c].f.data() + dims);
+    std::vector<double> point(candidates[c].f.data(),
+                              candidates[c].f.data() + dims);
     nlopt_opt opt = nlopt_create(NLOPT_LD_LBFGS, dims);
     nlopt_set_lower_bounds(opt, lower.data());
     nlopt_set_upper_bounds(opt, upper.data());
@@ -397,8 +403,9 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
     refined.push_back({NegLogEi(*gp, best, f, nullptr), f});
     refined.push_back(candidates[c]);
   }
-  std::sort(refined.begin(), refined.end(),
-            [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
+  std::sort(
+      refined.begin(), refined.end(),
+      [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
   for (const auto& c : refined) {
     if (!taken(c.f)) return features_.Decode(c.f);
   }

@@ -46,8 +46,8 @@ Eigen::MatrixXd KernelMatrix(const Eigen::MatrixXd& x,
   for (int a = 0; a < n; ++a) {
     k(a, a) = s2;
     for (int b = 0; b < a; ++b) {
-      double r2 = ((x.row(a) - x.row(b)).array().square() * inv_l2.transpose())
-                      .sum();
+      double r2 =
+          ((x.row(a) - x.row(b)).array().square() * inv_l2.transpose()).sum();
       k(a, b) = k(b, a) = Matern(std::sqrt(r2), s2);
     }
   }
@@ -72,8 +72,8 @@ double Objective(unsigned n, const double* theta, double* grad, void* data) {
   const auto* p = static_cast<const FitProblem*>(data);
   GpHyperparameters h = Unpack(theta, p->dims);
   Eigen::VectorXd g;
-  double value = GaussianProcess::LogMarginalLikelihood(
-      *p->x, *p->y, h, grad ? &g : nullptr);
+  double value = GaussianProcess::LogMarginalLikelihood(*p->x, *p->y, h,
+                                                        grad ? &g : nullptr);
   if (!std::isfinite(value)) {
     if (grad) std::fill(grad, grad + n, 0.0);
     return -1e10;
@@ -129,8 +129,8 @@ double GaussianProcess::LogMarginalLikelihood(const Eigen::MatrixXd& x,
   if (gradient == nullptr) return value;
 
   // d/dtheta = 0.5 tr((alpha alpha^T - K^-1) dK/dtheta).
-  Eigen::MatrixXd w = alpha * alpha.transpose() -
-                      llt.solve(Eigen::MatrixXd::Identity(n, n));
+  Eigen::MatrixXd w =
+      alpha * alpha.transpose() - llt.solve(Eigen::MatrixXd::Identity(n, n));
   gradient->setZero(dims + 2);
   for (int a = 0; a < n; ++a) {
     for (int b = 0; b < a; ++b) {
@@ -157,7 +157,8 @@ absl::StatusOr<GaussianProcess> GaussianProcess::Condition(
   gp.x_ = x;
   gp.h_ = h;
   gp.inv_l2_ = InvL2(h);
-  Eigen::MatrixXd k = KernelMatrix(x, gp.inv_l2_, std::exp(h.log_signal_variance));
+  Eigen::MatrixXd k =
+      KernelMatrix(x, gp.inv_l2_, std::exp(h.log_signal_variance));
   const double noise = std::exp(h.log_noise_variance);
   for (double jitter = kJitter; jitter < 1.0; jitter *= 100) {
     Eigen::MatrixXd kn = k;
@@ -199,7 +200,8 @@ GpHyperparameters GaussianProcess::Fit(const Eigen::MatrixXd& x,
       theta[dims] = -1.0 + 2.0 * unit(rng);
       theta[dims + 1] = -12.0 + 8.0 * unit(rng);
     }
-    for (int i = 0; i < n; ++i) theta[i] = std::clamp(theta[i], lower[i], upper[i]);
+    for (int i = 0; i < n; ++i)
+      theta[i] = std::clamp(theta[i], lower[i], upper[i]);
     nlopt_opt opt = nlopt_create(NLOPT_LD_LBFGS, n);
     nlopt_set_lower_bounds(opt, lower.data());
     nlopt_set_upper_bounds(opt, upper.data());
@@ -261,8 +263,7 @@ double LogExpectedImprovement(double mean, double sd, double best,
     // and Phi(z) ~ phi(z) / |z| (1 - u + 3u^2 - 15u^3 + 105u^4).
     const double u = 1.0 / (z * z);
     const double log_phi = -0.5 * z * z - 0.5 * std::log(2 * M_PI);
-    const double series_h =
-        1 + u * (-3 + u * (15 + u * (-105 + u * 945)));
+    const double series_h = 1 + u * (-3 + u * (15 + u * (-105 + u * 945)));
     const double series_c = 1 + u * (-1 + u * (3 + u * (-15 + u * 105)));
     log_h = log_phi + std::log(u) + std::log(series_h);
     dlogh_dz = (series_c / -z) / (u * series_h);

@@ -1,4 +1,3 @@
-#include "common/random.h"
 #include "searchers/searcher.h"
 
 #include <algorithm>
@@ -6,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/random.h"
 #include "common/status.h"
 #include "searchers/bayesian_searcher.h"
 #include "searchers/tpe_searcher.h"
@@ -22,8 +22,8 @@ std::vector<v1::ParamValue> GridValues(const SearchSpace& space, int i,
   auto spread = [&](int k) {
     for (int j = 0; j < k; ++j) {
       v1::ParamValue v = space.FromUnit(i, k == 1 ? 0.5 : double(j) / (k - 1));
-      if (values.empty() || ParamValueToString(values.back()) !=
-                                ParamValueToString(v)) {
+      if (values.empty() ||
+          ParamValueToString(values.back()) != ParamValueToString(v)) {
         values.push_back(v);
       }
     }
@@ -165,9 +165,9 @@ absl::StatusOr<std::unique_ptr<GridSearcher>> GridSearcher::Create(
         "; set max_trials to the grid size or change grid_points"));
   }
   if (grid.shuffle() && size > kMaxEnumerated) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "searcher.grid.shuffle: the grid has ", size_text,
-        " points, too many to shuffle; lower grid_points"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("searcher.grid.shuffle: the grid has ", size_text,
+                     " points, too many to shuffle; lower grid_points"));
   }
   walk.limit = grid.shuffle() ? size : std::min(size, max_trials);
   walk.Enumerate(0, scratch);

@@ -64,9 +64,8 @@ std::string ParamValueToString(const v1::ParamValue& value) {
 absl::StatusOr<SearchSpace> SearchSpace::Create(const v1::StudySpec& spec) {
   auto status = ValidateStudySpec(spec);
   if (!status.ok()) return status;
-  return SearchSpace(
-      std::vector<v1::ParameterSpec>(spec.search_space().begin(),
-                                     spec.search_space().end()));
+  return SearchSpace(std::vector<v1::ParameterSpec>(spec.search_space().begin(),
+                                                    spec.search_space().end()));
 }
 
 bool SearchSpace::IsActive(int i, const Params& params) const {

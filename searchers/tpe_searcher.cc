@@ -1,4 +1,3 @@
-#include "common/random.h"
 #include "searchers/tpe_searcher.h"
 
 #include <algorithm>
@@ -6,6 +5,7 @@
 #include <limits>
 #include <random>
 
+#include "common/random.h"
 #include "common/status.h"
 
 namespace dial::searchers {
@@ -34,7 +34,8 @@ class Parzen {
       if (prior) {
         sigma = 1.0;
       } else {
-        const double left = k == 0 ? points[i] : points[i] - points[order[k - 1]];
+        const double left =
+            k == 0 ? points[i] : points[i] - points[order[k - 1]];
         const double right =
             k + 1 == n ? 1.0 - points[i] : points[order[k + 1]] - points[i];
         sigma = std::clamp(std::max(left, right), min_sigma, 1.0);
@@ -107,9 +108,9 @@ absl::StatusOr<std::unique_ptr<TpeSearcher>> TpeSearcher::Create(
 void TpeSearcher::Observe(const v1::Trial& trial) {
   if (trial.state() == v1::COMPLETED && trial.has_objective_value() &&
       std::isfinite(trial.objective_value())) {
-    observations_.push_back(
-        {trial.params(),
-         maximize_ ? -trial.objective_value() : trial.objective_value()});
+    observations_.push_back({trial.params(), maximize_
+                                                 ? -trial.objective_value()
+                                                 : trial.objective_value()});
   } else if (trial.state() == v1::FAILED) {
     observations_.push_back(
         {trial.params(), std::numeric_limits<double>::infinity()});
@@ -122,12 +123,15 @@ void TpeSearcher::ObserveReport(
   auto it = metrics.find(metric_);
   if (it == metrics.end() || !std::isfinite(it->second)) return;
   const double y = maximize_ ? -it->second : it->second;
-  rungs_.Add(trial.number(), step, [&] { return Observation{trial.params(), y}; });
+  rungs_.Add(trial.number(), step, [&] {
+    return Observation{trial.params(), y};
+  });
 }
 
 absl::StatusOr<Params> TpeSearcher::Suggest(
     int64_t number, const std::vector<Params>& pending) {
-  std::mt19937_64 rng(SplitMix64(options_.seed) ^ SplitMix64(static_cast<uint64_t>(number)));
+  std::mt19937_64 rng(SplitMix64(options_.seed) ^
+                      SplitMix64(static_cast<uint64_t>(number)));
   // Full-budget results, or the highest rung with enough of them (BOHB).
   const std::vector<Observation>* chosen = &observations_;
   const size_t needed = static_cast<size_t>(options_.initial_trials);
@@ -140,11 +144,10 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
   // constant liar). Both keep observation order, for the recency weights.
   std::vector<size_t> by_value(obs.size());
   for (size_t i = 0; i < by_value.size(); ++i) by_value[i] = i;
-  std::stable_sort(by_value.begin(), by_value.end(), [&](size_t a, size_t b) {
-    return obs[a].y < obs[b].y;
-  });
-  const size_t n_good = std::min<size_t>(
-      25, static_cast<size_t>(std::ceil(0.1 * obs.size())));
+  std::stable_sort(by_value.begin(), by_value.end(),
+                   [&](size_t a, size_t b) { return obs[a].y < obs[b].y; });
+  const size_t n_good =
+      std::min<size_t>(25, static_cast<size_t>(std::ceil(0.1 * obs.size())));
   std::vector<bool> is_good(obs.size(), false);
   for (size_t i = 0; i < n_good; ++i) is_good[by_value[i]] = true;
   std::vector<const Params*> good, bad;
@@ -189,7 +192,8 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
         }
         const auto& vals = spec.categorical().values();
         return static_cast<int>(
-            std::find(vals.begin(), vals.end(), v.string_value()) - vals.begin());
+            std::find(vals.begin(), vals.end(), v.string_value()) -
+            vals.begin());
       };
       // Each observation's kernel keeps a share of its mass for every
       // category (as Optuna's does), so an untried category stays
@@ -198,7 +202,8 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
       for (double w : good_w) good_total += w;
       for (double w : bad_w) bad_total += w;
       for (int c = 0; c < k; ++c) {
-        l[c] += options_.prior_weight * good_total / (good_values.size() + 1) / k;
+        l[c] +=
+            options_.prior_weight * good_total / (good_values.size() + 1) / k;
         g[c] += options_.prior_weight * bad_total / (bad_values.size() + 1) / k;
       }
       for (size_t j = 0; j < good_values.size(); ++j) {

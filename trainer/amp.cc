@@ -8,7 +8,8 @@
 
 // LibTorch 2.4 replaced the per-device autocast setters with ones that take
 // the device type; 1.13 (Debian 12) has only the old ones.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 #define DIAL_AUTOCAST_BY_DEVICE_TYPE 1
 #endif
 

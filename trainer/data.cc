@@ -19,9 +19,9 @@ absl::StatusOr<Split> LoadFashionSplit(const std::string& dir,
   const std::string labels_path = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
   auto images = ReadIdxGz(images_path);
   if (absl::IsNotFound(images.status())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Fashion-MNIST not found: ", images.status().message(),
-        " (install dataset-fashion-mnist or set data_dir)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Fashion-MNIST not found: ", images.status().message(),
+                     " (install dataset-fashion-mnist or set data_dir)"));
   }
   if (!images.ok()) return images.status();
   DIAL_ASSIGN_OR_RETURN(IdxArray labels, ReadIdxGz(labels_path));
@@ -38,8 +38,8 @@ absl::StatusOr<Split> LoadFashionSplit(const std::string& dir,
                 .div_(255.0)
                 .sub_(0.2860)
                 .div_(0.3530);
-  split.y =
-      torch::from_blob(labels.data.data(), {n}, torch::kUInt8).to(torch::kInt64);
+  split.y = torch::from_blob(labels.data.data(), {n}, torch::kUInt8)
+                .to(torch::kInt64);
   return split;
 }
 
@@ -105,8 +105,9 @@ absl::StatusOr<Data> LoadData(const TrainerConfig& c, bool with_test) {
   const int64_t val = std::max<int64_t>(
       1, static_cast<int64_t>(std::llround(c.val_fraction * double(n))));
   if (val >= n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "val_fraction ", c.val_fraction, " leaves no training examples of ", n));
+    return absl::InvalidArgumentError(
+        absl::StrCat("val_fraction ", c.val_fraction,
+                     " leaves no training examples of ", n));
   }
   torch::Tensor order = EpochOrder(/*seed=*/0x7a1d, /*epoch=*/0, n);
   auto take = [&](int64_t from, int64_t to) {
@@ -190,9 +191,9 @@ Batch Prefetcher::Next() {
     if (queue_.empty()) {
       throw std::runtime_error("input pipeline: " + error_);
     }
-    wait_seconds_ += std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
-                         .count();
+    wait_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
   }
   Batch batch = std::move(queue_.front());
   queue_.pop_front();

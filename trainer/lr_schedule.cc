@@ -16,7 +16,8 @@ double LearningRate(const TrainerConfig& c, int64_t step) {
     return c.lr * std::pow(c.lr_gamma, static_cast<double>((after - 1) / size));
   }
   if (c.lr_schedule == "cosine") {
-    const double span = static_cast<double>(std::max<int64_t>(1, c.steps - warmup));
+    const double span =
+        static_cast<double>(std::max<int64_t>(1, c.steps - warmup));
     const double t = std::min(1.0, static_cast<double>(after) / span);
     return c.lr * 0.5 * (1.0 + std::cos(M_PI * t));
   }

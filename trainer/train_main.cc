@@ -35,8 +35,9 @@ ABSL_FLAG(std::string, study, "", "Study name for checkpoint ids");
 ABSL_FLAG(int64_t, trial, -1, "Trial number for checkpoint ids");
 ABSL_FLAG(std::string, restore, "",
           "Checkpoint id to resume from (default: $DIAL_RESTORE_CHECKPOINT)");
-ABSL_FLAG(int32_t, threads, 0, "CPU threads (default: threads knob, "
-                               "$DIAL_CPU_THREADS, else 1)");
+ABSL_FLAG(int32_t, threads, 0,
+          "CPU threads (default: threads knob, "
+          "$DIAL_CPU_THREADS, else 1)");
 ABSL_FLAG(bool, help_knobs, false, "Print the knob table and exit");
 ABSL_FLAG(std::string, evaluate, "",
           "Evaluate the --restore checkpoint on this split (test or val), "
@@ -105,10 +106,11 @@ class ProtocolSink : public dial::trainer::ReportSink {
     if (parsed->action == "EXPLOIT") {
       dial::trainer::Decision d(dial::trainer::Action::kExploit);
       d.checkpoint = parsed->checkpoint;
-      auto status =
-          google::protobuf::util::JsonStringToMessage(parsed->params_json, &d.params);
+      auto status = google::protobuf::util::JsonStringToMessage(
+          parsed->params_json, &d.params);
       if (!status.ok()) {
-        return absl::InvalidArgumentError("EXPLOIT params are not a JSON object");
+        return absl::InvalidArgumentError(
+            "EXPLOIT params are not a JSON object");
       }
       return d;
     }
@@ -172,14 +174,15 @@ int main(int argc, char** argv) {
         static_cast<double>(absl::GetFlag(FLAGS_steps)));
   }
   auto params = ParseJsonObject(
-      "--params", FlagOrEnv(absl::GetFlag(FLAGS_params), dial::kEnvTrialParams));
+      "--params",
+      FlagOrEnv(absl::GetFlag(FLAGS_params), dial::kEnvTrialParams));
   if (!params.ok()) return Fail(params.status(), 2);
   auto config = dial::ResolveTrainerConfig(*knobs, *params);
   if (!config.ok()) return Fail(config.status(), 2);
 
   dial::trainer::RunContext ctx;
-  ctx.checkpoint_root = FlagOrEnv(absl::GetFlag(FLAGS_checkpoint_root),
-                                  dial::kEnvCheckpointRoot);
+  ctx.checkpoint_root =
+      FlagOrEnv(absl::GetFlag(FLAGS_checkpoint_root), dial::kEnvCheckpointRoot);
   ctx.study = FlagOrEnv(absl::GetFlag(FLAGS_study), dial::kEnvStudy);
   if (ctx.study.empty()) ctx.study = "local";
   int64_t trial = absl::GetFlag(FLAGS_trial);

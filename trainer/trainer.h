@@ -55,7 +55,7 @@ struct RunContext {
 
 struct RunResult {
   int64_t last_step = 0;
-  int exploits = 0;  // EXPLOIT decisions applied
+  int exploits = 0;                             // EXPLOIT decisions applied
   std::map<std::string, double> final_metrics;  // the last report's metrics
   bool stopped = false;      // a STOP or PAUSE decision ended the run
   bool interrupted = false;  // `interrupt` ended the run

@@ -38,7 +38,7 @@ class ReportBuffer {
   const std::string spill_path_;
   const size_t memory_limit_;
   std::deque<v1::ReportProgressRequest> memory_;
-  size_t spilled_ = 0;      // reports in the file not yet read back
+  size_t spilled_ = 0;       // reports in the file not yet read back
   int64_t read_offset_ = 0;  // where the next unread one starts
 };
 

@@ -1,8 +1,7 @@
 #include "worker/trial_process.h"
 
-#include <poll.h>
-
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,12 +37,13 @@ absl::StatusOr<std::unique_ptr<TrialProcess>> TrialProcess::Start(
   int err = open(options.stderr_path.c_str(),
                  O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (out < 0 || err < 0) {
-    for (int fd : {reports[0], reports[1], decisions[0], decisions[1], out, err}) {
+    for (int fd :
+         {reports[0], reports[1], decisions[0], decisions[1], out, err}) {
       if (fd >= 0) close(fd);
     }
-    return absl::UnavailableError(absl::StrCat(
-        "cannot create trial log files ", options.stdout_path, ": ",
-        std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat("cannot create trial log files ",
+                                               options.stdout_path, ": ",
+                                               std::strerror(errno)));
   }
   // Everything the child needs is built before fork: after it, only
   // async-signal-safe calls.
@@ -68,7 +68,8 @@ absl::StatusOr<std::unique_ptr<TrialProcess>> TrialProcess::Start(
 
   pid_t pid = fork();
   if (pid < 0) {
-    for (int fd : {reports[0], reports[1], decisions[0], decisions[1], out, err}) {
+    for (int fd :
+         {reports[0], reports[1], decisions[0], decisions[1], out, err}) {
       close(fd);
     }
     return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(errno)));
@@ -91,7 +92,8 @@ absl::StatusOr<std::unique_ptr<TrialProcess>> TrialProcess::Start(
     dup2(decisions[0], 4);
     signal(SIGPIPE, SIG_DFL);
     execvpe(argv[0], argv.data(), envp.data());
-    ssize_t ignored = write(STDERR_FILENO, exec_error.data(), exec_error.size());
+    ssize_t ignored =
+        write(STDERR_FILENO, exec_error.data(), exec_error.size());
     (void)ignored;
     _exit(127);
   }
@@ -129,8 +131,10 @@ std::optional<std::string> TrialProcess::ReadLine(absl::Duration timeout,
       const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
       pollfd fd{report_fd_, POLLIN, 0};
       const int ready =
-          left_ms <= 0 ? 0 : poll(&fd, 1, static_cast<int>(std::min<int64_t>(
-                                              left_ms, 1 << 30)));
+          left_ms <= 0
+              ? 0
+              : poll(&fd, 1,
+                     static_cast<int>(std::min<int64_t>(left_ms, 1 << 30)));
       if (ready < 0 && errno == EINTR) continue;
       if (ready == 0) {
         if (timed_out) *timed_out = true;

@@ -19,7 +19,7 @@
 namespace dial::worker {
 
 struct TrialProcessOptions {
-  std::vector<std::string> argv;  // argv[0] is looked up in PATH
+  std::vector<std::string> argv;           // argv[0] is looked up in PATH
   std::map<std::string, std::string> env;  // on top of the worker's own
   std::string stdout_path;
   std::string stderr_path;

@@ -15,7 +15,6 @@
 #include "spdlog/spdlog.h"
 #include "worker/report_buffer.h"
 #include "worker/trial_process.h"
-#include "absl/strings/str_cat.h"
 
 namespace dial::worker {
 namespace {
@@ -60,7 +59,8 @@ Worker::Worker(const WorkerOptions& options)
     options_.host = name[0] ? name : "worker";
   }
   if (!options_.checkpoint_root.empty()) {
-    auto store = storage::FileCheckpointStore::Create({options_.checkpoint_root});
+    auto store =
+        storage::FileCheckpointStore::Create({options_.checkpoint_root});
     if (store.ok()) {
       checkpoints_ = std::move(*store);
     } else {
@@ -161,8 +161,9 @@ void Worker::HeartbeatLoop() {
       period = std::max(absl::Milliseconds(100),
                         absl::Milliseconds(response->lease_ms()) / 4);
     } else if (absl::IsNotFound(response.status())) {
-      spdlog::warn("the scheduler no longer knows this worker; registering "
-                   "again and killing the trials it handed to the old id");
+      spdlog::warn(
+          "the scheduler no longer knows this worker; registering "
+          "again and killing the trials it handed to the old id");
       {
         // Their leases are gone and the scheduler has requeued them: they
         // must not advance in two places.
@@ -230,8 +231,8 @@ void Worker::SlotLoop(int slot) {
 void Worker::RunTrial(const std::string& worker_id,
                       const v1::AcquireTrialResponse& a) {
   const v1::Trial& trial = a.trial();
-  const std::string name =
-      absl::StrCat(trial.study(), "/", trial.number(), " attempt ", a.attempt());
+  const std::string name = absl::StrCat(trial.study(), "/", trial.number(),
+                                        " attempt ", a.attempt());
   v1::FinishTrialRequest finish;
   finish.set_worker_id(worker_id);
   finish.set_study(trial.study());
@@ -271,7 +272,8 @@ void Worker::RunTrial(const std::string& worker_id,
   if (a.run().has_trainer()) {
     p.argv = {options_.trainer_path};
     std::string knobs;
-    (void)google::protobuf::util::MessageToJsonString(a.run().trainer(), &knobs);
+    (void)google::protobuf::util::MessageToJsonString(a.run().trainer(),
+                                                      &knobs);
     p.env[kEnvTrainerKnobs] = knobs;
   } else {
     p.argv.assign(a.run().command().argv().begin(),
@@ -310,9 +312,8 @@ void Worker::RunTrial(const std::string& worker_id,
   }
   {
     absl::MutexLock lock(&mu_);
-    running_[next_run_++] =
-        Running{trial.study(), trial.number(), a.attempt(), process->get(),
-                worker_id};
+    running_[next_run_++] = Running{trial.study(), trial.number(), a.attempt(),
+                                    process->get(), worker_id};
     if (stopping_) (*process)->Signal(SIGTERM);  // raced with Shutdown
   }
   std::map<std::string, double> last_metrics;
@@ -323,10 +324,10 @@ void Worker::RunTrial(const std::string& worker_id,
   // trial goes on with a provisional CONTINUE and its reports wait here, to
   // be replayed in order (each once: the scheduler ignores steps it has)
   // when the scheduler is back.
-  ReportBuffer pending(absl::StrCat(options_.work_dir, "/", trial.study(), "-",
-                                    trial.number(), "-a", a.attempt(),
-                                    ".reports"),
-                       options_.report_buffer);
+  ReportBuffer pending(
+      absl::StrCat(options_.work_dir, "/", trial.study(), "-", trial.number(),
+                   "-a", a.attempt(), ".reports"),
+      options_.report_buffer);
   // A replayed report's STOP, PAUSE or EXPLOIT, for the trial's next report.
   std::optional<v1::Decision> held;
   // Sends what is pending, oldest first. OK: all acknowledged, `*current`
@@ -388,9 +389,10 @@ void Worker::RunTrial(const std::string& worker_id,
     v1::Decision decision;
     absl::Status sent = drain(&decision);
     if (absl::IsUnavailable(sent)) {
-      spdlog::warn("{}: scheduler unreachable ({}); {} report(s) buffered, "
-                   "training goes on", name, std::string(sent.message()),
-                   pending.size());
+      spdlog::warn(
+          "{}: scheduler unreachable ({}); {} report(s) buffered, "
+          "training goes on",
+          name, std::string(sent.message()), pending.size());
       decision.set_action(v1::Decision::CONTINUE);
       decision.set_reason("scheduler unreachable; report buffered");
     } else if (!sent.ok()) {
@@ -408,16 +410,16 @@ void Worker::RunTrial(const std::string& worker_id,
       held.reset();
     }
     last_metrics = report->metrics;
-    TrialDecision out{ActionName(decision.action()), decision.reason(), "",
-                      ""};
+    TrialDecision out{ActionName(decision.action()), decision.reason(), "", ""};
     if (decision.action() == v1::Decision::EXPLOIT) {
       // A private copy of the source checkpoint: the source may be deleted
       // later, the copy may not.
-      auto copy = checkpoints_
-                      ? checkpoints_->CopyInto(decision.source_checkpoint(),
-                                               trial.study(), trial.number())
-                      : absl::StatusOr<storage::CheckpointInfo>(
-                            absl::FailedPreconditionError("no checkpoint root"));
+      auto copy =
+          checkpoints_
+              ? checkpoints_->CopyInto(decision.source_checkpoint(),
+                                       trial.study(), trial.number())
+              : absl::StatusOr<storage::CheckpointInfo>(
+                    absl::FailedPreconditionError("no checkpoint root"));
       if (!copy.ok()) {
         protocol_error = absl::StrCat("cannot copy checkpoint ",
                                       decision.source_checkpoint(), ": ",
@@ -500,9 +502,9 @@ void Worker::RunTrial(const std::string& worker_id,
     finish.set_stderr_tail((*process)->StderrTail(20));
   }
   spdlog::info("{}: {}", name,
-               finish.requeue()          ? "requeued (worker shutting down)"
-               : finish.error().empty()  ? "finished"
-                                         : "failed: " + finish.error());
+               finish.requeue()         ? "requeued (worker shutting down)"
+               : finish.error().empty() ? "finished"
+                                        : "failed: " + finish.error());
   send_finish();
 }
 

@@ -30,8 +30,9 @@ ABSL_FLAG(std::string, trainer, "",
           "Path of dial-train (default: next to dial-worker, then PATH)");
 ABSL_FLAG(std::string, work_dir, "dial-worker",
           "Directory for trial logs (created if missing)");
-ABSL_FLAG(std::string, checkpoint_root, "dial-checkpoints",
-          "Checkpoint root shared with the scheduler (local or a shared mount)");
+ABSL_FLAG(
+    std::string, checkpoint_root, "dial-checkpoints",
+    "Checkpoint root shared with the scheduler (local or a shared mount)");
 ABSL_FLAG(int32_t, grace_s, 30,
           "Seconds a trial gets to checkpoint and exit on shutdown");
 ABSL_FLAG(int32_t, acquire_wait_ms, 5000, "Long-poll wait of AcquireTrial");
@@ -108,7 +109,8 @@ int main(int argc, char** argv) {
       fs::absolute(absl::GetFlag(FLAGS_checkpoint_root)).string();
   options.grace = absl::Seconds(absl::GetFlag(FLAGS_grace_s));
   options.ack_log = absl::GetFlag(FLAGS_ack_log);
-  options.acquire_wait = absl::Milliseconds(absl::GetFlag(FLAGS_acquire_wait_ms));
+  options.acquire_wait =
+      absl::Milliseconds(absl::GetFlag(FLAGS_acquire_wait_ms));
 
   dial::worker::Worker worker(options);
   std::thread signals([&] {

@@ -26,7 +26,8 @@ const std::pair<const char*, const char*> kMethods[] = {
     {"fifo", "{fifo: {}}"},
     {"median", "{median: {grace_steps: 9, min_samples: 3}}"},
     {"asha", "{asha: {min_steps: 3, max_steps: 243, reduction_factor: 3}}"},
-    {"hyperband", "{hyperband: {min_steps: 3, max_steps: 243, reduction_factor: 3}}"},
+    {"hyperband",
+     "{hyperband: {min_steps: 3, max_steps: 243, reduction_factor: 3}}"},
 };
 
 }  // namespace
@@ -40,10 +41,12 @@ int main(int argc, char** argv) {
     for (const auto& [method, scheduler] : kMethods) {
       const std::string name = std::string(method) + "-" + std::to_string(seed);
       auto spec = dial::ParseStudySpec(
-          "name: " + name + "\nobjective: {metric: loss, goal: MINIMIZE}\n"
+          "name: " + name +
+          "\nobjective: {metric: loss, goal: MINIMIZE}\n"
           "budget: {max_trials: 10000, max_parallel_trials: 1}\n"
           "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
-          "scheduler: " + scheduler);
+          "scheduler: " +
+          scheduler);
       if (!spec.ok() || !client.CreateStudy(*spec).ok()) return 1;
       int steps = 0, configs = 0;
       double chosen_observed = 1e300, chosen_true = 1e300;
@@ -52,7 +55,8 @@ int main(int argc, char** argv) {
         if (!s.ok() || s->trials_size() != 1) return 1;
         const int64_t number = s->trials(0).number();
         // The searcher's params are ignored: every method sees config i.
-        const dial::bench::Curve curve = dial::bench::MakeCurve(seed, configs++);
+        const dial::bench::Curve curve =
+            dial::bench::MakeCurve(seed, configs++);
         double loss = 0;
         int step = 0;
         bool stopped = false;
@@ -60,7 +64,8 @@ int main(int argc, char** argv) {
           ++step;
           ++steps;
           loss = curve.Loss(step);
-          auto d = client.ReportIntermediate(name, number, step, {{"loss", loss}});
+          auto d =
+              client.ReportIntermediate(name, number, step, {{"loss", loss}});
           if (!d.ok()) return 1;
           if (d->action() == dial::v1::Decision::STOP) {
             stopped = true;

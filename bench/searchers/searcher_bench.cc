@@ -3,7 +3,8 @@
 // and measures suggestion latency of the Bayesian searcher as a study grows.
 // Prints one JSON object per line.
 //
-// usage: searcher_bench --trials=100 --seeds=10 [--searchers=random,tpe,bayesian]
+// usage: searcher_bench --trials=100 --seeds=10
+// [--searchers=random,tpe,bayesian]
 //        searcher_bench --latency
 #include <algorithm>
 #include <chrono>
@@ -91,9 +92,10 @@ int RunRegret() {
 int RunLatency() {
   const Function& fn = kFunctions[1];
   auto spec = dial::ParseStudySpec(
-      std::string("name: lat\nobjective: {metric: y, goal: MINIMIZE}\n"
-                  "budget: {max_trials: 2000}\nsearcher: {bayesian: {seed: 1}}\n"
-                  "search_space:\n") +
+      std::string(
+          "name: lat\nobjective: {metric: y, goal: MINIMIZE}\n"
+          "budget: {max_trials: 2000}\nsearcher: {bayesian: {seed: 1}}\n"
+          "search_space:\n") +
       fn.space_yaml);
   if (!spec.ok()) return 1;
   dial::FillSpecDefaults(1, *spec);

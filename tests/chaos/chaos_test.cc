@@ -41,7 +41,8 @@ int EnvInt(const char* name, int fallback) {
 class ChaosTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dial-chaos-" + std::to_string(::getpid()));
+    dir_ = fs::temp_directory_path() /
+           ("dial-chaos-" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     StartScheduler("127.0.0.1:0");
@@ -122,10 +123,11 @@ scheduler: {pbt: {perturbation_interval: 100, quantile: 0.25, seed: 2}}
   int worker_kills = 0, scheduler_kills = 0;
   double recover_max_ms = 0, recover_sum_ms = 0;
   const auto end = Clock::now() + std::chrono::seconds(seconds);
-  while (Clock::now() < end && !(Finished("chaos-asha") && Finished("chaos-pbt"))) {
+  while (Clock::now() < end &&
+         !(Finished("chaos-asha") && Finished("chaos-pbt"))) {
     // Chaos pacing, not synchronisation: a random pause between kills.
-    std::this_thread::sleep_for(
-        std::chrono::milliseconds(std::uniform_int_distribution<>(700, 2500)(rng)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(
+        std::uniform_int_distribution<>(700, 2500)(rng)));
     const int victim = std::uniform_int_distribution<>(0, 3)(rng);
     if (victim == 3) {
       scheduler_.Kill(SIGKILL);
@@ -196,8 +198,7 @@ scheduler: {pbt: {perturbation_interval: 100, quantile: 0.25, seed: 2}}
       "checked, %d lost, %d duplicated, %d out of order; %d attempts on two "
       "workers; scheduler recovery mean %.0f ms, max %.0f ms\n",
       seconds, worker_kills, scheduler_kills, completed, 2 * per_study,
-      ack_lines, lost,
-      duplicated, backwards, shared,
+      ack_lines, lost, duplicated, backwards, shared,
       scheduler_kills ? recover_sum_ms / scheduler_kills : 0.0, recover_max_ms);
   EXPECT_EQ(lost, 0);
   EXPECT_EQ(duplicated, 0);

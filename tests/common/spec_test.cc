@@ -39,8 +39,9 @@ TEST(SpecTest, ParsesTheDesignSketch) {
   EXPECT_DOUBLE_EQ(spec->search_space(0).float_().min(), 1e-4);
   EXPECT_EQ(spec->search_space(1).int_().max(), 512);
   EXPECT_EQ(spec->search_space(2).categorical().values(1), "adam");
-  EXPECT_EQ(spec->search_space(3).when().at("optimizer").values(0).string_value(),
-            "sgd");
+  EXPECT_EQ(
+      spec->search_space(3).when().at("optimizer").values(0).string_value(),
+      "sgd");
   EXPECT_EQ(spec->search_space(4).discrete().values_size(), 3);
   EXPECT_EQ(spec->scheduler().asha().max_steps(), 5400);
   EXPECT_EQ(spec->budget().max_failures_per_trial(), 2);
@@ -71,9 +72,9 @@ TEST(SpecTest, UnknownFieldsAreNamedWithTheirPath) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("objectiv: unknown field"));
 
-  status = ParseError(
-      "search_space:\n  - {name: x, float: {min: 0, mx: 1}}\n");
-  EXPECT_THAT(status.message(), HasSubstr("search_space[0].float.mx: unknown field"));
+  status = ParseError("search_space:\n  - {name: x, float: {min: 0, mx: 1}}\n");
+  EXPECT_THAT(status.message(),
+              HasSubstr("search_space[0].float.mx: unknown field"));
 }
 
 TEST(SpecTest, UnknownSearcherAndSchedulerSettingsAreRejected) {
@@ -81,13 +82,15 @@ TEST(SpecTest, UnknownSearcherAndSchedulerSettingsAreRejected) {
   EXPECT_THAT(status.message(), HasSubstr("searcher.bayesain: unknown field"));
   EXPECT_THAT(status.message(), HasSubstr("bayesian"));
   status = ParseError("scheduler: {asha: {min_step: 3}}\n");
-  EXPECT_THAT(status.message(), HasSubstr("scheduler.asha.min_step: unknown field"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("scheduler.asha.min_step: unknown field"));
 }
 
 TEST(SpecTest, WrongTypesAreNamed) {
   auto status = ParseError("budget: {max_trials: many}\n");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), HasSubstr("budget.max_trials: expected a number"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("budget.max_trials: expected a number"));
   status = ParseError("search_space: {name: x}\n");
   EXPECT_THAT(status.message(), HasSubstr("search_space: expected a list"));
   status = ParseError("name: [a, b]\n");
@@ -161,10 +164,12 @@ INSTANTIATE_TEST_SUITE_P(
                        "search_space[0]", "one of float, int"},
         ValidationCase{"EmptyCategorical",
                        "search_space: [{name: c, categorical: {values: []}}]",
-                       "search_space[0].categorical.values", "must not be empty"},
-        ValidationCase{"RepeatedCategory",
-                       "search_space: [{name: c, categorical: {values: [a, a]}}]",
-                       "search_space[0].categorical.values", "listed twice"},
+                       "search_space[0].categorical.values",
+                       "must not be empty"},
+        ValidationCase{
+            "RepeatedCategory",
+            "search_space: [{name: c, categorical: {values: [a, a]}}]",
+            "search_space[0].categorical.values", "listed twice"},
         ValidationCase{"BadParamName",
                        "search_space: [{name: 'a b', float: {min: 0, max: 1}}]",
                        "search_space[0].name", "only letters"},
@@ -347,7 +352,8 @@ TEST(SpecTest, TrainerKnobsAreCheckedAtCreation) {
   ASSERT_TRUE(typo.ok());
   auto status = ValidateStudySpec(*typo);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), HasSubstr("search_space[0]: 'lrr' is not a trainer knob"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("search_space[0]: 'lrr' is not a trainer knob"));
 
   auto range = ParseStudySpec(base +
                               "search_space: [{name: lr, float: {min: -1, "
@@ -361,8 +367,9 @@ TEST(SpecTest, TrainerKnobsAreCheckedAtCreation) {
                              "max: 0.1}}]\ntrial: {trainer: {activation: "
                              "swish}}");
   ASSERT_TRUE(knob.ok());
-  EXPECT_THAT(ValidateStudySpec(*knob).message(),
-              HasSubstr("trial.trainer.activation: activation 'swish' is not one of"));
+  EXPECT_THAT(
+      ValidateStudySpec(*knob).message(),
+      HasSubstr("trial.trainer.activation: activation 'swish' is not one of"));
 
   auto float_int = ParseStudySpec(base +
                                   "search_space: [{name: units, float: {min: "
@@ -397,7 +404,8 @@ TEST(SpecTest, PausingSchedulersNeedWorkerRunTrials) {
 
 TEST(SpecTest, MissingNameAndObjective) {
   v1::StudySpec spec;
-  EXPECT_THAT(ValidateStudySpec(spec).message(), HasSubstr("name: is required"));
+  EXPECT_THAT(ValidateStudySpec(spec).message(),
+              HasSubstr("name: is required"));
   spec.set_name("ok");
   EXPECT_THAT(ValidateStudySpec(spec).message(),
               HasSubstr("objective.metric: is required"));
@@ -407,9 +415,10 @@ TEST(SpecTest, MissingNameAndObjective) {
 }
 
 TEST(SpecTest, DefaultsFixSeedAndParallelism) {
-  auto spec = ParseStudySpec(std::string(kBase) +
-                             "budget: {max_trials: 10}\n"
-                             "search_space: [{name: x, float: {min: 0, max: 1}}]");
+  auto spec =
+      ParseStudySpec(std::string(kBase) +
+                     "budget: {max_trials: 10}\n"
+                     "search_space: [{name: x, float: {min: 0, max: 1}}]");
   ASSERT_TRUE(spec.ok());
   FillSpecDefaults(42, *spec);
   EXPECT_TRUE(spec->searcher().has_random());

@@ -2,7 +2,6 @@
 // scheduler restart and replay what they reported meanwhile; a partitioned
 // worker is fenced and kills its trial; a hung trial is killed and retried.
 #include <signal.h>
-
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -37,7 +36,8 @@ budget: {max_trials: 1, max_failures_per_trial: )" +
 trial:
   command:
     argv: [/usr/bin/python3, )" DIAL_SOURCE_DIR R"(/tests/e2e/slow_trial.py]
-    env: {TRACE_FILE: ")" + trace.string() + "\", " + extra_env + R"(}
+    env: {TRACE_FILE: ")" +
+         trace.string() + "\", " + extra_env + R"(}
 )" + trial;
 }
 
@@ -129,9 +129,9 @@ TEST_F(WorkerE2eTest, AHungTrialIsKilledAndRetriedThenFailsWithItsReason) {
   StartWorker("wa");
   const fs::path trace = dir_ / "trace";
   // Attempt 1 hangs; the retry completes.
-  auto retried = ParseStudySpec(SlowStudy(
-      "hung", trace, "STEPS: \"5\", HANG_ON_ATTEMPT: \"1\"",
-      "  timeout_s: 2\n", 1));
+  auto retried = ParseStudySpec(
+      SlowStudy("hung", trace, "STEPS: \"5\", HANG_ON_ATTEMPT: \"1\"",
+                "  timeout_s: 2\n", 1));
   ASSERT_TRUE(retried.ok()) << retried.status();
   ASSERT_TRUE(client_->CreateStudy(*retried).ok());
   WaitForEnd("hung");
@@ -143,9 +143,9 @@ TEST_F(WorkerE2eTest, AHungTrialIsKilledAndRetriedThenFailsWithItsReason) {
   ExpectEveryStepOnce(*t, 5);
 
   // Without retries left, the trial fails and says why.
-  auto failing = ParseStudySpec(SlowStudy(
-      "hung-again", dir_ / "trace2", "STEPS: \"5\", HANG_ON_ATTEMPT: \"1\"",
-      "  timeout_s: 2\n", 0));
+  auto failing = ParseStudySpec(
+      SlowStudy("hung-again", dir_ / "trace2",
+                "STEPS: \"5\", HANG_ON_ATTEMPT: \"1\"", "  timeout_s: 2\n", 0));
   ASSERT_TRUE(failing.ok()) << failing.status();
   ASSERT_TRUE(client_->CreateStudy(*failing).ok());
   WaitForEnd("hung-again");
@@ -166,8 +166,8 @@ namespace {
 // writer): the checkpoint after the limit fails the run with a clear
 // error, and the one before it is intact and still the latest.
 TEST(StorageFaultTest, ACheckpointThatCannotBeWrittenFailsAndKeepsThePrevious) {
-  const fs::path root = fs::temp_directory_path() /
-                        ("dial-full-" + std::to_string(::getpid()));
+  const fs::path root =
+      fs::temp_directory_path() / ("dial-full-" + std::to_string(::getpid()));
   fs::remove_all(root);
   const std::string train =
       std::string(DIAL_TRAIN_BIN) +
@@ -183,7 +183,8 @@ TEST(StorageFaultTest, ACheckpointThatCannotBeWrittenFailsAndKeepsThePrevious) {
   ASSERT_NE(pipe, nullptr);
   std::string out;
   char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;)
+    out.append(buf, n);
   const int status = pclose(pipe);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << out;
   EXPECT_THAT(out, HasSubstr("File too large")) << out;

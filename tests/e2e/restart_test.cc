@@ -27,8 +27,8 @@ std::string Key(const searchers::Params& p) {
 class RestartTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("dial-e2e-restart-" +
-                                        std::to_string(::getpid()));
+    dir_ = fs::temp_directory_path() /
+           ("dial-e2e-restart-" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -36,12 +36,13 @@ class RestartTest : public ::testing::Test {
 
   // Starts the scheduler and connects a client to it.
   std::unique_ptr<DialClient> Start(testing::Subprocess& proc) {
-    EXPECT_TRUE(proc.Start({DIAL_SCHEDULER_BIN, "--db=" + (dir_ / "dial.db").string(),
-                            "--checkpoint-root=" + (dir_ / "ckpt").string(),
-                            "--listen=127.0.0.1:0"},
-                           (dir_ / "scheduler.log").string()));
-    auto address = proc.WaitFor("dial-scheduler listening on ",
-                                std::chrono::seconds(30));
+    EXPECT_TRUE(
+        proc.Start({DIAL_SCHEDULER_BIN, "--db=" + (dir_ / "dial.db").string(),
+                    "--checkpoint-root=" + (dir_ / "ckpt").string(),
+                    "--listen=127.0.0.1:0"},
+                   (dir_ / "scheduler.log").string()));
+    auto address =
+        proc.WaitFor("dial-scheduler listening on ", std::chrono::seconds(30));
     EXPECT_TRUE(address.has_value()) << "scheduler did not start";
     if (!address) return nullptr;
     auto client = DialClient::Create({*address, absl::Seconds(10)});
@@ -84,13 +85,15 @@ TEST_F(RestartTest, SigkillLosesNothingAcknowledged) {
       params_before[t.number()] = Key(t.params());
       for (int step = 1; step <= 4; ++step) {
         double loss = 10.0 * t.number() + 1.0 / step;
-        ASSERT_TRUE(client->ReportIntermediate("restart", t.number(), step,
-                                               {{"loss", loss}})
+        ASSERT_TRUE(client
+                        ->ReportIntermediate("restart", t.number(), step,
+                                             {{"loss", loss}})
                         .ok());
         acked[t.number()][step] = loss;
       }
-      ASSERT_TRUE(client->CompleteTrial("restart", t.number(),
-                                        {{"loss", 10.0 * t.number()}})
+      ASSERT_TRUE(client
+                      ->CompleteTrial("restart", t.number(),
+                                      {{"loss", 10.0 * t.number()}})
                       .ok());
       completed.insert(t.number());
     }
@@ -100,8 +103,9 @@ TEST_F(RestartTest, SigkillLosesNothingAcknowledged) {
     const int64_t open = s->trials(0).number();
     params_before[open] = Key(s->trials(0).params());
     for (int step = 1; step <= 2; ++step) {
-      ASSERT_TRUE(client->ReportIntermediate("restart", open, step,
-                                             {{"loss", 99.0 + step}})
+      ASSERT_TRUE(client
+                      ->ReportIntermediate("restart", open, step,
+                                           {{"loss", 99.0 + step}})
                       .ok());
       acked[open][step] = 99.0 + step;
     }
@@ -139,10 +143,11 @@ TEST_F(RestartTest, SigkillLosesNothingAcknowledged) {
     if (s->done()) break;
     const auto& t = s->trials(0);
     EXPECT_EQ(Key(t.params()), Key(*(*reference)->Suggest(t.number())));
-    ASSERT_TRUE(client->ReportIntermediate("restart", t.number(), 3,
-                                           {{"loss", 1.0}})
-                    .ok());
-    ASSERT_TRUE(client->CompleteTrial("restart", t.number(), {{"loss", 1.0}}).ok());
+    ASSERT_TRUE(
+        client->ReportIntermediate("restart", t.number(), 3, {{"loss", 1.0}})
+            .ok());
+    ASSERT_TRUE(
+        client->CompleteTrial("restart", t.number(), {{"loss", 1.0}}).ok());
     ASSERT_LT(++rounds, 20);
   }
   study = client->GetStudy("restart");

@@ -35,7 +35,8 @@ class Subprocess {
       close(fds[0]);
       close(fds[1]);
       if (!stderr_path.empty()) {
-        int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int err =
+            open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (err >= 0) dup2(err, STDERR_FILENO);
       }
       std::vector<char*> args;

@@ -55,9 +55,10 @@ class WorkerE2eTest : public ::testing::Test {
          "--checkpoint-root=" + (dir_ / "ckpt").string(),
          "--listen=" + address_, "--worker-lease-ms=1500"},
         (dir_ / "scheduler.log").string()));
-    ASSERT_TRUE(scheduler_.WaitFor("dial-scheduler listening on ",
-                                   std::chrono::seconds(30))
-                    .has_value());
+    ASSERT_TRUE(
+        scheduler_
+            .WaitFor("dial-scheduler listening on ", std::chrono::seconds(30))
+            .has_value());
     auto client = DialClient::Create({address_, absl::Seconds(20)});
     ASSERT_TRUE(client.ok());
     client_ = std::move(*client);
@@ -81,8 +82,8 @@ class WorkerE2eTest : public ::testing::Test {
   testing::Subprocess& StartWorker(const std::string& host) {
     workers_.push_back(std::make_unique<testing::Subprocess>());
     EXPECT_TRUE(workers_.back()->Start(
-        {DIAL_WORKER_BIN, "--scheduler=" + address_, "--slots=1",
-         "--cpus=1", "--host=" + host, "--trainer=" DIAL_TRAIN_BIN,
+        {DIAL_WORKER_BIN, "--scheduler=" + address_, "--slots=1", "--cpus=1",
+         "--host=" + host, "--trainer=" DIAL_TRAIN_BIN,
          "--work-dir=" + (dir_ / host).string(),
          "--checkpoint-root=" + (dir_ / "ckpt").string(),
          "--acquire-wait-ms=1000", "--grace-s=5"},
@@ -90,9 +91,9 @@ class WorkerE2eTest : public ::testing::Test {
     return *workers_.back();
   }
   // Blocks until the study ends (or the timeout), calling `on_event` too.
-  v1::StudyEvent WaitForEnd(const std::string& study,
-                            std::function<void(const v1::StudyEvent&)> on_event =
-                                nullptr) {
+  v1::StudyEvent WaitForEnd(
+      const std::string& study,
+      std::function<void(const v1::StudyEvent&)> on_event = nullptr) {
     auto done = std::async(std::launch::async, [&] {
       v1::StudyEvent last;
       auto status = client_->WatchStudy(study, [&](const v1::StudyEvent& e) {
@@ -110,8 +111,8 @@ class WorkerE2eTest : public ::testing::Test {
   }
   // Runs dialctl and returns its stdout.
   std::string Dialctl(const std::string& args) {
-    std::string cmd = std::string(DIALCTL_BIN) + " --scheduler=" + address_ +
-                      " " + args;
+    std::string cmd =
+        std::string(DIALCTL_BIN) + " --scheduler=" + address_ + " " + args;
     FILE* pipe = popen(cmd.c_str(), "r");
     std::string out;
     char buf[4096];
@@ -127,6 +128,5 @@ class WorkerE2eTest : public ::testing::Test {
   std::vector<std::unique_ptr<testing::Subprocess>> workers_;
   std::unique_ptr<DialClient> client_;
 };
-
 
 }  // namespace dial

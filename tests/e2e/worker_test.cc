@@ -24,7 +24,8 @@ using ::testing::HasSubstr;
 TEST_F(WorkerE2eTest, TwoWorkersRunAFourTrialStudyToCompletion) {
   StartWorker("wa");
   StartWorker("wb");
-  auto spec = LoadStudySpecFile(DIAL_SOURCE_DIR "/examples/synthetic-random.yaml");
+  auto spec =
+      LoadStudySpecFile(DIAL_SOURCE_DIR "/examples/synthetic-random.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
   ASSERT_TRUE(client_->CreateStudy(*spec).ok());
   auto last = WaitForEnd("synthetic");
@@ -49,7 +50,8 @@ TEST_F(WorkerE2eTest, TwoWorkersRunAFourTrialStudyToCompletion) {
     ASSERT_EQ(full.metric_history_size(), 6);  // 300 steps, every 50
     EXPECT_EQ(full.metric_history(5).step(), 300);
     EXPECT_TRUE(full.metric_history(0).metrics().count("val_accuracy"));
-    EXPECT_EQ(full.checkpoint(), "synthetic/" + std::to_string(t.number()) + "/300");
+    EXPECT_EQ(full.checkpoint(),
+              "synthetic/" + std::to_string(t.number()) + "/300");
   }
   EXPECT_EQ(hosts, (std::set<std::string>{"wa", "wb"}));
   EXPECT_TRUE(fs::exists(dir_ / "ckpt/synthetic/0/300/MANIFEST"));
@@ -76,7 +78,8 @@ objective: {metric: loss, goal: MINIMIZE}
 search_space: [{name: lr, float: {min: 0.01, max: 0.4}}]
 searcher: {random: {seed: 3}}
 budget: {max_trials: 3, max_parallel_trials: 1}
-trial: {command: {argv: [/usr/bin/python3, )" DIAL_SOURCE_DIR R"(/examples/trial_script.py]}})");
+trial: {command: {argv: [/usr/bin/python3, )" DIAL_SOURCE_DIR
+                             R"(/examples/trial_script.py]}})");
   ASSERT_TRUE(spec.ok()) << spec.status();
   ASSERT_TRUE(client_->CreateStudy(*spec).ok());
   WaitForEnd("script");
@@ -155,10 +158,9 @@ trial: {trainer: {dataset: synthetic, steps: 6000, eval_every: 200, batch_size: 
   std::ifstream log(dir_ / survivor / "resume-0-a2.err");
   std::stringstream text;
   text << log.rdbuf();
-  EXPECT_THAT(text.str(),
-              HasSubstr("resuming from checkpoint resume/0/" +
-                        std::to_string(killed_at) + " at step " +
-                        std::to_string(killed_at)));
+  EXPECT_THAT(text.str(), HasSubstr("resuming from checkpoint resume/0/" +
+                                    std::to_string(killed_at) + " at step " +
+                                    std::to_string(killed_at)));
   EXPECT_GE(killed_at, 400);
 }
 
@@ -179,7 +181,8 @@ trial: {trainer: {dataset: synthetic, steps: 100000000, eval_every: 100}})");
     }
   });
   // The single slot must come free for a second study to finish.
-  auto quick = LoadStudySpecFile(DIAL_SOURCE_DIR "/examples/synthetic-random.yaml");
+  auto quick =
+      LoadStudySpecFile(DIAL_SOURCE_DIR "/examples/synthetic-random.yaml");
   ASSERT_TRUE(quick.ok());
   quick->mutable_budget()->set_max_trials(1);
   quick->mutable_budget()->set_max_parallel_trials(1);
@@ -271,7 +274,8 @@ trial: {trainer: {dataset: synthetic, steps: 800, eval_every: 50, batch_size: 32
       double own = NAN, next = NAN, donor = NAN;
       for (const auto& p : full->metric_history()) {
         if (p.step() == e.step()) own = p.metrics().at("val_loss");
-        if (p.step() > e.step() && std::isnan(next)) next = p.metrics().at("val_loss");
+        if (p.step() > e.step() && std::isnan(next))
+          next = p.metrics().at("val_loss");
       }
       for (const auto& p : source->metric_history()) {
         if (p.step() == e.source_step()) donor = p.metrics().at("val_loss");
@@ -286,7 +290,8 @@ trial: {trainer: {dataset: synthetic, steps: 800, eval_every: 50, batch_size: 32
           << "trial " << t.number() << " step " << e.step();
       EXPECT_TRUE(fs::exists(dir_ / "ckpt/pbt" / std::to_string(t.number()) /
                              ("from-" + std::to_string(e.source_trial()) + "-" +
-                              std::to_string(e.source_step())) / "MANIFEST"));
+                              std::to_string(e.source_step())) /
+                             "MANIFEST"));
     }
   }
   EXPECT_GE(exploits, 1);
@@ -294,7 +299,8 @@ trial: {trainer: {dataset: synthetic, steps: 800, eval_every: 50, batch_size: 32
   EXPECT_THAT(Dialctl("trials lineage pbt 0"), HasSubstr("STEPS"));
 }
 
-TEST_F(WorkerE2eTest, AshaPromotionPausesTrialsAndResumesTheBestFromCheckpoints) {
+TEST_F(WorkerE2eTest,
+       AshaPromotionPausesTrialsAndResumesTheBestFromCheckpoints) {
   StartWorker("wa");
   StartWorker("wb");
   auto spec = ParseStudySpec(R"(
@@ -337,8 +343,8 @@ trial: {trainer: {dataset: synthetic, steps: 450, eval_every: 50, batch_size: 32
       std::stringstream text;
       text << log.rdbuf();
       found |= text.str().find("resuming from checkpoint promo/" +
-                               std::to_string(t.number()) +
-                               "/50 at step 50") != std::string::npos;
+                               std::to_string(t.number()) + "/50 at step 50") !=
+               std::string::npos;
     }
     EXPECT_TRUE(found) << "trial " << t.number();
   }

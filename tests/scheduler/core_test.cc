@@ -9,7 +9,6 @@
 #include <future>
 
 #include "absl/synchronization/notification.h"
-
 #include "common/spec.h"
 #include "searchers/searcher.h"
 #include "storage/memory_study_store.h"
@@ -21,16 +20,15 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-
 v1::StudySpec Spec(const std::string& extra = "",
                    const std::string& name = "s") {
-  auto spec = ParseStudySpec(
-      "name: " + name +
-      "\nobjective: {metric: loss, goal: MINIMIZE}\n"
-      "search_space:\n"
-      "  - {name: x, float: {min: -5, max: 5}}\n"
-      "  - {name: opt, categorical: {values: [sgd, adam]}}\n" +
-      extra);
+  auto spec =
+      ParseStudySpec("name: " + name +
+                     "\nobjective: {metric: loss, goal: MINIMIZE}\n"
+                     "search_space:\n"
+                     "  - {name: x, float: {min: -5, max: 5}}\n"
+                     "  - {name: opt, categorical: {values: [sgd, adam]}}\n" +
+                     extra);
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }
@@ -70,7 +68,8 @@ TEST_F(CoreTest, CreateStudyValidatesAndFillsDefaults) {
             absl::StatusCode::kAlreadyExists);
   auto bad_rungs = core_->CreateStudy(
       Spec("budget: {max_trials: 4}\nscheduler: {hyperband: {min_steps: 5, "
-           "max_steps: 3, reduction_factor: 3}}", "b"));
+           "max_steps: 3, reduction_factor: 3}}",
+           "b"));
   EXPECT_EQ(bad_rungs.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(core_->GetStudy("b").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(core_->GetStudy("nope").status().code(),
@@ -104,9 +103,10 @@ TEST_F(CoreTest, ClientIdReturnsOpenTrialsInsteadOfNewOnes) {
 }
 
 TEST_F(CoreTest, BudgetsAreRespectedAndTheStudyCompletes) {
-  ASSERT_TRUE(core_->CreateStudy(
-                        Spec("budget: {max_trials: 5, max_parallel_trials: 2}"))
-                  .ok());
+  ASSERT_TRUE(
+      core_
+          ->CreateStudy(Spec("budget: {max_trials: 5, max_parallel_trials: 2}"))
+          .ok());
   auto first = core_->SuggestTrials("s", 5, "");
   ASSERT_TRUE(first.ok());
   EXPECT_EQ(first->trials.size(), 2u);  // parallelism limit
@@ -194,9 +194,8 @@ TEST_F(CoreTest, FailedTrialsKeepTheirError) {
 TEST_F(CoreTest, BestTrialsFollowTheGoal) {
   for (const char* goal : {"MINIMIZE", "MAXIMIZE"}) {
     auto spec = Spec("budget: {max_trials: 6}", goal);
-    spec.mutable_objective()->set_goal(std::string(goal) == "MINIMIZE"
-                                           ? v1::MINIMIZE
-                                           : v1::MAXIMIZE);
+    spec.mutable_objective()->set_goal(
+        std::string(goal) == "MINIMIZE" ? v1::MINIMIZE : v1::MAXIMIZE);
     ASSERT_TRUE(core_->CreateStudy(spec).ok());
     auto s = core_->SuggestTrials(goal, 6, "");
     ASSERT_TRUE(s.ok());
@@ -302,7 +301,8 @@ budget: {max_trials: 10})");
   auto s = core_->SuggestTrials("g", 10, "");
   ASSERT_TRUE(s.ok());
   ASSERT_EQ(s->trials.size(), 3u);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(core_->CompleteTrial("g", i, M(i), "").ok());
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(core_->CompleteTrial("g", i, M(i), "").ok());
   EXPECT_EQ(core_->GetStudy("g")->state(), v1::STUDY_COMPLETED);
 }
 
@@ -317,7 +317,8 @@ budget: {max_trials: 2})");
   ASSERT_TRUE(core_->CreateStudy(*spec).ok());
   auto s = core_->SuggestTrials("g", 2, "");
   ASSERT_EQ(s->trials.size(), 2u);
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(core_->CompleteTrial("g", i, M(i), "").ok());
+  for (int i = 0; i < 2; ++i)
+    ASSERT_TRUE(core_->CompleteTrial("g", i, M(i), "").ok());
   EXPECT_EQ(core_->GetStudy("g")->state(), v1::STUDY_COMPLETED);
   // Raising max_trials reaches the rest of the grid at once.
   ASSERT_TRUE(core_->UpdateStudy("g", 4, 4).ok());
@@ -411,13 +412,15 @@ TEST(CoreSuggestionThreadTest, ASlowSearcherNeverBlocksReports) {
     EXPECT_TRUE((*core)->CompleteTrial("s", 0, M(1), "").ok());
     return (*core)->GetStudy("s");
   });
-  ASSERT_EQ(others.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  ASSERT_EQ(others.wait_for(std::chrono::seconds(10)),
+            std::future_status::ready);
   EXPECT_EQ(others.get()->trial_counts().at("COMPLETED"), 1);
   auto future = slow.get_future();
   EXPECT_EQ(future.wait_for(std::chrono::milliseconds(0)),
             std::future_status::timeout);
   release.Notify();
-  ASSERT_EQ(future.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(10)),
+            std::future_status::ready);
   auto result = future.get();
   ASSERT_TRUE(result.ok());
   ASSERT_EQ(result->trials.size(), 1u);
@@ -425,10 +428,10 @@ TEST(CoreSuggestionThreadTest, ASlowSearcherNeverBlocksReports) {
 }
 
 TEST(CoreRestartTest, ARestartedCoreResumesEveryStudy) {
-  const std::string db = (fs::temp_directory_path() /
-                          ("dial-core-restart-" + std::to_string(::getpid()) +
-                           ".db"))
-                             .string();
+  const std::string db =
+      (fs::temp_directory_path() /
+       ("dial-core-restart-" + std::to_string(::getpid()) + ".db"))
+          .string();
   fs::remove(db);
   FakeClock clock;
   std::vector<std::string> before;
@@ -437,8 +440,9 @@ TEST(CoreRestartTest, ARestartedCoreResumesEveryStudy) {
     ASSERT_TRUE(store.ok());
     auto core = SchedulerCore::Create({store->get(), &clock});
     ASSERT_TRUE(core.ok());
-    ASSERT_TRUE((*core)->CreateStudy(Spec("budget: {max_trials: 8}\n"
-                                          "searcher: {random: {seed: 99}}"))
+    ASSERT_TRUE((*core)
+                    ->CreateStudy(Spec("budget: {max_trials: 8}\n"
+                                       "searcher: {random: {seed: 99}}"))
                     .ok());
     auto s = (*core)->SuggestTrials("s", 4, "c");
     ASSERT_TRUE(s.ok());

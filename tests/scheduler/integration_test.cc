@@ -42,7 +42,8 @@ class IntegrationTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    auto store = storage::SqliteStudyStore::Create({(dir_ / "dial.db").string()});
+    auto store =
+        storage::SqliteStudyStore::Create({(dir_ / "dial.db").string()});
     ASSERT_TRUE(store.ok());
     store_ = std::move(*store);
     auto server = SchedulerServer::Create({store_.get(), "127.0.0.1:0"});
@@ -85,7 +86,8 @@ TEST_F(IntegrationTest, FullAskTellStudyOverGrpc) {
     if (s->done()) break;
     ASSERT_FALSE(s->trials().empty());
     for (const auto& t : s->trials()) {
-      EXPECT_EQ(t.params().count("z"), t.params().at("kind").string_value() == "b");
+      EXPECT_EQ(t.params().count("z"),
+                t.params().at("kind").string_value() == "b");
       for (int step = 1; step <= 3; ++step) {
         auto d = client_->ReportIntermediate(
             "quad", t.number(), step, {{"loss", Objective(t) + 1.0 / step}});
@@ -126,8 +128,8 @@ TEST_F(IntegrationTest, FullAskTellStudyOverGrpc) {
   ASSERT_TRUE(page.ok());
   EXPECT_EQ(page->trials_size(), 4);
   EXPECT_FALSE(page->next_page_token().empty());
-  auto rest = client_->ListTrials("quad", {v1::COMPLETED}, 4,
-                                  page->next_page_token());
+  auto rest =
+      client_->ListTrials("quad", {v1::COMPLETED}, 4, page->next_page_token());
   ASSERT_TRUE(rest.ok());
   EXPECT_EQ(rest->trials_size(), 2);
   EXPECT_TRUE(rest->next_page_token().empty());
@@ -138,8 +140,9 @@ TEST_F(IntegrationTest, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
   bad.mutable_search_space(0)->mutable_float_()->set_min(10);
   auto created = client_->CreateStudy(bad);
   EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(created.status().message(),
-              HasSubstr("search_space[0].float: min (10) must be less than max"));
+  EXPECT_THAT(
+      created.status().message(),
+      HasSubstr("search_space[0].float: min (10) must be less than max"));
 
   EXPECT_EQ(client_->GetStudy("missing").status().code(),
             absl::StatusCode::kNotFound);
@@ -152,10 +155,9 @@ TEST_F(IntegrationTest, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
   ASSERT_TRUE(client_->CreateStudy(Spec()).ok());
   EXPECT_EQ(client_->SuggestTrials("quad", -4, "c").status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(client_->ReportIntermediate("quad", 0, 1, {{"loss", 1}})
-                .status()
-                .code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      client_->ReportIntermediate("quad", 0, 1, {{"loss", 1}}).status().code(),
+      absl::StatusCode::kNotFound);
   EXPECT_EQ(client_->GetTrial("quad", 77).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(client_->ListTrials("quad", {}, 10, "%%%").status().code(),
@@ -263,14 +265,15 @@ TEST_F(IntegrationTest, WatchStreamsProgressUntilTheStudyEnds) {
   auto watcher = std::async(std::launch::async, [&] {
     std::vector<v1::StudyEvent> events;
     bool first = true;
-    absl::Status status = client_->WatchStudy("quad", [&](const v1::StudyEvent& e) {
-      events.push_back(e);
-      if (first) {
-        first = false;
-        subscribed.set_value();
-      }
-      return true;
-    });
+    absl::Status status =
+        client_->WatchStudy("quad", [&](const v1::StudyEvent& e) {
+          events.push_back(e);
+          if (first) {
+            first = false;
+            subscribed.set_value();
+          }
+          return true;
+        });
     EXPECT_TRUE(status.ok()) << status;
     return events;
   });
@@ -279,10 +282,12 @@ TEST_F(IntegrationTest, WatchStreamsProgressUntilTheStudyEnds) {
   auto s = client_->SuggestTrials("quad", 2, "c");
   ASSERT_TRUE(s.ok());
   for (const auto& t : s->trials()) {
-    ASSERT_TRUE(client_->ReportIntermediate("quad", t.number(), 1, {{"loss", 2}}).ok());
+    ASSERT_TRUE(
+        client_->ReportIntermediate("quad", t.number(), 1, {{"loss", 2}}).ok());
     ASSERT_TRUE(client_->CompleteTrial("quad", t.number(), {{"loss", 1}}).ok());
   }
-  ASSERT_EQ(watcher.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  ASSERT_EQ(watcher.wait_for(std::chrono::seconds(10)),
+            std::future_status::ready);
   auto events = watcher.get();
   ASSERT_GE(events.size(), 2u);
   EXPECT_EQ(events.front().kind(), v1::StudyEvent::SNAPSHOT);
@@ -298,15 +303,19 @@ TEST_F(IntegrationTest, WatchStreamsProgressUntilTheStudyEnds) {
 
   // Watching a finished study gives its snapshot and ends at once.
   std::vector<v1::StudyEvent> after;
-  ASSERT_TRUE(client_->WatchStudy("quad", [&](const v1::StudyEvent& e) {
-                       after.push_back(e);
-                       return true;
-                     }).ok());
+  ASSERT_TRUE(client_
+                  ->WatchStudy("quad",
+                               [&](const v1::StudyEvent& e) {
+                                 after.push_back(e);
+                                 return true;
+                               })
+                  .ok());
   ASSERT_EQ(after.size(), 2u);
   EXPECT_EQ(after[1].kind(), v1::StudyEvent::STUDY_FINISHED);
-  EXPECT_EQ(client_->WatchStudy("nope", [](const v1::StudyEvent&) { return true; })
-                .code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      client_->WatchStudy("nope", [](const v1::StudyEvent&) { return true; })
+          .code(),
+      absl::StatusCode::kNotFound);
 }
 
 TEST_F(IntegrationTest, ConcurrentClientsNeverShareATrial) {
@@ -324,7 +333,8 @@ TEST_F(IntegrationTest, ConcurrentClientsNeverShareATrial) {
         if (!s.ok() || s->done()) break;
         for (const auto& t : s->trials()) {
           EXPECT_EQ(t.client_id(), id);
-          if (client_->CompleteTrial("quad", t.number(), {{"loss", 1.0}}).ok()) {
+          if (client_->CompleteTrial("quad", t.number(), {{"loss", 1.0}})
+                  .ok()) {
             mine.push_back(t.number());
           }
         }

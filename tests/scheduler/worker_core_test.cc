@@ -2,29 +2,29 @@
 // leases, retries. Time is a fake clock and Tick is called by hand.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "common/spec.h"
 #include "scheduler/core.h"
 #include "storage/checkpoint_store.h"
 #include "storage/memory_study_store.h"
 
-#include <unistd.h>
-
-#include <filesystem>
-
 namespace dial::scheduler {
 namespace {
 
 using ::testing::HasSubstr;
 
-
 v1::StudySpec WorkerSpec(int max_trials, int parallel, int failures = 0) {
-  auto spec = ParseStudySpec(absl::StrCat(
-      "name: w\nobjective: {metric: acc, goal: MAXIMIZE}\n"
-      "search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]\n"
-      "budget: {max_trials: ", max_trials, ", max_parallel_trials: ", parallel,
-      ", max_failures_per_trial: ", failures, "}\n"
-      "trial: {trainer: {dataset: synthetic}}"));
+  auto spec = ParseStudySpec(
+      absl::StrCat("name: w\nobjective: {metric: acc, goal: MAXIMIZE}\n"
+                   "search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]\n"
+                   "budget: {max_trials: ",
+                   max_trials, ", max_parallel_trials: ", parallel,
+                   ", max_failures_per_trial: ", failures,
+                   "}\n"
+                   "trial: {trainer: {dataset: synthetic}}"));
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }
@@ -307,10 +307,11 @@ TEST_F(WorkerCoreTest, ALostWorkersParkedPollIsNotHandedItsOwnTrials) {
   auto first = Acquire(a);
   ASSERT_TRUE(first);
   std::vector<absl::StatusOr<std::optional<Assignment>>> results;
-  core_->AcquireTrial(a, 0, absl::Seconds(30), [] { return true; },
-                      [&](absl::StatusOr<std::optional<Assignment>> r) {
-                        results.push_back(std::move(r));
-                      });
+  core_->AcquireTrial(
+      a, 0, absl::Seconds(30), [] { return true; },
+      [&](absl::StatusOr<std::optional<Assignment>> r) {
+        results.push_back(std::move(r));
+      });
   ASSERT_TRUE(results.empty());
   clock_.Advance(absl::Seconds(11));
   core_->Tick();  // a is lost: its trial is requeued, its poll ended
@@ -356,11 +357,12 @@ class RetentionTest : public WorkerCoreTest {
   // Writes checkpoint (trial, step) and reports it with `acc`.
   void Report(const std::string& worker, const Assignment& a, int64_t step,
               double acc) {
-    ASSERT_TRUE(checkpoints_->Write("w", a.trial.number(), step,
-                                    {{"model.pt", "weights"}})
-                    .ok());
-    auto r = WorkerCoreTest::Report(worker, a, step,
-                                    absl::StrCat("w/", a.trial.number(), "/", step));
+    ASSERT_TRUE(
+        checkpoints_
+            ->Write("w", a.trial.number(), step, {{"model.pt", "weights"}})
+            .ok());
+    auto r = WorkerCoreTest::Report(
+        worker, a, step, absl::StrCat("w/", a.trial.number(), "/", step));
     (*r.mutable_metrics())["acc"] = acc;
     last_ = core_->ReportProgress(r);
     ASSERT_TRUE(last_.ok()) << last_.status();

@@ -68,7 +68,8 @@ TEST(GpTest, GradientsMatchFiniteDifferences) {
     if (j == 3) hp.log_signal_variance += eps;
     if (j == 4) hp.log_noise_variance += eps;
     const double fd =
-        (GaussianProcess::LogMarginalLikelihood(x, y, hp, nullptr) - base) / eps;
+        (GaussianProcess::LogMarginalLikelihood(x, y, hp, nullptr) - base) /
+        eps;
     EXPECT_NEAR(grad[j], fd, 1e-3 * (1 + std::abs(fd))) << "theta " << j;
   }
   auto gp = GaussianProcess::Condition(x, y, h);
@@ -159,8 +160,11 @@ v1::StudySpec Spec(const std::string& space, const std::string& searcher,
                    int max_trials = 100) {
   auto spec = ParseStudySpec(
       "name: b\nobjective: {metric: y, goal: MINIMIZE}\n"
-      "budget: {max_trials: " + std::to_string(max_trials) + "}\n"
-      "searcher: " + searcher + "\nsearch_space:\n" + space);
+      "budget: {max_trials: " +
+      std::to_string(max_trials) +
+      "}\n"
+      "searcher: " +
+      searcher + "\nsearch_space:\n" + space);
   EXPECT_TRUE(spec.ok()) << spec.status();
   FillSpecDefaults(1, *spec);
   return *spec;
@@ -173,7 +177,8 @@ constexpr char kBraninSpace[] = R"(
 double Branin(const Params& p) {
   const double x1 = p.at("x1").double_value(), x2 = p.at("x2").double_value();
   const double b = 5.1 / (4 * M_PI * M_PI), c = 5 / M_PI, t = 1 / (8 * M_PI);
-  return std::pow(x2 - b * x1 * x1 + c * x1 - 6, 2) + 10 * (1 - t) * std::cos(x1) + 10;
+  return std::pow(x2 - b * x1 * x1 + c * x1 - 6, 2) +
+         10 * (1 - t) * std::cos(x1) + 10;
 }
 
 v1::Trial Finished(int64_t number, const Params& params, double value) {
@@ -425,9 +430,10 @@ TEST(TpeSearcherTest, RestartAndPendingBehave) {
 // learn from rung results (BOHB), not wait for full-budget ones.
 template <typename S>
 void LearnsFromRungResults(const std::string& searcher) {
-  auto spec = Spec(kBraninSpace, searcher +
-                   "\nscheduler: {asha: {min_steps: 1, max_steps: 9, "
-                   "reduction_factor: 3}}");
+  auto spec =
+      Spec(kBraninSpace, searcher +
+                             "\nscheduler: {asha: {min_steps: 1, max_steps: 9, "
+                             "reduction_factor: 3}}");
   auto s = S::Create(spec);
   ASSERT_TRUE(s.ok());
   EXPECT_TRUE((*s)->WantsReports());

@@ -1,10 +1,10 @@
 // Early-stopping schedulers on hand-made report sequences.
 #include "searchers/early_stopping.h"
 
-#include <random>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <random>
 
 #include "common/spec.h"
 
@@ -13,12 +13,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
-v1::StudySpec Spec(const std::string& scheduler, const char* goal = "MAXIMIZE") {
-  auto spec = ParseStudySpec(std::string("name: t\nobjective: {metric: acc, goal: ") +
-                             goal + "}\nbudget: {max_trials: 100}\n"
-                             "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
-                             "trial: {command: {argv: [train]}}\n"
-                             "scheduler: " + scheduler);
+v1::StudySpec Spec(const std::string& scheduler,
+                   const char* goal = "MAXIMIZE") {
+  auto spec = ParseStudySpec(
+      std::string("name: t\nobjective: {metric: acc, goal: ") + goal +
+      "}\nbudget: {max_trials: 100}\n"
+      "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
+      "trial: {command: {argv: [train]}}\n"
+      "scheduler: " +
+      scheduler);
   EXPECT_TRUE(spec.ok()) << spec.status();
   EXPECT_TRUE(ValidateStudySpec(*spec).ok());
   return *spec;
@@ -42,7 +45,8 @@ v1::Decision::Action Act(TrialScheduler& s, int64_t trial, int64_t step,
 }
 
 TEST(MedianStoppingTest, GracePeriodAndMinimumSamples) {
-  MedianStoppingScheduler s(Spec("{median: {grace_steps: 20, min_samples: 3}}"));
+  MedianStoppingScheduler s(
+      Spec("{median: {grace_steps: 20, min_samples: 3}}"));
   // Three good trials reach step 30.
   for (int t = 0; t < 3; ++t) {
     for (int step = 10; step <= 30; step += 10) {
@@ -85,8 +89,9 @@ TEST(MedianStoppingTest, MinimisationIsOriented) {
 }
 
 TEST(AshaTest, RungsAndCutOffs) {
-  AshaScheduler s(Spec("{asha: {min_steps: 1, max_steps: 27, reduction_factor: 3}}"),
-                  1, 27, 3);
+  AshaScheduler s(
+      Spec("{asha: {min_steps: 1, max_steps: 27, reduction_factor: 3}}"), 1, 27,
+      3);
   EXPECT_EQ(s.rungs(), (std::vector<int64_t>{1, 3, 9}));
   // The first trial at a rung always goes on.
   EXPECT_EQ(Act(s, 0, 1, 0.5), v1::Decision::CONTINUE);
@@ -104,8 +109,9 @@ TEST(AshaTest, RungsAndCutOffs) {
 }
 
 TEST(AshaTest, OneReportCanCrossSeveralRungs) {
-  AshaScheduler s(Spec("{asha: {min_steps: 1, max_steps: 27, reduction_factor: 3}}"),
-                  1, 27, 3);
+  AshaScheduler s(
+      Spec("{asha: {min_steps: 1, max_steps: 27, reduction_factor: 3}}"), 1, 27,
+      3);
   Act(s, 0, 1, 0.9);
   Act(s, 0, 3, 0.9);
   // Trial 1 reports first at step 5: it is recorded at rungs 1 and 3, and
@@ -116,7 +122,8 @@ TEST(AshaTest, OneReportCanCrossSeveralRungs) {
 }
 
 TEST(AshaTest, SameReportsSameDecisions) {
-  auto spec = Spec("{asha: {min_steps: 2, max_steps: 50, reduction_factor: 2}}");
+  auto spec =
+      Spec("{asha: {min_steps: 2, max_steps: 50, reduction_factor: 2}}");
   AshaScheduler a(spec, 2, 50, 2), b(spec, 2, 50, 2);
   std::mt19937_64 rng(4);
   std::uniform_real_distribution<double> u(0, 1);
@@ -128,8 +135,9 @@ TEST(AshaTest, SameReportsSameDecisions) {
 }
 
 TEST(AshaPromotionTest, PausesAtRungsAndPromotesTheTopThird) {
-  auto spec = Spec("{asha: {min_steps: 1, max_steps: 27, reduction_factor: 3, "
-                   "promotion: true}}");
+  auto spec = Spec(
+      "{asha: {min_steps: 1, max_steps: 27, reduction_factor: 3, "
+      "promotion: true}}");
   AshaScheduler s(spec, 1, 27, 3, /*promotion=*/true);
   EXPECT_FALSE(s.HasPromotion());
   EXPECT_EQ(Act(s, 0, 1, 0.5), v1::Decision::PAUSE);
@@ -152,8 +160,9 @@ TEST(AshaPromotionTest, PausesAtRungsAndPromotesTheTopThird) {
 }
 
 TEST(AshaPromotionTest, ReplayedReportsRestorePromotions) {
-  auto spec = Spec("{asha: {min_steps: 1, max_steps: 27, reduction_factor: 3, "
-                   "promotion: true}}");
+  auto spec = Spec(
+      "{asha: {min_steps: 1, max_steps: 27, reduction_factor: 3, "
+      "promotion: true}}");
   AshaScheduler s(spec, 1, 27, 3, true);
   // As a restarted scheduler replays: trial 1 was already past rung 1.
   Act(s, 0, 1, 0.5);
@@ -164,7 +173,8 @@ TEST(AshaPromotionTest, ReplayedReportsRestorePromotions) {
 }
 
 TEST(AsyncHyperbandTest, BracketsDelayTheFirstCut) {
-  auto spec = Spec("{hyperband: {min_steps: 1, max_steps: 27, reduction_factor: 3}}");
+  auto spec =
+      Spec("{hyperband: {min_steps: 1, max_steps: 27, reduction_factor: 3}}");
   AsyncHyperbandScheduler s(spec);
   EXPECT_EQ(s.brackets(), 3);  // first rungs at 1, 3, 9
   // Bracket 0 (trials 0, 3, ...) cuts at step 1; bracket 2 (trials 2, 5)
@@ -181,8 +191,9 @@ TEST(AsyncHyperbandTest, BracketsDelayTheFirstCut) {
 TEST(SyncHyperbandTest, RoundsWaitForTheWholeBracket) {
   // 6 trials, first rungs 1 and 3: bracket 0 = {0, 2, 4} with rungs 1, 3;
   // bracket 1 = {1, 3, 5} with rung 3.
-  auto spec = Spec("{hyperband: {min_steps: 1, max_steps: 9, reduction_factor: 3, "
-                   "synchronous: true}}");
+  auto spec = Spec(
+      "{hyperband: {min_steps: 1, max_steps: 9, reduction_factor: 3, "
+      "synchronous: true}}");
   spec.mutable_budget()->set_max_trials(6);
   SyncHyperbandScheduler s(spec);
   ASSERT_EQ(s.brackets(), 2);
@@ -212,15 +223,18 @@ TEST(SyncHyperbandTest, RoundsWaitForTheWholeBracket) {
 }
 
 TEST(FactoryTest, EveryVariantIsBuilt) {
-  EXPECT_TRUE(CreateTrialScheduler(
-                  Spec("{asha: {min_steps: 1, max_steps: 9, reduction_factor: 3}}"))
-                  .ok());
-  EXPECT_TRUE(CreateTrialScheduler(Spec("{asha: {min_steps: 1, max_steps: 9, "
-                                        "reduction_factor: 3, promotion: true}}"))
-                  .ok());
-  EXPECT_TRUE(CreateTrialScheduler(Spec("{hyperband: {min_steps: 1, max_steps: 9, "
-                                        "reduction_factor: 3, synchronous: true}}"))
-                  .ok());
+  EXPECT_TRUE(
+      CreateTrialScheduler(
+          Spec("{asha: {min_steps: 1, max_steps: 9, reduction_factor: 3}}"))
+          .ok());
+  EXPECT_TRUE(
+      CreateTrialScheduler(Spec("{asha: {min_steps: 1, max_steps: 9, "
+                                "reduction_factor: 3, promotion: true}}"))
+          .ok());
+  EXPECT_TRUE(
+      CreateTrialScheduler(Spec("{hyperband: {min_steps: 1, max_steps: 9, "
+                                "reduction_factor: 3, synchronous: true}}"))
+          .ok());
 }
 
 }  // namespace

@@ -19,7 +19,8 @@ v1::StudySpec Spec(double resample = 0.0) {
       "  - {name: batch, discrete: {values: [32, 64, 128]}}\n"
       "  - {name: opt, categorical: {values: [sgd, adam]}}\n"
       "scheduler: {pbt: {perturbation_interval: 10, quantile: 0.25, "
-      "resample_probability: " + std::to_string(resample) + ", seed: 3}}");
+      "resample_probability: " +
+      std::to_string(resample) + ", seed: 3}}");
   EXPECT_TRUE(spec.ok()) << spec.status();
   EXPECT_TRUE(ValidateStudySpec(*spec).ok()) << ValidateStudySpec(*spec);
   return *spec;
@@ -33,7 +34,8 @@ v1::Trial Member(int64_t number, bool checkpointed, int64_t step) {
   (*t.mutable_params())["batch"].set_double_value(64);
   (*t.mutable_params())["opt"].set_string_value("adam");
   if (checkpointed) {
-    t.set_checkpoint("p/" + std::to_string(number) + "/" + std::to_string(step));
+    t.set_checkpoint("p/" + std::to_string(number) + "/" +
+                     std::to_string(step));
     t.set_checkpoint_step(step);
   }
   return t;

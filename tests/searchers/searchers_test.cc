@@ -160,7 +160,8 @@ TEST(RandomSearcherTest, SameSeedSameSequenceAnyCallOrder) {
   std::set<std::string> distinct(first.begin(), first.end());
   EXPECT_EQ(distinct.size(), first.size());
 
-  auto other = RandomSearcher::Create(Spec(kMixed, "searcher: {random: {seed: 18}}"));
+  auto other =
+      RandomSearcher::Create(Spec(kMixed, "searcher: {random: {seed: 18}}"));
   ASSERT_TRUE(other.ok());
   EXPECT_NE(Key(*(*other)->Suggest(0)), first[0]);
 }
@@ -183,7 +184,8 @@ TEST(GridSearcherTest, CartesianProductWithoutRepeats) {
     xs.insert(p->at("x").double_value());
   }
   EXPECT_EQ(xs, (std::set<double>{0.0, 0.5, 1.0}));
-  EXPECT_EQ((*grid)->Suggest(24).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ((*grid)->Suggest(24).status().code(),
+            absl::StatusCode::kOutOfRange);
 }
 
 TEST(GridSearcherTest, ConditionalBranchesOnlyWhereActive) {
@@ -207,9 +209,9 @@ TEST(GridSearcherTest, ConditionalBranchesOnlyWhereActive) {
 
 TEST(GridSearcherTest, ExhaustiveNeedsMaxTrialsToMatch) {
   const char* space = "  - {name: c, categorical: {values: [a, b, c]}}";
-  auto status = GridSearcher::Create(
-                    Spec(space, "searcher: {grid: {exhaustive: true}}"))
-                    .status();
+  auto status =
+      GridSearcher::Create(Spec(space, "searcher: {grid: {exhaustive: true}}"))
+          .status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), ::testing::HasSubstr("grid has 3 points"));
   // Without exhaustive, a small grid simply ends early.
@@ -221,7 +223,8 @@ TEST(GridSearcherTest, ExhaustiveNeedsMaxTrialsToMatch) {
   auto exact = ParseStudySpec(
       "name: t\nobjective: {metric: loss, goal: MINIMIZE}\n"
       "budget: {max_trials: 3}\nsearcher: {grid: {exhaustive: true}}\n"
-      "search_space:\n" + std::string(space));
+      "search_space:\n" +
+      std::string(space));
   ASSERT_TRUE(exact.ok());
   EXPECT_TRUE(GridSearcher::Create(*exact).ok());
 }
@@ -230,8 +233,10 @@ TEST(GridSearcherTest, ShuffleIsASeededPermutation) {
   const char* space = R"(
   - {name: x, float: {min: 0, max: 1, grid_points: 5}}
   - {name: y, int: {min: 0, max: 5, grid_points: 6}})";
-  auto a = GridSearcher::Create(Spec(space, "searcher: {grid: {shuffle: true, seed: 4}}"));
-  auto b = GridSearcher::Create(Spec(space, "searcher: {grid: {shuffle: true, seed: 4}}"));
+  auto a = GridSearcher::Create(
+      Spec(space, "searcher: {grid: {shuffle: true, seed: 4}}"));
+  auto b = GridSearcher::Create(
+      Spec(space, "searcher: {grid: {shuffle: true, seed: 4}}"));
   auto plain = GridSearcher::Create(Spec(space, "searcher: {grid: {}}"));
   ASSERT_TRUE(a.ok() && b.ok() && plain.ok());
   std::set<std::string> shuffled, ordered;
@@ -259,8 +264,8 @@ TEST(TrialSchedulerTest, FifoAlwaysContinues) {
 }
 
 TEST(FactoryTest, EverySearcherAndSchedulerIsBuilt) {
-  for (const char* searcher : {"{random: {}}", "{grid: {}}", "{bayesian: {}}",
-                               "{tpe: {}}"}) {
+  for (const char* searcher :
+       {"{random: {}}", "{grid: {}}", "{bayesian: {}}", "{tpe: {}}"}) {
     auto spec = Spec("  - {name: x, float: {min: 0, max: 1}}",
                      std::string("searcher: ") + searcher);
     auto created = CreateSearcher(spec);
@@ -270,7 +275,8 @@ TEST(FactoryTest, EverySearcherAndSchedulerIsBuilt) {
   for (const char* scheduler :
        {"{fifo: {}}", "{median: {}}",
         "{asha: {min_steps: 1, max_steps: 9, reduction_factor: 3}}",
-        "{asha: {min_steps: 1, max_steps: 9, reduction_factor: 3, promotion: true}}",
+        "{asha: {min_steps: 1, max_steps: 9, reduction_factor: 3, promotion: "
+        "true}}",
         "{hyperband: {min_steps: 1, max_steps: 9, reduction_factor: 3}}",
         "{hyperband: {min_steps: 1, max_steps: 9, reduction_factor: 3, "
         "synchronous: true}}",

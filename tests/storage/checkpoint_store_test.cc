@@ -29,9 +29,9 @@ class CheckpointStoreTest : public ::testing::Test {
 };
 
 TEST_F(CheckpointStoreTest, WriteVerifyRead) {
-  auto info = store_->Write("study", 3, 200,
-                            {{"model.pt", std::string(1000, 'w')},
-                             {"optim.pt", "state"}});
+  auto info = store_->Write(
+      "study", 3, 200,
+      {{"model.pt", std::string(1000, 'w')}, {"optim.pt", "state"}});
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->id, "study/3/200");
   EXPECT_EQ(info->size_bytes, 1005);
@@ -55,7 +55,8 @@ TEST_F(CheckpointStoreTest, CorruptionIsDetected) {
   }
   EXPECT_EQ(store_->Verify(info->id).status().code(),
             absl::StatusCode::kDataLoss);
-  EXPECT_EQ(store_->Read(info->id).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(store_->Read(info->id).status().code(),
+            absl::StatusCode::kDataLoss);
   fs::remove(root_ / "s/0/1/w");
   EXPECT_EQ(store_->Verify(info->id).status().code(),
             absl::StatusCode::kDataLoss);
@@ -67,7 +68,8 @@ TEST_F(CheckpointStoreTest, UnfinishedWritesAreInvisible) {
   ASSERT_TRUE(staging.ok());
   std::ofstream(*staging + "/model.pt") << "half";
   EXPECT_TRUE(store_->ListSteps("s", 1)->empty());
-  EXPECT_EQ(store_->Verify("s/1/50").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Verify("s/1/50").status().code(),
+            absl::StatusCode::kNotFound);
   // Committing it later makes it whole.
   auto info = store_->Commit(*staging, "s", 1, 50);
   ASSERT_TRUE(info.ok()) << info.status();
@@ -90,9 +92,9 @@ TEST_F(CheckpointStoreTest, ExistingCheckpointIsNeverOverwritten) {
 }
 
 TEST_F(CheckpointStoreTest, IdsCannotEscapeTheRoot) {
-  for (const char* id :
-       {"../etc/1/2", "s/../../1/2", "/etc/passwd", "s/1/2/3", "s/1", "s/-1/2",
-        "s/1/-2", "s/01/2", "s/1/x", "./1/2", "../1/2", "s//1", "", "a b/1/2"}) {
+  for (const char* id : {"../etc/1/2", "s/../../1/2", "/etc/passwd", "s/1/2/3",
+                         "s/1", "s/-1/2", "s/1/-2", "s/01/2", "s/1/x", "./1/2",
+                         "../1/2", "s//1", "", "a b/1/2"}) {
     auto path = store_->PathOf(id);
     EXPECT_EQ(path.status().code(), absl::StatusCode::kInvalidArgument) << id;
     EXPECT_EQ(store_->Read(id).status().code(),
@@ -109,8 +111,9 @@ TEST_F(CheckpointStoreTest, IdsCannotEscapeTheRoot) {
             absl::StatusCode::kInvalidArgument);
   // A staging directory from elsewhere is refused.
   fs::create_directories(root_ / "other");
-  EXPECT_EQ(store_->Commit((root_ / "other").string(), "s", 0, 1).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      store_->Commit((root_ / "other").string(), "s", 0, 1).status().code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(fs::exists(root_ / "other"));
 }
 

@@ -1,6 +1,8 @@
 // One contract suite, run against every StudyStore implementation.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -10,9 +12,6 @@
 #include "google/protobuf/util/time_util.h"
 #include "storage/memory_study_store.h"
 #include "storage/sqlite_study_store.h"
-
-#include <sqlite3.h>
-#include <unistd.h>
 
 namespace dial::storage {
 namespace {
@@ -76,7 +75,8 @@ TEST_P(StudyStoreContract, StudiesRoundTrip) {
   auto a = store_->GetStudy("a");
   ASSERT_TRUE(a.ok());
   EXPECT_TRUE(MessageDifferencer::Equals(*a, MakeStudy("a")));
-  EXPECT_EQ(store_->GetStudy("zzz").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetStudy("zzz").status().code(),
+            absl::StatusCode::kNotFound);
   auto list = store_->ListStudies();
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 2u);
@@ -113,7 +113,8 @@ TEST_P(StudyStoreContract, TrialsRoundTripWithParamsAndDetail) {
   ASSERT_TRUE(got.ok());
   EXPECT_TRUE(MessageDifferencer::Equals(*got, t)) << got->DebugString();
 
-  EXPECT_EQ(store_->GetTrial("s", 7).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetTrial("s", 7).status().code(),
+            absl::StatusCode::kNotFound);
   EXPECT_EQ(store_->PutTrial(MakeTrial("missing", 0)).code(),
             absl::StatusCode::kNotFound);
 }
@@ -166,7 +167,8 @@ TEST_P(StudyStoreContract, ReportsAppendHistoryOnce) {
   v1::MetricPoint dup;
   dup.set_step(10);
   (*dup.mutable_metrics())["loss"] = 9;
-  EXPECT_EQ(store_->RecordReport(t, dup).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(store_->RecordReport(t, dup).code(),
+            absl::StatusCode::kAlreadyExists);
 
   auto history = store_->GetMetricHistory("s", 0);
   ASSERT_TRUE(history.ok());
@@ -208,7 +210,8 @@ TEST_P(StudyStoreContract, DeleteStudyRemovesEverything) {
   ASSERT_TRUE(store_->CreateStudy(MakeStudy("s")).ok());
   ASSERT_TRUE(store_->PutTrial(MakeTrial("s", 0)).ok());
   ASSERT_TRUE(store_->DeleteStudy("s").ok());
-  EXPECT_EQ(store_->GetTrial("s", 0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetTrial("s", 0).status().code(),
+            absl::StatusCode::kNotFound);
   EXPECT_EQ(store_->DeleteStudy("s").code(), absl::StatusCode::kNotFound);
   // The name is free again, with no trials left behind.
   ASSERT_TRUE(store_->CreateStudy(MakeStudy("s")).ok());
@@ -217,15 +220,17 @@ TEST_P(StudyStoreContract, DeleteStudyRemovesEverything) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllStores, StudyStoreContract,
-    ::testing::Values(
-        StoreFactory{"Memory", [] { return MemoryStudyStore::Create(); }},
-        StoreFactory{"Sqlite",
-                     []() -> std::unique_ptr<StudyStore> {
-                       std::string path = TempPath("contract.db");
-                       fs::remove(path);
-                       auto store = SqliteStudyStore::Create({path});
-                       return store.ok() ? std::move(*store) : nullptr;
-                     }}),
+    ::testing::Values(StoreFactory{"Memory",
+                                   [] { return MemoryStudyStore::Create(); }},
+                      StoreFactory{"Sqlite",
+                                   []() -> std::unique_ptr<StudyStore> {
+                                     std::string path = TempPath("contract.db");
+                                     fs::remove(path);
+                                     auto store =
+                                         SqliteStudyStore::Create({path});
+                                     return store.ok() ? std::move(*store)
+                                                       : nullptr;
+                                   }}),
     [](const auto& info) { return info.param.name; });
 
 TEST(SqliteStudyStoreTest, ReopenKeepsDataAndSchemaVersion) {
@@ -253,8 +258,8 @@ TEST(SqliteStudyStoreTest, RefusesADatabaseFromANewerDial) {
   {
     sqlite3* db;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    sqlite3_exec(db, "UPDATE schema_version SET version = 99", nullptr,
-                 nullptr, nullptr);
+    sqlite3_exec(db, "UPDATE schema_version SET version = 99", nullptr, nullptr,
+                 nullptr);
     sqlite3_close(db);
   }
   auto store = SqliteStudyStore::Create({path});

@@ -36,8 +36,10 @@ inline google::protobuf::Struct Knobs(
     std::initializer_list<std::pair<const char*, const char*>> strings = {}) {
   google::protobuf::Struct s;
   (*s.mutable_fields())["dataset"].set_string_value("synthetic");
-  for (const auto& [k, v] : numbers) (*s.mutable_fields())[k].set_number_value(v);
-  for (const auto& [k, v] : strings) (*s.mutable_fields())[k].set_string_value(v);
+  for (const auto& [k, v] : numbers)
+    (*s.mutable_fields())[k].set_number_value(v);
+  for (const auto& [k, v] : strings)
+    (*s.mutable_fields())[k].set_string_value(v);
   return s;
 }
 

@@ -12,7 +12,6 @@
 #include <sstream>
 
 #include "absl/strings/str_split.h"
-
 #include "storage/checkpoint_store.h"
 #include "tests/trainer/test_util.h"
 #include "trainer/idx.h"
@@ -24,8 +23,8 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST_F(TrainerTest, TrainingLowersTheLossOnSyntheticData) {
-  TrainerConfig c = Config(Knobs({{"steps", 300}, {"eval_every", 50},
-                                  {"batch_size", 64}, {"units", 64}}));
+  TrainerConfig c = Config(Knobs(
+      {{"steps", 300}, {"eval_every", 50}, {"batch_size", 64}, {"units", 64}}));
   Recorder sink;
   auto result = Train(c, RunContext{}, sink);
   ASSERT_TRUE(result.ok()) << result.status();
@@ -80,16 +79,21 @@ void ExpectExactResume(const fs::path& root, google::protobuf::Struct knobs,
 }
 
 TEST_F(TrainerTest, ResumeReproducesAnUninterruptedRunWithAdamAndDropout) {
-  ExpectExactResume(root_, Knobs({{"steps", 200}, {"eval_every", 50},
-                                  {"batch_size", 32}, {"dropout", 0.3},
+  ExpectExactResume(root_, Knobs({{"steps", 200},
+                                  {"eval_every", 50},
+                                  {"batch_size", 32},
+                                  {"dropout", 0.3},
                                   {"seed", 5}},
                                  {{"optimizer", "adam"}}));
 }
 
 TEST_F(TrainerTest, ResumeReproducesAnUninterruptedRunWithSgdMomentum) {
-  ExpectExactResume(root_, Knobs({{"steps", 200}, {"eval_every", 50},
-                                  {"batch_size", 48}, {"momentum", 0.9},
-                                  {"lr", 0.05}, {"seed", 9}},
+  ExpectExactResume(root_, Knobs({{"steps", 200},
+                                  {"eval_every", 50},
+                                  {"batch_size", 48},
+                                  {"momentum", 0.9},
+                                  {"lr", 0.05},
+                                  {"seed", 9}},
                                  {{"optimizer", "sgd"}}));
 }
 
@@ -101,24 +105,33 @@ TEST_F(TrainerTest, ResumeIsExactForEveryOptimiserAndSchedule) {
   for (const Case& c : {Case{"adamw", "cosine"}, Case{"rmsprop", "step"},
                         Case{"sgd", "cosine"}}) {
     SCOPED_TRACE(std::string(c.optimizer) + " " + c.schedule);
-    ExpectExactResume(root_ / (std::string(c.optimizer) + c.schedule),
-                      Knobs({{"steps", 200}, {"eval_every", 50},
-                             {"batch_size", 32}, {"lr", 0.01},
-                             {"warmup_steps", 30}, {"lr_step_size", 40},
-                             {"lr_gamma", 0.5}, {"nesterov", 1},
-                             {"grad_clip", 1.0}, {"label_smoothing", 0.1},
-                             {"weight_decay", 1e-3}, {"seed", 2}},
-                            {{"optimizer", c.optimizer},
-                             {"lr_schedule", c.schedule}}));
+    ExpectExactResume(
+        root_ / (std::string(c.optimizer) + c.schedule),
+        Knobs({{"steps", 200},
+               {"eval_every", 50},
+               {"batch_size", 32},
+               {"lr", 0.01},
+               {"warmup_steps", 30},
+               {"lr_step_size", 40},
+               {"lr_gamma", 0.5},
+               {"nesterov", 1},
+               {"grad_clip", 1.0},
+               {"label_smoothing", 0.1},
+               {"weight_decay", 1e-3},
+               {"seed", 2}},
+              {{"optimizer", c.optimizer}, {"lr_schedule", c.schedule}}));
   }
 }
 
 TEST_F(TrainerTest, CnnTrainsAndResumesExactlyWithBatchNorm) {
-  google::protobuf::Struct knobs =
-      Knobs({{"steps", 200}, {"eval_every", 50}, {"batch_size", 32},
-             {"synthetic_features", 64}, {"channels", 4}, {"units", 32},
-             {"seed", 4}},
-            {{"model", "cnn"}, {"norm", "batch"}});
+  google::protobuf::Struct knobs = Knobs({{"steps", 200},
+                                          {"eval_every", 50},
+                                          {"batch_size", 32},
+                                          {"synthetic_features", 64},
+                                          {"channels", 4},
+                                          {"units", 32},
+                                          {"seed", 4}},
+                                         {{"model", "cnn"}, {"norm", "batch"}});
   Recorder sink;
   auto result = Train(Config(knobs), RunContext{}, sink);
   ASSERT_TRUE(result.ok()) << result.status();
@@ -126,18 +139,23 @@ TEST_F(TrainerTest, CnnTrainsAndResumesExactlyWithBatchNorm) {
             sink.reports.front().metrics.at("train_loss"));
   ExpectExactResume(root_, knobs);
   // Non-square inputs are refused with the reason.
-  google::protobuf::Struct odd = Knobs({{"synthetic_features", 30}}, {{"model", "cnn"}});
+  google::protobuf::Struct odd =
+      Knobs({{"synthetic_features", 30}}, {{"model", "cnn"}});
   Recorder none;
   EXPECT_THAT(Train(Config(odd), RunContext{}, none).status().message(),
               HasSubstr("square images"));
 }
 
 TEST_F(TrainerTest, ResNetTrainsAndResumesExactly) {
-  google::protobuf::Struct knobs =
-      Knobs({{"steps", 200}, {"eval_every", 50}, {"batch_size", 32},
-             {"synthetic_features", 64}, {"channels", 4}, {"blocks", 1},
-             {"dropout", 0.2}, {"seed", 6}},
-            {{"model", "resnet"}});
+  google::protobuf::Struct knobs = Knobs({{"steps", 200},
+                                          {"eval_every", 50},
+                                          {"batch_size", 32},
+                                          {"synthetic_features", 64},
+                                          {"channels", 4},
+                                          {"blocks", 1},
+                                          {"dropout", 0.2},
+                                          {"seed", 6}},
+                                         {{"model", "resnet"}});
   Recorder sink;
   auto result = Train(Config(knobs), RunContext{}, sink);
   ASSERT_TRUE(result.ok()) << result.status();
@@ -147,9 +165,12 @@ TEST_F(TrainerTest, ResNetTrainsAndResumesExactly) {
 }
 
 TEST_F(TrainerTest, ResumeIsExactWithTwoReplicasAndDropout) {
-  ExpectExactResume(root_, Knobs({{"steps", 200}, {"eval_every", 50},
-                                  {"batch_size", 32}, {"dropout", 0.3},
-                                  {"replicas", 2}, {"seed", 3}}));
+  ExpectExactResume(root_, Knobs({{"steps", 200},
+                                  {"eval_every", 50},
+                                  {"batch_size", 32},
+                                  {"dropout", 0.3},
+                                  {"replicas", 2},
+                                  {"seed", 3}}));
 }
 
 // `replicas: 0` gives one CPU replica per thread; a resume on a worker
@@ -157,9 +178,12 @@ TEST_F(TrainerTest, ResumeIsExactWithTwoReplicasAndDropout) {
 // go on and the run stays exact.
 TEST_F(TrainerTest, AutoReplicasResumeExactlyOnFewerThreads) {
   ExpectExactResume(root_,
-                    Knobs({{"steps", 200}, {"eval_every", 50},
-                           {"batch_size", 64}, {"dropout", 0.3},
-                           {"replicas", 0}, {"seed", 8}}),
+                    Knobs({{"steps", 200},
+                           {"eval_every", 50},
+                           {"batch_size", 64},
+                           {"dropout", 0.3},
+                           {"replicas", 0},
+                           {"seed", 8}}),
                     /*threads=*/2, /*resume_threads=*/1);
 }
 
@@ -169,13 +193,15 @@ TEST_F(TrainerTest, ACheckpointOfAnotherModelIsRefusedClearly) {
   RunContext ctx;
   ctx.checkpoint_root = root_.string();
   Recorder mlp;
-  ASSERT_TRUE(Train(Config(Knobs({{"steps", 20}, {"eval_every", 20},
+  ASSERT_TRUE(Train(Config(Knobs({{"steps", 20},
+                                  {"eval_every", 20},
                                   {"synthetic_features", 64}})),
                     ctx, mlp)
                   .ok());
   ctx.restore_checkpoint = mlp.reports.back().checkpoint;
   Recorder cnn;
-  auto result = Train(Config(Knobs({{"steps", 40}, {"eval_every", 20},
+  auto result = Train(Config(Knobs({{"steps", 40},
+                                    {"eval_every", 20},
                                     {"synthetic_features", 64},
                                     {"channels", 4}},
                                    {{"model", "cnn"}})),
@@ -187,8 +213,10 @@ TEST_F(TrainerTest, ACheckpointOfAnotherModelIsRefusedClearly) {
 
   // Same names, other shapes (LibTorch would load them silently).
   Recorder wider;
-  result = Train(Config(Knobs({{"steps", 40}, {"eval_every", 20},
-                               {"synthetic_features", 64}, {"units", 128}})),
+  result = Train(Config(Knobs({{"steps", 40},
+                               {"eval_every", 20},
+                               {"synthetic_features", 64},
+                               {"units", 128}})),
                  ctx, wider);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition)
       << result.status();
@@ -199,8 +227,10 @@ TEST_F(TrainerTest, ACheckpointOfAnotherModelIsRefusedClearly) {
 TEST_F(TrainerTest, Bf16AutocastTrainsOnTheCpu) {
   auto run = [&](const char* precision) {
     Recorder sink;
-    auto result = Train(Config(Knobs({{"steps", 200}, {"eval_every", 100},
-                                      {"batch_size", 64}, {"units", 64}},
+    auto result = Train(Config(Knobs({{"steps", 200},
+                                      {"eval_every", 100},
+                                      {"batch_size", 64},
+                                      {"units", 64}},
                                      {{"precision", precision}})),
                         RunContext{}, sink);
     EXPECT_TRUE(result.ok()) << result.status();
@@ -220,7 +250,8 @@ TEST_F(TrainerTest, APartialLastEvalBatchGivesTheExactMean) {
   // 1000 examples: 100 validate. Batches of 7 leave a last batch of 2.
   auto val = [&](double eval_batch) {
     Recorder sink;
-    auto result = Train(Config(Knobs({{"steps", 30}, {"eval_every", 30},
+    auto result = Train(Config(Knobs({{"steps", 30},
+                                      {"eval_every", 30},
                                       {"batch_size", 7},
                                       {"synthetic_samples", 1000},
                                       {"eval_batch_size", eval_batch}})),
@@ -238,8 +269,10 @@ TEST_F(TrainerTest, APartialLastEvalBatchGivesTheExactMean) {
 TEST_F(TrainerTest, PrefetchDepthDoesNotChangeTraining) {
   auto run = [&](double depth) {
     Recorder sink;
-    auto result = Train(Config(Knobs({{"steps", 120}, {"eval_every", 40},
-                                      {"batch_size", 16}, {"prefetch", depth}})),
+    auto result = Train(Config(Knobs({{"steps", 120},
+                                      {"eval_every", 40},
+                                      {"batch_size", 16},
+                                      {"prefetch", depth}})),
                         RunContext{}, sink);
     EXPECT_TRUE(result.ok()) << result.status();
     return sink.reports;
@@ -247,16 +280,20 @@ TEST_F(TrainerTest, PrefetchDepthDoesNotChangeTraining) {
   auto shallow = run(1), deep = run(16);
   ASSERT_EQ(shallow.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(shallow[i].metrics.at("train_loss"), deep[i].metrics.at("train_loss"));
-    EXPECT_EQ(shallow[i].metrics.at("val_loss"), deep[i].metrics.at("val_loss"));
+    EXPECT_EQ(shallow[i].metrics.at("train_loss"),
+              deep[i].metrics.at("train_loss"));
+    EXPECT_EQ(shallow[i].metrics.at("val_loss"),
+              deep[i].metrics.at("val_loss"));
     EXPECT_GE(deep[i].metrics.at("input_wait"), 0.0);
     EXPECT_LE(deep[i].metrics.at("input_wait"), 1.0);
   }
 }
 
 TEST_F(TrainerTest, ValidationComesFromTrainingDataAndTestOnlyFromEvaluate) {
-  TrainerConfig c = Config(Knobs({{"steps", 60}, {"eval_every", 60},
-                                  {"batch_size", 32}, {"synthetic_samples", 2000},
+  TrainerConfig c = Config(Knobs({{"steps", 60},
+                                  {"eval_every", 60},
+                                  {"batch_size", 32},
+                                  {"synthetic_samples", 2000},
                                   {"val_fraction", 0.2},
                                   {"save_predictions", 1}}));
   RunContext ctx;
@@ -309,8 +346,8 @@ TEST_F(TrainerTest, ValidationComesFromTrainingDataAndTestOnlyFromEvaluate) {
 }
 
 TEST_F(TrainerTest, ADamagedCheckpointFallsBackToTheLastGoodOne) {
-  TrainerConfig c = Config(Knobs({{"steps", 150}, {"eval_every", 50},
-                                  {"batch_size", 32}, {"seed", 8}}));
+  TrainerConfig c = Config(Knobs(
+      {{"steps", 150}, {"eval_every", 50}, {"batch_size", 32}, {"seed", 8}}));
   RunContext whole;
   whole.checkpoint_root = (root_ / "whole").string();
   Recorder uninterrupted;
@@ -328,7 +365,8 @@ TEST_F(TrainerTest, ADamagedCheckpointFallsBackToTheLastGoodOne) {
   auto dir = (*store)->PathOf("local/0/100");
   ASSERT_TRUE(dir.ok());
   {
-    std::fstream f(*dir + "/model.pt", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(*dir + "/model.pt",
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekg(100);
     char byte = 0;
     f.read(&byte, 1);
@@ -422,7 +460,8 @@ TEST(TrainerKnobsTest, BadParamsFailWithClearMessages) {
   params.Clear();
   (*params.mutable_fields())["activation"].set_string_value("swish");
   c = ResolveTrainerConfig({}, params);
-  EXPECT_THAT(c.status().message(), HasSubstr("activation 'swish' is not one of"));
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("activation 'swish' is not one of"));
 
   params.Clear();
   (*params.mutable_fields())["units"].set_number_value(12.5);
@@ -432,7 +471,8 @@ TEST(TrainerKnobsTest, BadParamsFailWithClearMessages) {
   params.Clear();
   (*params.mutable_fields())["learning_rate"].set_number_value(0.1);
   c = ResolveTrainerConfig({}, params);
-  EXPECT_THAT(c.status().message(), HasSubstr("'learning_rate' is not a trainer knob"));
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("'learning_rate' is not a trainer knob"));
 
   // Params override knobs.
   google::protobuf::Struct knobs;

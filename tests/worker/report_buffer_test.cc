@@ -25,7 +25,8 @@ TEST(ReportBufferTest, KeepsOrderAndSpillsBeyondTheMemoryLimit) {
       fs::temp_directory_path() / ("dial-spill-" + std::to_string(getpid()));
   {
     ReportBuffer buffer(spill.string(), 4);
-    for (int step = 1; step <= 10; ++step) ASSERT_TRUE(buffer.Push(At(step)).ok());
+    for (int step = 1; step <= 10; ++step)
+      ASSERT_TRUE(buffer.Push(At(step)).ok());
     EXPECT_EQ(buffer.size(), 10u);
     EXPECT_EQ(buffer.spilled(), 6u);  // memory holds 4
     EXPECT_TRUE(fs::exists(spill));
@@ -36,7 +37,8 @@ TEST(ReportBufferTest, KeepsOrderAndSpillsBeyondTheMemoryLimit) {
       EXPECT_EQ(buffer.Front().step(), expected++);
       buffer.Pop();
     }
-    for (int step = 11; step <= 12; ++step) ASSERT_TRUE(buffer.Push(At(step)).ok());
+    for (int step = 11; step <= 12; ++step)
+      ASSERT_TRUE(buffer.Push(At(step)).ok());
     while (!buffer.empty()) {
       EXPECT_EQ(buffer.Front().step(), expected);
       EXPECT_DOUBLE_EQ(buffer.Front().metrics().at("loss"), 1.0 / expected);
