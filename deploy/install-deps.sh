@@ -10,6 +10,8 @@ PACKAGES=(
   # fuzzing (deploy/fuzz.sh): clang, its libFuzzer and sanitizer runtimes,
   # and llvm-symbolizer for readable sanitizer reports
   clang-14 libclang-rt-14-dev llvm-14
+  # the formatting check (deploy/check-format.sh)
+  clang-format-14
   # libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev

@@ -41,6 +41,7 @@ int EnvInt(const char* name, int fallback) {
 class ChaosTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    DIAL_SKIP_WITHOUT_TRAINER();
     dir_ = fs::temp_directory_path() /
            ("dial-chaos-" + std::to_string(::getpid()));
     fs::remove_all(dir_);

@@ -14,6 +14,16 @@
 #include <string>
 #include <vector>
 
+// Skips the current test when the build has no dial-train
+// (-DDIAL_BUILD_TRAINER=OFF): tests/CMakeLists.txt then defines
+// DIAL_TRAIN_BIN as "".
+#define DIAL_SKIP_WITHOUT_TRAINER()                                     \
+  do {                                                                  \
+    if (std::string(DIAL_TRAIN_BIN).empty()) {                          \
+      GTEST_SKIP() << "built without the trainer (DIAL_BUILD_TRAINER)"; \
+    }                                                                   \
+  } while (0)
+
 namespace dial::testing {
 
 class Subprocess {

@@ -28,6 +28,7 @@ class WorkerE2eTest : public ::testing::Test {
   using DialClient = client::DialClient;
 
   void SetUp() override {
+    DIAL_SKIP_WITHOUT_TRAINER();
     dir_ = fs::temp_directory_path() /
            ("dial-e2e-" + std::to_string(::getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
