@@ -143,20 +143,20 @@ absl::StatusOr<std::string> FileCheckpointStore::TrialDir(
   return absl::StrCat(root_, "/", study, "/", trial);
 }
 
-absl::StatusOr<std::string> FileCheckpointStore::PathOf(
-    absl::string_view id) const {
+absl::StatusOr<CheckpointId> CheckpointStore::ParseId(absl::string_view id) {
   std::vector<std::string> parts = absl::StrSplit(id, '/');
   auto canonical = [](const std::string& text, int64_t* out) {
     return absl::SimpleAtoi(text, out) && *out >= 0 &&
            text == std::to_string(*out);
   };
-  int64_t trial = -1, step = -1, source = -1;
-  bool ok = parts.size() == 3 && canonical(parts[1], &trial);
-  if (ok && !canonical(parts[2], &step)) {
+  CheckpointId parsed;
+  bool ok = parts.size() == 3 && canonical(parts[1], &parsed.trial);
+  if (ok && !canonical(parts[2], &parsed.step)) {
     // A copy: from-<trial>-<step>.
     std::vector<std::string> from = absl::StrSplit(parts[2], '-');
-    ok = from.size() == 3 && from[0] == "from" && canonical(from[1], &source) &&
-         canonical(from[2], &step);
+    ok = from.size() == 3 && from[0] == "from" &&
+         canonical(from[1], &parsed.source_trial) &&
+         canonical(from[2], &parsed.step);
   }
   if (!ok) {
     return absl::InvalidArgumentError(
@@ -164,8 +164,15 @@ absl::StatusOr<std::string> FileCheckpointStore::PathOf(
                      "': must be <study>/<trial>/<step> with non-negative "
                      "numbers"));
   }
-  DIAL_ASSIGN_OR_RETURN(std::string dir, TrialDir(parts[0], trial));
-  return absl::StrCat(dir, "/", parts[2]);
+  parsed.study = std::move(parts[0]);
+  return parsed;
+}
+
+absl::StatusOr<std::string> FileCheckpointStore::PathOf(
+    absl::string_view id) const {
+  DIAL_ASSIGN_OR_RETURN(CheckpointId parsed, ParseId(id));
+  DIAL_ASSIGN_OR_RETURN(std::string dir, TrialDir(parsed.study, parsed.trial));
+  return absl::StrCat(dir, "/", id.substr(id.rfind('/') + 1));
 }
 
 absl::StatusOr<std::string> FileCheckpointStore::BeginWrite(
@@ -258,17 +265,18 @@ absl::StatusOr<CheckpointInfo> FileCheckpointStore::Seal(
 
 absl::StatusOr<CheckpointInfo> FileCheckpointStore::CopyInto(
     absl::string_view source_id, absl::string_view study, int64_t trial) {
-  std::vector<std::string> parts = absl::StrSplit(source_id, '/');
   DIAL_RETURN_IF_ERROR(PathOf(source_id).status());
-  if (parts[0] != study) {
+  DIAL_ASSIGN_OR_RETURN(CheckpointId source, ParseId(source_id));
+  if (source.study != study) {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint ", source_id, " belongs to another study than ", study));
   }
-  if (parts[2].rfind("from-", 0) == 0) {
+  if (source.is_copy()) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint ", source_id, " is itself a copy"));
   }
-  const std::string name = absl::StrCat("from-", parts[1], "-", parts[2]);
+  const std::string name =
+      absl::StrCat("from-", source.trial, "-", source.step);
   const std::string id = absl::StrCat(study, "/", trial, "/", name);
   auto existing = Verify(id);
   if (existing.ok()) return existing;  // copied before

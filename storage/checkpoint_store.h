@@ -25,12 +25,27 @@ struct CheckpointInfo {
   std::string checksum;  // CRC-32 of the manifest, hex
 };
 
+// A checkpoint id taken apart: "<study>/<trial>/<step>", or
+// "<study>/<trial>/from-<source_trial>-<step>" for a copy of another
+// trial's checkpoint at that step.
+struct CheckpointId {
+  std::string study;
+  int64_t trial = 0;
+  int64_t step = 0;
+  int64_t source_trial = -1;  // a copy's source; -1 for a trial's own
+  bool is_copy() const { return source_trial >= 0; }
+};
+
 class CheckpointStore {
  public:
   virtual ~CheckpointStore() = default;
 
   static std::string MakeId(absl::string_view study, int64_t trial,
                             int64_t step);
+  // The one parser of checkpoint ids. INVALID_ARGUMENT unless the id has
+  // three parts with canonical non-negative numbers (the study name is
+  // checked where a path is made of it).
+  static absl::StatusOr<CheckpointId> ParseId(absl::string_view id);
 
   // Directory of a checkpoint id. INVALID_ARGUMENT if the id is malformed
   // (it must be <study>/<trial>/<step>, or <study>/<trial>/from-<t>-<s> for

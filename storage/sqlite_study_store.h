@@ -43,7 +43,7 @@ struct SqliteStudyStoreOptions {
   bool group_commit = false;
 };
 
-class SqliteStudyStore : public StudyStore {
+class SqliteStudyStore : public StudyStore, public Durability {
  public:
   // Opens (creating and migrating as needed). UNAVAILABLE if the file cannot
   // be opened; FAILED_PRECONDITION if it is from a newer Dial, another
@@ -83,6 +83,7 @@ class SqliteStudyStore : public StudyStore {
   // writer. See StudyStore::Backup for the contract; the copy has mode 0600.
   absl::StatusOr<int64_t> Backup(const std::string& path) override;
 
+  Durability* durability() override { return this; }
   uint64_t WrittenSeq() const override { return applied_seq_.load(); }
   void WhenDurable(uint64_t seq,
                    std::function<void(absl::Status)> done) override;

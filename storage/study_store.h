@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "dial/v1/study.pb.h"
+#include "storage/durability.h"
 
 namespace dial::storage {
 
@@ -124,24 +125,10 @@ class StudyStore {
         "this study store keeps nothing on disk to back up");
   }
 
-  // Group commit. A store may apply writes at once (later reads see them)
-  // but make them durable later, many in one commit. WrittenSeq() numbers
-  // the writes applied so far; WhenDurable(seq, done) calls `done` once
-  // every write up to `seq` is durable (OK), or with UNAVAILABLE once they
-  // are lost (their commit failed): then the store refuses writes until
-  // Recover(), and the lost handler runs first (once per loss, on a thread
-  // of the store's, holding none of its locks) so the owner can re-read
-  // the store, which holds none of the lost writes. SetLostHandler returns
-  // only once a running handler has returned (unless called from it), so
-  // its owner may then be destroyed. Stores that commit every call keep
-  // these defaults: everything is durable when the call returns.
-  virtual uint64_t WrittenSeq() const { return 0; }
-  virtual void WhenDurable(uint64_t /*seq*/,
-                           std::function<void(absl::Status)> done) {
-    done(absl::OkStatus());
-  }
-  virtual void SetLostHandler(std::function<void()> /*handler*/) {}
-  virtual void Recover() {}
+  // When writes become durable, for stores that commit later than they
+  // apply (group commit; see Durability). Null: every write is durable when
+  // its call returns.
+  virtual Durability* durability() { return nullptr; }
 };
 
 }  // namespace dial::storage

@@ -25,7 +25,8 @@ namespace {
 // Lose() loses them as a failed commit does (the lost handler runs, then
 // their waiters hear UNAVAILABLE) and refuses writes until Recover(). The
 // lost writes stay in memory: tests here look at what is written after.
-class GroupCommitStore : public storage::MemoryStudyStore {
+class GroupCommitStore : public storage::MemoryStudyStore,
+                         public storage::Durability {
  public:
   absl::Status CreateStudy(const v1::Study& study) override {
     return Write([&] { return MemoryStudyStore::CreateStudy(study); });
@@ -57,6 +58,7 @@ class GroupCommitStore : public storage::MemoryStudyStore {
     return MemoryStudyStore::ListTrials(study, query);
   }
 
+  storage::Durability* durability() override { return this; }
   uint64_t WrittenSeq() const override {
     absl::MutexLock lock(&mu_);
     return written_;
