@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/params.h"
 #include "common/random.h"
 #include "common/status.h"
 #include "searchers/bayesian_searcher.h"

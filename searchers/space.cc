@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <sstream>
 
+#include "common/params.h"
 #include "common/spec.h"
 
 namespace dial::searchers {
@@ -37,29 +37,6 @@ std::string ConditionString(const google::protobuf::Value& v) {
 }
 
 }  // namespace
-
-std::string ParamValueToString(const v1::ParamValue& value) {
-  switch (value.value_case()) {
-    case v1::ParamValue::kDoubleValue: {
-      std::ostringstream s;
-      s.precision(std::numeric_limits<double>::max_digits10);
-      s << value.double_value();
-      // Prefer the short form when it round-trips.
-      std::ostringstream shorter;
-      shorter << value.double_value();
-      if (std::stod(shorter.str()) == value.double_value()) {
-        return shorter.str();
-      }
-      return s.str();
-    }
-    case v1::ParamValue::kIntValue:
-      return std::to_string(value.int_value());
-    case v1::ParamValue::kStringValue:
-      return value.string_value();
-    default:
-      return "";
-  }
-}
 
 absl::StatusOr<SearchSpace> SearchSpace::Create(const v1::StudySpec& spec) {
   auto status = ValidateStudySpec(spec);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/params.h"
 #include "dial/v1/spec.pb.h"
 #include "dial/v1/study.pb.h"
 #include "google/protobuf/map.h"
@@ -53,8 +54,9 @@ class SearchSpace {
   std::vector<v1::ParameterSpec> params_;
 };
 
-// Text form of a value ("0.01", "32", "adam"), as shown to users and as
-// compared against `when` conditions.
-std::string ParamValueToString(const v1::ParamValue& value);
+// ParamValueToString lives in common/params.h. This alias keeps
+// `searchers::ParamValueToString` callers outside searchers/ (tests/scheduler,
+// tests/e2e) compiling; drop it once they call dial::ParamValueToString.
+using ::dial::ParamValueToString;
 
 }  // namespace dial::searchers

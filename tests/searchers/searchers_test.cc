@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "common/params.h"
 #include "common/spec.h"
 #include "searchers/searcher.h"
 #include "searchers/space.h"
