@@ -10,20 +10,31 @@ namespace dial::scheduler {
 namespace {
 
 // Finishes `reactor` with `status` once everything the answer could
-// reflect is durable; with UNAVAILABLE instead if it was lost.
+// reflect (`ticket`) is durable; with UNAVAILABLE instead if it was lost.
 void FinishDurable(SchedulerCore* core, grpc::ServerUnaryReactor* reactor,
-                   absl::Status status) {
-  core->WhenDurable([reactor, status](absl::Status durable) {
+                   absl::Status status, WriteTicket ticket) {
+  core->WhenDurable(ticket, [reactor, status](absl::Status durable) {
     reactor->Finish(ToGrpcStatus(durable.ok() ? status : durable));
   });
 }
 
-template <typename F>
-grpc::ServerUnaryReactor* Unary(SchedulerCore* core,
-                                grpc::CallbackServerContext* ctx, F&& body) {
+// Answers a unary call with the core's reply: `fill` moves the value into
+// the response.
+template <typename T, typename Fill>
+grpc::ServerUnaryReactor* Answer(SchedulerCore* core,
+                                 grpc::CallbackServerContext* ctx,
+                                 Reply<T> reply, Fill&& fill) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  core->ForgetWritten();
-  FinishDurable(core, reactor, body());
+  if (reply.ok()) fill(*reply);
+  FinishDurable(core, reactor, reply.status(), reply.ticket());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* Answer(SchedulerCore* core,
+                                 grpc::CallbackServerContext* ctx,
+                                 const StatusReply& reply) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  FinishDurable(core, reactor, reply.status(), reply.ticket());
   return reactor;
 }
 
@@ -33,24 +44,17 @@ class WatchReactor final
     : public grpc::ServerWriteReactor<v1::WatchStudyResponse> {
  public:
   WatchReactor(SchedulerCore* core, const std::string& study) : core_(core) {
-    int64_t id = 0;
-    auto snapshot = core_->Watch(
-        study, [this](const v1::StudyEvent& event) { Enqueue(event); }, &id);
-    if (!snapshot.ok()) {
-      absl::MutexLock lock(&mu_);
-      finished_ = true;
-      Finish(ToGrpcStatus(snapshot.status()));
+    // The snapshot and every later event come through the callback, in
+    // order, possibly before Watch returns.
+    auto id = core_->Watch(
+        study, [this](const v1::StudyEvent& event) { Enqueue(event); });
+    absl::MutexLock lock(&mu_);
+    registered_ = true;
+    if (!id.ok()) {
+      End(ToGrpcStatus(id.status()));
       return;
     }
-    absl::MutexLock lock(&mu_);
-    watch_id_ = id;
-    const v1::StudyState state = snapshot->study().state();
-    Push(*snapshot);
-    if (state != v1::STUDY_ACTIVE) {
-      v1::StudyEvent last = *snapshot;
-      last.set_kind(v1::StudyEvent::STUDY_FINISHED);
-      Push(last);
-    }
+    watch_id_ = *id;
   }
 
   void OnWriteDone(bool ok) override {
@@ -71,7 +75,14 @@ class WatchReactor final
   }
 
   void OnDone() override {
-    if (watch_id_ != 0) core_->Unwatch(watch_id_);
+    int64_t id;
+    {
+      // The stream can end before the constructor has the watch id.
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&registered_));
+      id = watch_id_;
+    }
+    if (id != 0) core_->Unwatch(id);
     delete this;
   }
 
@@ -107,8 +118,9 @@ class WatchReactor final
   }
 
   SchedulerCore* core_;
-  int64_t watch_id_ = 0;
   absl::Mutex mu_;
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t watch_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<v1::WatchStudyResponse> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -121,99 +133,88 @@ class WatchReactor final
 grpc::ServerUnaryReactor* StudyServiceImpl::CreateStudy(
     grpc::CallbackServerContext* ctx, const v1::CreateStudyRequest* request,
     v1::CreateStudyResponse* response) {
-  return Unary(core_, ctx, [&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(*response->mutable_study(),
-                          core_->CreateStudy(request->spec()));
-    return absl::OkStatus();
-  });
+  return Answer(
+      core_, ctx, core_->CreateStudy(request->spec()),
+      [&](v1::Study& s) { *response->mutable_study() = std::move(s); });
 }
 
 grpc::ServerUnaryReactor* StudyServiceImpl::GetStudy(
     grpc::CallbackServerContext* ctx, const v1::GetStudyRequest* request,
     v1::GetStudyResponse* response) {
-  return Unary(core_, ctx, [&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(*response->mutable_study(),
-                          core_->GetStudy(request->study()));
-    return absl::OkStatus();
-  });
+  return Answer(
+      core_, ctx, core_->GetStudy(request->study()),
+      [&](v1::Study& s) { *response->mutable_study() = std::move(s); });
 }
 
 grpc::ServerUnaryReactor* StudyServiceImpl::ListStudies(
     grpc::CallbackServerContext* ctx, const v1::ListStudiesRequest* request,
     v1::ListStudiesResponse* response) {
-  return Unary(core_, ctx, [&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(auto studies, core_->ListStudies());
-    for (auto& s : studies) *response->add_studies() = std::move(s);
-    return absl::OkStatus();
-  });
+  return Answer(core_, ctx, core_->ListStudies(),
+                [&](std::vector<v1::Study>& studies) {
+                  for (auto& s : studies) {
+                    *response->add_studies() = std::move(s);
+                  }
+                });
 }
 
 grpc::ServerUnaryReactor* StudyServiceImpl::UpdateStudy(
     grpc::CallbackServerContext* ctx, const v1::UpdateStudyRequest* request,
     v1::UpdateStudyResponse* response) {
-  return Unary(core_, ctx, [&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(
-        *response->mutable_study(),
-        core_->UpdateStudy(request->study(), request->max_trials(),
-                           request->max_parallel_trials()));
-    return absl::OkStatus();
-  });
+  return Answer(
+      core_, ctx,
+      core_->UpdateStudy(request->study(), request->max_trials(),
+                         request->max_parallel_trials()),
+      [&](v1::Study& s) { *response->mutable_study() = std::move(s); });
 }
 
 grpc::ServerUnaryReactor* StudyServiceImpl::StopStudy(
     grpc::CallbackServerContext* ctx, const v1::StopStudyRequest* request,
     v1::StopStudyResponse* response) {
-  return Unary(core_, ctx, [&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(*response->mutable_study(),
-                          core_->StopStudy(request->study()));
-    return absl::OkStatus();
-  });
+  return Answer(
+      core_, ctx, core_->StopStudy(request->study()),
+      [&](v1::Study& s) { *response->mutable_study() = std::move(s); });
 }
 
 grpc::ServerUnaryReactor* StudyServiceImpl::DeleteStudy(
     grpc::CallbackServerContext* ctx, const v1::DeleteStudyRequest* request,
     v1::DeleteStudyResponse* response) {
-  return Unary(core_, ctx,
-               [&] { return core_->DeleteStudy(request->study()); });
+  return Answer(core_, ctx, core_->DeleteStudy(request->study()));
 }
 
 grpc::ServerUnaryReactor* StudyServiceImpl::ListTrials(
     grpc::CallbackServerContext* ctx, const v1::ListTrialsRequest* request,
     v1::ListTrialsResponse* response) {
-  return Unary(core_, ctx, [&]() -> absl::Status {
-    std::vector<v1::TrialState> states;
-    for (int s : request->states()) {
-      states.push_back(static_cast<v1::TrialState>(s));
-    }
-    DIAL_ASSIGN_OR_RETURN(
-        TrialPage page,
-        core_->ListTrials(request->study(), states, request->page_size(),
-                          request->page_token()));
-    for (auto& t : page.trials) *response->add_trials() = std::move(t);
-    response->set_next_page_token(page.next_page_token);
-    return absl::OkStatus();
-  });
+  std::vector<v1::TrialState> states;
+  for (int s : request->states()) {
+    states.push_back(static_cast<v1::TrialState>(s));
+  }
+  return Answer(core_, ctx,
+                core_->ListTrials(request->study(), states,
+                                  request->page_size(), request->page_token()),
+                [&](TrialPage& page) {
+                  for (auto& t : page.trials) {
+                    *response->add_trials() = std::move(t);
+                  }
+                  response->set_next_page_token(page.next_page_token);
+                });
 }
 
 grpc::ServerUnaryReactor* StudyServiceImpl::GetTrial(
     grpc::CallbackServerContext* ctx, const v1::GetTrialRequest* request,
     v1::GetTrialResponse* response) {
-  return Unary(core_, ctx, [&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(*response->mutable_trial(),
-                          core_->GetTrial(request->study(), request->trial()));
-    return absl::OkStatus();
-  });
+  return Answer(
+      core_, ctx, core_->GetTrial(request->study(), request->trial()),
+      [&](v1::Trial& t) { *response->mutable_trial() = std::move(t); });
 }
 
 grpc::ServerUnaryReactor* StudyServiceImpl::GetBestTrials(
     grpc::CallbackServerContext* ctx, const v1::GetBestTrialsRequest* request,
     v1::GetBestTrialsResponse* response) {
-  return Unary(core_, ctx, [&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(
-        auto trials, core_->GetBestTrials(request->study(), request->count()));
-    for (auto& t : trials) *response->add_trials() = std::move(t);
-    return absl::OkStatus();
-  });
+  return Answer(core_, ctx,
+                core_->GetBestTrials(request->study(), request->count()),
+                [&](std::vector<v1::Trial>& trials) {
+                  for (auto& t : trials) *response->add_trials() = std::move(t);
+                });
 }
 
 grpc::ServerWriteReactor<v1::WatchStudyResponse>* StudyServiceImpl::WatchStudy(
@@ -227,16 +228,15 @@ grpc::ServerUnaryReactor* StudyServiceImpl::SuggestTrials(
   // Model fits can take a while: the core answers from its suggestion
   // thread and this reactor finishes then.
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  core_->ForgetWritten();  // its checks answer before taking the lock
   core_->SuggestTrialsAsync(
       request->study(), request->count(), request->client_id(),
-      [this, reactor, response](absl::StatusOr<Suggestion> s) {
+      [this, reactor, response](Reply<Suggestion> s) {
         if (s.ok()) {
           for (auto& t : s->trials) *response->add_trials() = std::move(t);
           response->set_done(s->done);
           response->set_study_state(s->study_state);
         }
-        FinishDurable(core_, reactor, s.status());
+        FinishDurable(core_, reactor, s.status(), s.ticket());
       });
   return reactor;
 }
@@ -245,26 +245,22 @@ grpc::ServerUnaryReactor* StudyServiceImpl::ReportIntermediate(
     grpc::CallbackServerContext* ctx,
     const v1::ReportIntermediateRequest* request,
     v1::ReportIntermediateResponse* response) {
-  return Unary(core_, ctx, [&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(
-        *response->mutable_decision(),
-        core_->ReportIntermediate(request->study(), request->trial(),
-                                  request->step(), request->metrics(),
-                                  request->checkpoint()));
-    return absl::OkStatus();
-  });
+  return Answer(
+      core_, ctx,
+      core_->ReportIntermediate(request->study(), request->trial(),
+                                request->step(), request->metrics(),
+                                request->checkpoint()),
+      [&](v1::Decision& d) { *response->mutable_decision() = std::move(d); });
 }
 
 grpc::ServerUnaryReactor* StudyServiceImpl::CompleteTrial(
     grpc::CallbackServerContext* ctx, const v1::CompleteTrialRequest* request,
     v1::CompleteTrialResponse* response) {
-  return Unary(core_, ctx, [&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(
-        *response->mutable_trial(),
-        core_->CompleteTrial(request->study(), request->trial(),
-                             request->final_metrics(), request->error()));
-    return absl::OkStatus();
-  });
+  return Answer(
+      core_, ctx,
+      core_->CompleteTrial(request->study(), request->trial(),
+                           request->final_metrics(), request->error()),
+      [&](v1::Trial& t) { *response->mutable_trial() = std::move(t); });
 }
 
 grpc::ServerUnaryReactor* StudyServiceImpl::BackupDatabase(
@@ -288,21 +284,16 @@ grpc::ServerUnaryReactor* StudyServiceImpl::BackupDatabase(
 grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterWorker(
     grpc::CallbackServerContext* ctx, const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
-  return Unary(core_, ctx, [&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(
-        *response,
-        core_->RegisterWorker(request->host(), request->resources()));
-    return absl::OkStatus();
-  });
+  return Answer(
+      core_, ctx, core_->RegisterWorker(request->host(), request->resources()),
+      [&](v1::RegisterWorkerResponse& r) { *response = std::move(r); });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(
     grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
-  return Unary(core_, ctx, [&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(*response, core_->Heartbeat(*request));
-    return absl::OkStatus();
-  });
+  return Answer(core_, ctx, core_->Heartbeat(*request),
+                [&](v1::HeartbeatResponse& r) { *response = std::move(r); });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::AcquireTrial(
@@ -313,13 +304,8 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::AcquireTrial(
       request->worker_id(), request->free_gpus(),
       absl::Milliseconds(request->wait_ms()),
       [ctx] { return !ctx->IsCancelled(); },
-      [this, reactor,
-       response](absl::StatusOr<std::optional<Assignment>> result) {
-        if (!result.ok()) {
-          FinishDurable(core_, reactor, result.status());
-          return;
-        }
-        if (result->has_value()) {
+      [this, reactor, response](Reply<std::optional<Assignment>> result) {
+        if (result.ok() && result->has_value()) {
           Assignment& a = **result;
           *response->mutable_trial() = std::move(a.trial);
           *response->mutable_run() = std::move(a.run);
@@ -327,7 +313,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::AcquireTrial(
           response->set_start_step(a.start_step);
           response->set_attempt(a.attempt);
         }
-        FinishDurable(core_, reactor, absl::OkStatus());
+        FinishDurable(core_, reactor, result.status(), result.ticket());
       });
   return reactor;
 }
@@ -335,17 +321,15 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::AcquireTrial(
 grpc::ServerUnaryReactor* WorkerServiceImpl::ReportProgress(
     grpc::CallbackServerContext* ctx, const v1::ReportProgressRequest* request,
     v1::ReportProgressResponse* response) {
-  return Unary(core_, ctx, [&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(*response->mutable_decision(),
-                          core_->ReportProgress(*request));
-    return absl::OkStatus();
-  });
+  return Answer(
+      core_, ctx, core_->ReportProgress(*request),
+      [&](v1::Decision& d) { *response->mutable_decision() = std::move(d); });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::FinishTrial(
     grpc::CallbackServerContext* ctx, const v1::FinishTrialRequest* request,
     v1::FinishTrialResponse* response) {
-  return Unary(core_, ctx, [&] { return core_->FinishTrial(*request); });
+  return Answer(core_, ctx, core_->FinishTrial(*request));
 }
 
 }  // namespace dial::scheduler

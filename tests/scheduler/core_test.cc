@@ -342,24 +342,34 @@ budget: {max_trials: 3})");
 TEST_F(CoreTest, WatchersSeeEveryChangeAndTheEnd) {
   ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 1}")).ok());
   std::vector<v1::StudyEvent> events;
-  int64_t id = 0;
-  auto snapshot = core_->Watch(
-      "s", [&](const v1::StudyEvent& e) { events.push_back(e); }, &id);
-  ASSERT_TRUE(snapshot.ok());
-  EXPECT_EQ(snapshot->kind(), v1::StudyEvent::SNAPSHOT);
+  auto id =
+      core_->Watch("s", [&](const v1::StudyEvent& e) { events.push_back(e); });
+  ASSERT_TRUE(id.ok());
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind(), v1::StudyEvent::SNAPSHOT);
   ASSERT_TRUE(core_->SuggestTrials("s", 1, "").ok());
   ASSERT_TRUE(core_->ReportIntermediate("s", 0, 1, M(2), "").ok());
   ASSERT_TRUE(core_->CompleteTrial("s", 0, M(1), "").ok());
-  ASSERT_EQ(events.size(), 4u);
-  EXPECT_EQ(events[0].kind(), v1::StudyEvent::TRIAL_CREATED);
-  EXPECT_EQ(events[1].kind(), v1::StudyEvent::TRIAL_REPORTED);
-  EXPECT_EQ(events[2].kind(), v1::StudyEvent::TRIAL_FINISHED);
-  EXPECT_EQ(events[2].best_trial().number(), 0);
-  EXPECT_EQ(events[3].kind(), v1::StudyEvent::STUDY_FINISHED);
-  EXPECT_EQ(events[3].study().state(), v1::STUDY_COMPLETED);
-  core_->Unwatch(id);
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[1].kind(), v1::StudyEvent::TRIAL_CREATED);
+  EXPECT_EQ(events[2].kind(), v1::StudyEvent::TRIAL_REPORTED);
+  EXPECT_EQ(events[3].kind(), v1::StudyEvent::TRIAL_FINISHED);
+  EXPECT_EQ(events[3].best_trial().number(), 0);
+  EXPECT_EQ(events[4].kind(), v1::StudyEvent::STUDY_FINISHED);
+  EXPECT_EQ(events[4].study().state(), v1::STUDY_COMPLETED);
+  core_->Unwatch(*id);
   ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 1}", "t")).ok());
-  EXPECT_EQ(events.size(), 4u);
+  EXPECT_EQ(events.size(), 5u);
+
+  // A watcher of a study that is over gets the snapshot and the end.
+  std::vector<v1::StudyEvent> late;
+  auto late_id =
+      core_->Watch("s", [&](const v1::StudyEvent& e) { late.push_back(e); });
+  ASSERT_TRUE(late_id.ok());
+  ASSERT_EQ(late.size(), 2u);
+  EXPECT_EQ(late[0].kind(), v1::StudyEvent::SNAPSHOT);
+  EXPECT_EQ(late[1].kind(), v1::StudyEvent::STUDY_FINISHED);
+  core_->Unwatch(*late_id);
 }
 
 std::string Key(const searchers::Params& p) {

@@ -111,7 +111,7 @@ TEST_F(LoadTest, ConcurrentReportsAreKeptOnceAndDecidedAsInASequentialReplay) {
         for (int step = 1; step <= kSteps; ++step) {
           auto d = (*core)->ReportIntermediate("s", n, step,
                                                Loss(base + 1.0 / step), "");
-          if (!d.ok() || !Durable(**core).ok()) {
+          if (!d.ok() || !Durable(**core, d.ticket()).ok()) {
             ++errors;
             return;
           }
@@ -239,8 +239,8 @@ TEST_F(LoadTest, ACoreReloadsWhenACommitIsLost) {
       fail(4, "study");
     auto s = c.SuggestTrials("s", 1, "me");
     if (!s.ok() || s->trials.empty()) fail(5, "suggest");
-    if (!c.ReportIntermediate("s", 0, 1, Loss(1), "").ok() ||
-        !Durable(c).ok()) {
+    auto first = c.ReportIntermediate("s", 0, 1, Loss(1), "");
+    if (!first.ok() || !Durable(c, first.ticket()).ok()) {
       fail(6, "step 1");
     }
     rlimit old;
@@ -251,7 +251,7 @@ TEST_F(LoadTest, ACoreReloadsWhenACommitIsLost) {
     searchers::Metrics big = Loss(0.5);
     for (int i = 0; i < 4000; ++i) big[absl::StrCat("extra_metric_", i)] = i;
     auto d = c.ReportIntermediate("s", 0, 2, big, "");
-    const absl::Status failure = d.ok() ? Durable(c) : d.status();
+    const absl::Status failure = d.ok() ? Durable(c, d.ticket()) : d.status();
     if (failure.code() != absl::StatusCode::kUnavailable) {
       fail(7, "expected UNAVAILABLE, got " + failure.ToString());
     }
@@ -269,7 +269,7 @@ TEST_F(LoadTest, ACoreReloadsWhenACommitIsLost) {
     const int64_t next = trial->last_step() + 1;
     ::setrlimit(RLIMIT_FSIZE, &old);
     d = c.ReportIntermediate("s", 0, next, big, "");
-    if (!d.ok() || !Durable(c).ok())
+    if (!d.ok() || !Durable(c, d.ticket()).ok())
       fail(9, "a report after the space came back");
     trial = c.GetTrial("s", 0);
     if (!trial.ok() || trial->last_step() != next) fail(10, "not recorded");

@@ -16,11 +16,11 @@
 
 namespace dial::scheduler {
 
-// Waits for core.WhenDurable's answer on this thread.
-inline absl::Status Durable(SchedulerCore& core) {
+// Waits until what a reply's `ticket` covers is durable (or lost).
+inline absl::Status Durable(SchedulerCore& core, WriteTicket ticket) {
   absl::Notification done;
   absl::Status result;
-  core.WhenDurable([&](absl::Status s) {
+  core.WhenDurable(ticket, [&](absl::Status s) {
     result = s;
     done.Notify();
   });

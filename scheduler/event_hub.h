@@ -1,0 +1,62 @@
+// EventHub: the watchers of studies and the ordered delivery of their
+// events. Events are published under the core's lock, in the order of the
+// changes they describe, into one queue; Deliver, called after that lock is
+// released, hands them to the watchers in that order. Only one thread
+// delivers at a time; a thread that finds another delivering leaves its
+// events to it, so a slow watcher holds up the thread that is delivering
+// and other watchers' events, never the core. Thread-safe (one mutex of its
+// own, never held while a watcher runs).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "dial/v1/service.pb.h"
+
+namespace dial::scheduler {
+
+class EventHub {
+ public:
+  using Callback = std::function<void(const v1::StudyEvent&)>;
+
+  // Registers a watcher of `study` and queues `first` (its snapshot) for it
+  // alone, ahead of every event published after this call. Returns its id.
+  int64_t Add(const std::string& study, Callback callback,
+              v1::StudyEvent first);
+  // Removes a watcher. Once it returns, the callback is not running and
+  // will not run again (unless Remove is called from the callback itself).
+  void Remove(int64_t id);
+  // Whether anyone watches `study` (to skip building unwanted events).
+  bool Watched(const std::string& study) const;
+  // Queues `event` for every current watcher of `study`.
+  void Publish(const std::string& study, v1::StudyEvent event);
+  // Hands queued events to their watchers, in order. Call without the
+  // core's lock.
+  void Deliver();
+
+ private:
+  struct Watcher {
+    std::string study;
+    std::shared_ptr<const Callback> callback;
+  };
+  struct Queued {
+    int64_t watcher;
+    std::shared_ptr<const v1::StudyEvent> event;
+  };
+
+  mutable absl::Mutex mu_;
+  std::map<int64_t, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  bool delivering_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread::id deliverer_ ABSL_GUARDED_BY(mu_);
+  int64_t calling_ ABSL_GUARDED_BY(mu_) = 0;  // the watcher being called
+};
+
+}  // namespace dial::scheduler

@@ -1,0 +1,78 @@
+#include "scheduler/retention.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "storage/checkpoint_store.h"
+
+namespace dial::scheduler {
+
+std::vector<std::string> CheckpointRetention::Record(const v1::Study& study,
+                                                     int64_t trial,
+                                                     int64_t step,
+                                                     double score) {
+  PerStudy& state = studies_[study.name()];
+  state.scores[trial][step] = score;
+  return Retain(study, state, trial);
+}
+
+void CheckpointRetention::Pin(const std::string& study, const std::string& id,
+                              int64_t trial) {
+  studies_[study].pins[id].insert(trial);
+}
+
+std::vector<std::string> CheckpointRetention::Release(const v1::Study& study,
+                                                      int64_t trial) {
+  auto found = studies_.find(study.name());
+  if (found == studies_.end()) return {};
+  PerStudy& state = found->second;
+  std::vector<std::string> doomed;
+  for (auto pin = state.pins.begin(); pin != state.pins.end();) {
+    if (!pin->second.erase(trial) || !pin->second.empty()) {
+      ++pin;
+      continue;
+    }
+    auto source = storage::CheckpointStore::ParseId(pin->first);
+    pin = state.pins.erase(pin);
+    if (source.ok()) {
+      for (auto& id : Retain(study, state, source->trial)) {
+        doomed.push_back(std::move(id));
+      }
+    }
+  }
+  return doomed;
+}
+
+std::vector<std::string> CheckpointRetention::Retain(const v1::Study& study,
+                                                     PerStudy& state,
+                                                     int64_t trial) {
+  const int keep_best = study.spec().checkpoints().keep_best() == 0
+                            ? 2
+                            : study.spec().checkpoints().keep_best();
+  auto it = state.scores.find(trial);
+  if (keep_best < 0 || it == state.scores.end() || it->second.empty()) {
+    return {};
+  }
+  auto& scores = it->second;
+  std::set<int64_t> keep = {scores.rbegin()->first};  // the latest
+  std::vector<std::pair<double, int64_t>> ranked;
+  for (const auto& [step, score] : scores) ranked.push_back({score, -step});
+  std::sort(ranked.rbegin(), ranked.rend());  // best first, earlier on ties
+  for (int i = 0; i < keep_best && i < static_cast<int>(ranked.size()); ++i) {
+    keep.insert(-ranked[i].second);
+  }
+  std::vector<std::string> doomed;
+  for (auto s = scores.begin(); s != scores.end();) {
+    const std::string id =
+        storage::CheckpointStore::MakeId(study.name(), trial, s->first);
+    if (keep.count(s->first) || state.pins.count(id)) {
+      ++s;
+      continue;
+    }
+    doomed.push_back(id);
+    s = scores.erase(s);
+  }
+  return doomed;
+}
+
+}  // namespace dial::scheduler

@@ -1,0 +1,46 @@
+// CheckpointRetention: which checkpoints of worker trials a study keeps:
+// each trial's latest and its best `keep_best` (by the objective), plus any
+// that a pending PBT exploit still has to copy. It only decides; the core
+// deletes what it returns once the write that made them obsolete is
+// durable. Not thread-safe: the core's lock guards it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dial/v1/study.pb.h"
+
+namespace dial::scheduler {
+
+class CheckpointRetention {
+ public:
+  // Notes `trial`'s checkpoint at `step` with its score (higher is better);
+  // returns the ids of `study`'s checkpoints it no longer keeps.
+  std::vector<std::string> Record(const v1::Study& study, int64_t trial,
+                                  int64_t step, double score);
+  // Keeps checkpoint `id` until `trial` (which copies it) releases it.
+  void Pin(const std::string& study, const std::string& id, int64_t trial);
+  // Releases `trial`'s pins (it reported again: its copy is done); returns
+  // the ids no longer kept.
+  std::vector<std::string> Release(const v1::Study& study, int64_t trial);
+  void Forget(const std::string& study) { studies_.erase(study); }
+  void Clear() { studies_.clear(); }
+
+ private:
+  struct PerStudy {
+    // trial -> checkpoint step -> score.
+    std::map<int64_t, std::map<int64_t, double>> scores;
+    // checkpoint id -> trials whose exploit copies it.
+    std::map<std::string, std::set<int64_t>> pins;
+  };
+  // What `trial`'s checkpoints the policy no longer keeps (forgotten here).
+  std::vector<std::string> Retain(const v1::Study& study, PerStudy& state,
+                                  int64_t trial);
+
+  std::map<std::string, PerStudy> studies_;
+};
+
+}  // namespace dial::scheduler

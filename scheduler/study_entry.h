@@ -1,0 +1,81 @@
+// StudyEntry: one study as the core holds it in memory: the study, its
+// searcher and trial scheduler, every trial, and indexes over the trials so
+// that no call scans them all. Mirror is the only way trials change here,
+// and it keeps the indexes right. Not thread-safe: the core's lock guards
+// every entry (the searcher is used on the suggestion thread only).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dial/v1/service.pb.h"
+#include "searchers/searcher.h"
+#include "searchers/trial_scheduler.h"
+
+namespace dial::scheduler {
+
+// Open trials still hold a place in max_parallel_trials.
+bool IsOpen(v1::TrialState state);
+bool IsFinal(v1::TrialState state);
+
+struct StudyEntry {
+  v1::Study study;
+  // Used on the suggestion thread only (and before it starts).
+  std::unique_ptr<searchers::Searcher> searcher;
+  std::unique_ptr<searchers::TrialScheduler> trial_scheduler;
+  // Finished trials the searcher has not seen yet, in finish order.
+  std::vector<v1::Trial> unobserved;
+  // Reports for searchers that fit on rung results (BOHB), in arrival
+  // order, not yet handed over.
+  struct Report {
+    v1::Trial trial;
+    int64_t step;
+    searchers::Metrics metrics;
+  };
+  bool wants_reports = false;
+  std::vector<Report> unobserved_reports;
+  bool fill_queued = false;
+  // The last top-up or finish check failed on the store; the next
+  // AcquireTrial queues it again.
+  bool fill_failed = false;
+  bool deleted = false;
+  bool stale = false;  // dropped by a reload
+  std::map<int64_t, v1::Trial> trials;
+  // Indexes over `trials`: open and PENDING trial numbers, counts by state,
+  // and COMPLETED trials best first as (value with the sign that makes
+  // lower better, number).
+  std::set<int64_t> open, pending;
+  std::map<v1::TrialState, int64_t> state_counts;
+  std::set<std::pair<double, int64_t>> ranked;
+  std::map<std::string, std::set<int64_t>> open_by_client;
+  // The decision given for each trial's latest report, returned again
+  // when a worker retries that report.
+  std::map<int64_t, std::pair<int64_t, v1::Decision>> last_decision;
+  // Decisions whose report is recorded but whose effect (STOP, PAUSE,
+  // EXPLOIT) failed to save, by trial: (step, decision).
+  std::map<int64_t, std::pair<int64_t, v1::Decision>> unsaved_decisions;
+  int open_trials = 0;     // PENDING, RUNNING or PAUSED
+  int active_trials = 0;   // PENDING or RUNNING: what max_parallel counts
+  bool exhausted = false;  // the searcher has no more points
+
+  const std::string& name() const { return study.name(); }
+  // Whether the study's trials run on workers (not ask/tell).
+  bool worker_run() const {
+    return study.spec().trial().run_case() != v1::TrialTemplate::RUN_NOT_SET;
+  }
+  // Stores `trial` (without its metric history) and updates the indexes.
+  void Mirror(v1::Trial trial);
+  // The study with its trial counts filled in.
+  v1::Study WithCounts() const;
+  // The best COMPLETED trial; null if none.
+  const v1::Trial* Best() const;
+  // Whether the budget lets one more trial start now.
+  bool CanCreate() const;
+};
+
+}  // namespace dial::scheduler

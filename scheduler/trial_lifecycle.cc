@@ -1,0 +1,312 @@
+#include "scheduler/trial_lifecycle.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "google/protobuf/util/time_util.h"
+#include "spdlog/spdlog.h"
+#include "storage/checkpoint_store.h"
+
+namespace dial::scheduler {
+
+absl::StatusOr<v1::Trial*> FindTrial(StudyEntry& entry, int64_t number) {
+  auto it = entry.trials.find(number);
+  if (it == entry.trials.end()) {
+    return absl::NotFoundError(absl::StrCat("trial ", number, " of study '",
+                                            entry.name(), "' not found"));
+  }
+  return &it->second;
+}
+
+absl::Status NotRunning(const v1::Trial& trial, const char* what) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("trial ", trial.number(), " of study '", trial.study(),
+                   "' is ", v1::TrialState_Name(trial.state()), "; ", what));
+}
+
+google::protobuf::Timestamp TrialLifecycle::Now() const {
+  return google::protobuf::util::TimeUtil::MillisecondsToTimestamp(
+      absl::ToUnixMillis(p_.clock->Now()));
+}
+
+absl::Status TrialLifecycle::SaveTrial(StudyEntry& entry,
+                                       const v1::Trial& trial) {
+  DIAL_RETURN_IF_ERROR(p_.store->PutTrial(trial));
+  entry.Mirror(trial);
+  return absl::OkStatus();
+}
+
+absl::Status TrialLifecycle::SaveStudyState(StudyEntry& entry,
+                                            v1::StudyState state) {
+  v1::Study updated = entry.study;
+  updated.set_state(state);
+  *updated.mutable_update_time() = Now();
+  DIAL_RETURN_IF_ERROR(p_.store->UpdateStudy(updated));
+  entry.study = std::move(updated);
+  return absl::OkStatus();
+}
+
+void TrialLifecycle::Emit(const StudyEntry& entry, v1::StudyEvent::Kind kind,
+                          const v1::Trial* trial) {
+  if (!p_.events->Watched(entry.name())) return;
+  v1::StudyEvent event;
+  event.set_kind(kind);
+  *event.mutable_study() = entry.WithCounts();
+  if (trial) *event.mutable_trial() = *trial;
+  if (const v1::Trial* best = entry.Best()) *event.mutable_best_trial() = *best;
+  p_.events->Publish(entry.name(), std::move(event));
+}
+
+void TrialLifecycle::Doom(std::vector<std::string> ids) {
+  for (auto& id : ids) p_.outbox->doomed.push_back(std::move(id));
+}
+
+absl::StatusOr<v1::Decision> TrialLifecycle::RecordReport(
+    StudyEntry& entry, v1::Trial trial, int64_t step,
+    const searchers::Metrics& metrics, const std::string& checkpoint) {
+  trial.set_last_step(step);
+  if (!checkpoint.empty()) {
+    trial.set_checkpoint(checkpoint);
+    trial.set_checkpoint_step(step);
+  }
+  v1::MetricPoint point;
+  point.set_step(step);
+  *point.mutable_metrics() = metrics;
+  *point.mutable_time() = Now();
+  DIAL_RETURN_IF_ERROR(p_.store->RecordReport(trial, point));
+  entry.Mirror(trial);
+  entry.unsaved_decisions.erase(trial.number());
+  if (entry.wants_reports) {
+    entry.unobserved_reports.push_back({trial, step, metrics});
+  }
+  if (p_.retention) {
+    // Pins taken for this trial's exploit are released: reporting again
+    // means its worker finished copying.
+    Doom(p_.retention->Release(entry.study, trial.number()));
+    if (!checkpoint.empty() && entry.study.spec().trial().has_trainer() &&
+        checkpoint == storage::CheckpointStore::MakeId(entry.name(),
+                                                       trial.number(), step)) {
+      const auto& objective = entry.study.spec().objective();
+      auto value = metrics.find(objective.metric());
+      double score = -std::numeric_limits<double>::infinity();
+      if (value != metrics.end() && std::isfinite(value->second)) {
+        score =
+            objective.goal() == v1::MAXIMIZE ? value->second : -value->second;
+      }
+      Doom(p_.retention->Record(entry.study, trial.number(), step, score));
+    }
+  }
+
+  v1::Decision decision;
+  if (entry.study.state() == v1::STUDY_STOPPED) {
+    decision.set_action(v1::Decision::STOP);
+    decision.set_reason("study stopped");
+  } else {
+    decision = entry.trial_scheduler->OnReport(trial, step, metrics);
+  }
+  entry.last_decision[trial.number()] = {step, decision};
+  absl::Status applied = ApplyDecision(entry, trial, step, decision);
+  if (!applied.ok()) {
+    // The report is on disk (the trial scheduler has seen it and a restart
+    // replays it); the decision's effect is not. A retry of this report
+    // saves it instead of recording the report twice.
+    entry.unsaved_decisions[trial.number()] = {step, decision};
+    return applied;
+  }
+  return decision;
+}
+
+absl::Status TrialLifecycle::ApplyDecision(StudyEntry& entry, v1::Trial trial,
+                                           int64_t step,
+                                           const v1::Decision& decision) {
+  if (decision.action() == v1::Decision::STOP) {
+    trial.set_state(v1::STOPPED);
+    *trial.mutable_end_time() = Now();
+    return Finalize(entry, trial);
+  }
+  if (decision.action() == v1::Decision::PAUSE) {
+    // Frees the worker slot; the trial resumes from this step's checkpoint
+    // if the trial scheduler promotes it.
+    trial.set_state(v1::PAUSED);
+    DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
+    p_.workers->Undispatched({trial.study(), trial.number()});
+    Emit(entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
+    p_.outbox->fills.insert(entry.name());
+    FinishIfDone(entry);
+    return absl::OkStatus();
+  }
+  if (decision.action() == v1::Decision::EXPLOIT) {
+    // Keep the source checkpoint until this trial's worker has copied it.
+    if (p_.retention) {
+      p_.retention->Pin(entry.name(), decision.source_checkpoint(),
+                        trial.number());
+    }
+    // The trial goes on from the source's weights with new params: record
+    // the change so the schedule can be replayed.
+    v1::LineageEntry* lineage = trial.add_lineage();
+    lineage->set_step(step);
+    lineage->set_source_trial(decision.source_trial());
+    lineage->set_source_step(decision.source_step());
+    *lineage->mutable_old_params() = trial.params();
+    *lineage->mutable_new_params() = decision.new_params();
+    *trial.mutable_params() = decision.new_params();
+    DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
+  }
+  Emit(entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<v1::Decision>> TrialLifecycle::SaveUnsavedDecision(
+    StudyEntry& entry, int64_t number, int64_t step) {
+  auto unsaved = entry.unsaved_decisions.find(number);
+  auto trial = entry.trials.find(number);
+  if (unsaved == entry.unsaved_decisions.end() ||
+      unsaved->second.first != step || trial == entry.trials.end() ||
+      trial->second.state() != v1::RUNNING ||
+      trial->second.last_step() != step) {
+    return std::optional<v1::Decision>();
+  }
+  const v1::Decision decision = unsaved->second.second;
+  DIAL_RETURN_IF_ERROR(ApplyDecision(entry, trial->second, step, decision));
+  entry.unsaved_decisions.erase(number);
+  return std::optional<v1::Decision>(decision);
+}
+
+absl::Status TrialLifecycle::Finalize(StudyEntry& entry, v1::Trial trial) {
+  DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
+  p_.workers->Undispatched({trial.study(), trial.number()});
+  entry.unobserved.push_back(trial);  // for the searcher, off this thread
+  entry.trial_scheduler->OnTrialFinished(trial);
+  Emit(entry, v1::StudyEvent::TRIAL_FINISHED, &trial);
+  // The trial's end is on disk: acknowledge it even if the study's cannot
+  // be saved yet.
+  FinishIfDone(entry);
+  p_.outbox->fills.insert(entry.name());
+  p_.outbox->dispatch = true;
+  return absl::OkStatus();
+}
+
+absl::Status TrialLifecycle::Requeue(StudyEntry& entry, v1::Trial trial) {
+  if (entry.study.state() != v1::STUDY_ACTIVE) {
+    // Nobody will run it again: it ends where it is.
+    trial.set_state(v1::STOPPED);
+    trial.set_worker_id("");
+    *trial.mutable_end_time() = Now();
+    return Finalize(entry, trial);
+  }
+  trial.set_state(v1::PENDING);
+  trial.set_worker_id("");
+  DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
+  p_.workers->Undispatched({trial.study(), trial.number()});
+  Emit(entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
+  p_.outbox->dispatch = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Trial*> TrialLifecycle::Fence(StudyEntry& entry,
+                                                 const std::string& worker_id,
+                                                 int64_t number,
+                                                 int32_t attempt) {
+  DIAL_ASSIGN_OR_RETURN(v1::Trial * trial, FindTrial(entry, number));
+  if (trial->worker_id() != worker_id || trial->attempt() != attempt) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "attempt ", attempt, " of trial ", number, " on worker '", worker_id,
+        "' is stale: the trial now belongs to attempt ", trial->attempt(),
+        trial->worker_id().empty()
+            ? ""
+            : " on worker '" + trial->worker_id() + "'"));
+  }
+  return trial;
+}
+
+absl::Status TrialLifecycle::MaybeFinish(StudyEntry& entry) {
+  if (entry.study.state() != v1::STUDY_ACTIVE || entry.active_trials > 0) {
+    return absl::OkStatus();
+  }
+  const int64_t max_trials = entry.study.spec().budget().max_trials();
+  if (int64_t(entry.trials.size()) < max_trials && !entry.exhausted) {
+    return absl::OkStatus();
+  }
+  if (entry.open_trials > 0) {
+    // Only PAUSED trials are left. Worker-run ones may still be promoted:
+    // that is the suggestion thread's call; once nothing is promotable they
+    // are over. Ask/tell clients finish their own.
+    if (!entry.worker_run()) return absl::OkStatus();
+    if (entry.trial_scheduler->HasPromotion()) {
+      p_.outbox->fills.insert(entry.name());
+      return absl::OkStatus();
+    }
+    std::vector<v1::Trial> paused;
+    for (const auto& [n, t] : entry.trials) {
+      if (t.state() == v1::PAUSED) paused.push_back(t);
+    }
+    for (auto& t : paused) {
+      t.set_state(v1::STOPPED);
+      t.set_error("");
+      *t.mutable_end_time() = Now();
+      DIAL_RETURN_IF_ERROR(SaveTrial(entry, t));
+      entry.unobserved.push_back(t);
+      Emit(entry, v1::StudyEvent::TRIAL_FINISHED, &t);
+    }
+  }
+  DIAL_RETURN_IF_ERROR(SaveStudyState(entry, v1::STUDY_COMPLETED));
+  Emit(entry, v1::StudyEvent::STUDY_FINISHED, nullptr);
+  return absl::OkStatus();
+}
+
+void TrialLifecycle::FinishIfDone(StudyEntry& entry) {
+  absl::Status status = MaybeFinish(entry);
+  if (status.ok()) return;
+  // Worker-run studies retry on the next AcquireTrial; ask/tell studies on
+  // the next SuggestTrials, which checks again anyway.
+  spdlog::error("study {}: cannot record its end yet: {}", entry.name(),
+                status.ToString());
+  entry.fill_failed = true;
+}
+
+absl::StatusOr<std::optional<Assignment>> TrialLifecycle::Assign(
+    const StudyRegistry& studies, const std::string& worker_id,
+    int32_t free_gpus) {
+  StudyEntry* best_entry = nullptr;
+  const v1::Trial* best = nullptr;
+  int64_t best_ms = 0;
+  for (auto& [name, entry] : studies.all()) {
+    if (entry->study.state() != v1::STUDY_ACTIVE || !entry->worker_run() ||
+        entry->study.spec().trial().resources().gpus() > free_gpus) {
+      continue;
+    }
+    // Trials are in number order: the first PENDING is the oldest.
+    if (entry->pending.empty()) continue;
+    const v1::Trial& trial = entry->trials.at(*entry->pending.begin());
+    const int64_t ms =
+        google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+            trial.create_time());
+    if (best == nullptr || ms < best_ms) {
+      best = &trial;
+      best_entry = entry.get();
+      best_ms = ms;
+    }
+  }
+  if (best == nullptr) return std::optional<Assignment>();
+  v1::Trial trial = *best;
+  trial.set_state(v1::RUNNING);
+  trial.set_attempt(trial.attempt() + 1);
+  trial.set_worker_id(worker_id);
+  if (!trial.has_start_time()) *trial.mutable_start_time() = Now();
+  DIAL_RETURN_IF_ERROR(SaveTrial(*best_entry, trial));
+  p_.workers->Dispatched({trial.study(), trial.number()});
+  Emit(*best_entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
+  Assignment a;
+  a.run = best_entry->study.spec().trial();
+  a.restore_checkpoint = trial.checkpoint();
+  a.start_step = trial.checkpoint().empty() ? 0 : trial.checkpoint_step();
+  a.attempt = trial.attempt();
+  a.trial = std::move(trial);
+  return std::optional<Assignment>(std::move(a));
+}
+
+}  // namespace dial::scheduler

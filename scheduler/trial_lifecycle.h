@@ -1,0 +1,98 @@
+// TrialLifecycle: the trial state machine (DESIGN.md "The trial
+// lifecycle"): starting, recording reports and applying decisions,
+// finishing, requeueing, fencing stale attempts, and ending studies whose
+// budget is spent. Every change is written through the store before memory
+// mirrors it, so a store error leaves memory as it was. Effects on other
+// parts (events, dispatch, top-ups, checkpoints to delete) go to the
+// outbox or the event hub; nothing here calls back into the core. Not
+// thread-safe: the core's lock guards it and everything it is given.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "dial/v1/service.pb.h"
+#include "google/protobuf/timestamp.pb.h"
+#include "scheduler/dispatcher.h"
+#include "scheduler/event_hub.h"
+#include "scheduler/outbox.h"
+#include "scheduler/retention.h"
+#include "scheduler/study_entry.h"
+#include "scheduler/study_registry.h"
+#include "scheduler/worker_registry.h"
+#include "searchers/searcher.h"
+#include "storage/study_store.h"
+
+namespace dial::scheduler {
+
+class TrialLifecycle {
+ public:
+  struct Parts {
+    storage::StudyStore* store = nullptr;
+    const Clock* clock = nullptr;
+    EventHub* events = nullptr;
+    WorkerRegistry* workers = nullptr;
+    // Null: worker trials' checkpoints are all kept.
+    CheckpointRetention* retention = nullptr;
+    Outbox* outbox = nullptr;  // the core's, for the call under way
+  };
+  explicit TrialLifecycle(const Parts& parts) : p_(parts) {}
+
+  google::protobuf::Timestamp Now() const;
+  // Persists `trial` and mirrors it in memory.
+  absl::Status SaveTrial(StudyEntry& entry, const v1::Trial& trial);
+  absl::Status SaveStudyState(StudyEntry& entry, v1::StudyState state);
+  // Publishes an event of `entry` (with `trial`, if any) to its watchers.
+  void Emit(const StudyEntry& entry, v1::StudyEvent::Kind kind,
+            const v1::Trial* trial);
+
+  // Records a report of RUNNING `trial` (as stored) and returns the trial
+  // scheduler's decision, with its effect saved. If the report is saved but
+  // its effect is not, the error is returned and a retry of that report
+  // saves the effect (SaveUnsavedDecision).
+  absl::StatusOr<v1::Decision> RecordReport(StudyEntry& entry, v1::Trial trial,
+                                            int64_t step,
+                                            const searchers::Metrics& metrics,
+                                            const std::string& checkpoint);
+  // For a retried report: if the effect of the decision given to trial
+  // `number`'s report at `step` could not be saved, saves it now and returns
+  // that decision; nullopt if there is none.
+  absl::StatusOr<std::optional<v1::Decision>> SaveUnsavedDecision(
+      StudyEntry& entry, int64_t number, int64_t step);
+  // Saves a trial that reached a final state and tells whoever must know.
+  absl::Status Finalize(StudyEntry& entry, v1::Trial trial);
+  // Back to PENDING (or STOPPED if the study no longer runs trials).
+  absl::Status Requeue(StudyEntry& entry, v1::Trial trial);
+  // The trial of a worker call, if `attempt` of `worker_id` still owns it;
+  // FAILED_PRECONDITION when the attempt is stale.
+  absl::StatusOr<v1::Trial*> Fence(StudyEntry& entry,
+                                   const std::string& worker_id, int64_t number,
+                                   int32_t attempt);
+  // Ends the study (COMPLETED) once its budget is spent and nothing runs.
+  absl::Status MaybeFinish(StudyEntry& entry);
+  // MaybeFinish after a change that is already durable: a store error is
+  // logged and the check retried later instead of failing that change.
+  void FinishIfDone(StudyEntry& entry);
+  // Starts the oldest PENDING worker trial that fits `free_gpus` on
+  // `worker_id`; nullopt if none.
+  absl::StatusOr<std::optional<Assignment>> Assign(const StudyRegistry& studies,
+                                                   const std::string& worker_id,
+                                                   int32_t free_gpus);
+
+ private:
+  absl::Status ApplyDecision(StudyEntry& entry, v1::Trial trial, int64_t step,
+                             const v1::Decision& decision);
+  void Doom(std::vector<std::string> ids);
+
+  Parts p_;
+};
+
+// FindTrial: NOT_FOUND for a trial number the study does not have.
+absl::StatusOr<v1::Trial*> FindTrial(StudyEntry& entry, int64_t number);
+// FAILED_PRECONDITION: `trial` is not RUNNING; `what` says what failed.
+absl::Status NotRunning(const v1::Trial& trial, const char* what);
+
+}  // namespace dial::scheduler

@@ -1,0 +1,62 @@
+// WorkerRegistry: the registered workers and their leases, and which
+// worker trials were handed out when (so that a trial whose hand-over a
+// worker never saw goes back to the queue). Time comes from the injected
+// clock. Not thread-safe: the core's lock guards it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "dial/v1/service.pb.h"
+
+namespace dial::scheduler {
+
+class WorkerRegistry {
+ public:
+  using TrialKey = std::pair<std::string, int64_t>;  // (study, number)
+
+  WorkerRegistry(const Clock* clock, absl::Duration lease)
+      : clock_(clock), lease_(lease) {}
+
+  absl::Duration lease() const { return lease_; }
+  // A new worker record with a fresh id (host plus a random suffix), not
+  // yet registered: the caller saves it, then calls Add.
+  v1::Worker Make(const std::string& host,
+                  const v1::WorkerResources& resources) const;
+  // Registers `worker` with a fresh lease.
+  void Add(const v1::Worker& worker);
+  // Renews a lease. NOT_FOUND for an unknown or expired worker.
+  absl::Status Touch(const std::string& worker_id);
+  // Workers whose lease has run out.
+  std::vector<std::string> Expired() const;
+  void Forget(const std::string& worker_id);
+  // After a restart: `worker_id` runs `trial` as recorded, and gets time to
+  // come back (at least 30 s, or two leases) before it is lost.
+  void Adopt(const std::string& worker_id, const TrialKey& trial);
+
+  void Dispatched(const TrialKey& trial);
+  void Undispatched(const TrialKey& trial);
+  void ClearDispatched() { dispatched_.clear(); }
+  // Trials handed out a lease or more ago that are not in `running`; the
+  // caller checks which of them `running`'s worker owns.
+  std::vector<TrialKey> Unacknowledged(const std::set<TrialKey>& running) const;
+
+ private:
+  struct Entry {
+    v1::Worker worker;
+    absl::Time last_seen;
+  };
+  const Clock* clock_;
+  const absl::Duration lease_;
+  std::map<std::string, Entry> workers_;
+  std::map<TrialKey, absl::Time> dispatched_;
+};
+
+}  // namespace dial::scheduler
