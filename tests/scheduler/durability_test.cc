@@ -185,16 +185,18 @@ TEST_F(DurabilityTest, AnAnswerWaitsForItsOwnWriteNotTheLatest) {
   auto s = core_->SuggestTrials("s", 1, "me");
   ASSERT_TRUE(s.ok() && s->trials.size() == 1) << s.status();
   store_.Commit();
-  ASSERT_TRUE(Durable(*core_).ok());
+  ASSERT_TRUE(Durable(*core_, s.ticket()).ok());
 
-  ASSERT_TRUE(core_->ReportIntermediate("s", 0, 1, Acc(0.1), "").ok());
+  auto first = core_->ReportIntermediate("s", 0, 1, Acc(0.1), "");
+  ASSERT_TRUE(first.ok());
   store_.Lose();  // the report's commit fails; the core reloads
   std::thread other([&] {
     ASSERT_TRUE(core_->ReportIntermediate("s", 0, 2, Acc(0.2), "").ok());
   });
   other.join();
   store_.Commit();  // the other call's write is durable
-  EXPECT_EQ(Durable(*core_).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Durable(*core_, first.ticket()).code(),
+            absl::StatusCode::kUnavailable);
 }
 
 // Retention deletes a checkpoint only once the report that made it
