@@ -10,6 +10,7 @@
 #include "common/spec.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
+#include "scheduler/request_checks.h"
 #include "spdlog/spdlog.h"
 
 namespace dial::scheduler {
@@ -18,34 +19,7 @@ namespace {
 constexpr int32_t kMaxPageSize = 1000;
 constexpr int32_t kDefaultPageSize = 100;
 constexpr int32_t kMaxSuggest = 1000;
-constexpr size_t kMaxCheckpointId = 1024;
 constexpr size_t kMaxClientId = 256;
-
-absl::Status CheckMetrics(const searchers::Metrics& metrics,
-                          const char* field) {
-  for (const auto& [name, value] : metrics) {
-    if (name.empty() || name.size() > 128) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": metric names must be 1-128 characters"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// The checks every report shares, ask/tell or from a worker.
-absl::Status CheckReport(int64_t step, const searchers::Metrics& metrics,
-                         const std::string& checkpoint) {
-  if (step < 0) return absl::InvalidArgumentError("step: must be >= 0");
-  if (metrics.empty()) {
-    return absl::InvalidArgumentError("metrics: must hold at least one value");
-  }
-  DIAL_RETURN_IF_ERROR(CheckMetrics(metrics, "metrics"));
-  if (checkpoint.size() > kMaxCheckpointId) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint: at most ", kMaxCheckpointId, " characters"));
-  }
-  return absl::OkStatus();
-}
 
 // Waits for `done`-style answers on this thread.
 template <typename T>
@@ -762,203 +736,6 @@ void SchedulerCore::FillPending(const std::shared_ptr<StudyEntry>& entry) {
   }
 }
 
-Reply<v1::RegisterWorkerResponse> SchedulerCore::RegisterWorker(
-    const std::string& host, const v1::WorkerResources& resources) {
-  if (host.empty() || host.size() > 255) {
-    return absl::InvalidArgumentError("host: must be 1-255 characters");
-  }
-  if (resources.slots() < 1 || resources.slots() > 1024) {
-    return absl::InvalidArgumentError(
-        "resources.slots: must be between 1 and 1024");
-  }
-  return Locked<v1::RegisterWorkerResponse>(
-      [&]() -> absl::StatusOr<v1::RegisterWorkerResponse> {
-        v1::Worker worker = workers_.Make(host, resources);
-        DIAL_RETURN_IF_ERROR(store_->PutWorker(worker));
-        workers_.Add(worker);
-        v1::RegisterWorkerResponse response;
-        response.set_worker_id(worker.id());
-        response.set_lease_ms(absl::ToInt64Milliseconds(workers_.lease()));
-        return response;
-      });
-}
-
-Reply<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
-    const v1::HeartbeatRequest& request) {
-  return Locked<v1::HeartbeatResponse>(
-      [&]() -> absl::StatusOr<v1::HeartbeatResponse> {
-        DIAL_RETURN_IF_ERROR(workers_.Touch(request.worker_id()));
-        std::set<WorkerRegistry::TrialKey> running;
-        for (const auto& r : request.running()) {
-          running.insert({r.study(), r.trial()});
-        }
-        // Trials handed to this worker that it does not run (e.g. the
-        // reply to its long poll was lost) go back to the queue after a
-        // lease of grace.
-        std::vector<std::pair<StudyEntry*, v1::Trial>> lost;
-        for (const auto& [study, number] : workers_.Unacknowledged(running)) {
-          auto entry = studies_.Shared(study);
-          if (!entry) continue;
-          auto trial = entry->trials.find(number);
-          if (trial != entry->trials.end() &&
-              trial->second.state() == v1::RUNNING &&
-              trial->second.worker_id() == request.worker_id()) {
-            lost.push_back({entry.get(), trial->second});
-          }
-        }
-        for (auto& [entry, trial] : lost) {
-          DIAL_RETURN_IF_ERROR(lifecycle_.Requeue(*entry, trial));
-        }
-        v1::HeartbeatResponse response;
-        response.set_lease_ms(absl::ToInt64Milliseconds(workers_.lease()));
-        return response;
-      });
-}
-
-void SchedulerCore::AcquireTrial(const std::string& worker_id,
-                                 int32_t free_gpus, absl::Duration wait,
-                                 std::function<bool()> alive,
-                                 AcquireCallback done) {
-  Lock lock(this);
-  absl::Status touched = workers_.Touch(worker_id);
-  if (!touched.ok()) {
-    return Dispatcher::Answer(outbox_, std::move(done), touched);
-  }
-  // Top-ups that failed on the store (a full disk) are retried while
-  // workers ask for work, so the studies move again once the store heals.
-  for (const auto& [name, entry] : studies_.all()) {
-    if (entry->fill_failed) {
-      entry->fill_failed = false;
-      outbox_.fills.insert(name);
-    }
-  }
-  auto assignment = lifecycle_.Assign(studies_, worker_id, free_gpus);
-  if (!assignment.ok() || assignment->has_value() ||
-      wait <= absl::ZeroDuration() || stopping_) {
-    return Dispatcher::Answer(outbox_, std::move(done), std::move(assignment));
-  }
-  dispatcher_.Park({worker_id, free_gpus,
-                    clock_->Now() + std::min(wait, absl::Seconds(30)),
-                    std::move(alive), std::move(done)});
-}
-
-Reply<v1::Decision> SchedulerCore::ReportProgress(
-    const v1::ReportProgressRequest& request) {
-  absl::Status valid =
-      CheckReport(request.step(), request.metrics(), request.checkpoint());
-  if (!valid.ok()) return valid;
-  return Locked<v1::Decision>([&]() -> absl::StatusOr<v1::Decision> {
-    DIAL_RETURN_IF_ERROR(workers_.Touch(request.worker_id()));
-    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(request.study()));
-    DIAL_ASSIGN_OR_RETURN(v1::Trial * stored,
-                          lifecycle_.Fence(*entry, request.worker_id(),
-                                           request.trial(), request.attempt()));
-    // A retry of the report just answered (its reply was lost) gets the
-    // same decision, even if that decision ended or paused the trial.
-    auto last = entry->last_decision.find(request.trial());
-    if (last != entry->last_decision.end() &&
-        last->second.first == request.step() &&
-        request.step() == stored->last_step()) {
-      return last->second.second;
-    }
-    if (stored->state() != v1::RUNNING) {
-      return NotRunning(*stored, "reports are taken only while RUNNING");
-    }
-    if (request.step() <= stored->last_step()) {
-      // A resumed attempt replays steps after its checkpoint that an
-      // earlier attempt already reported: they are on record once already.
-      v1::Decision decision;
-      decision.set_action(entry->study.state() == v1::STUDY_STOPPED
-                              ? v1::Decision::STOP
-                              : v1::Decision::CONTINUE);
-      decision.set_reason("step already recorded");
-      return decision;
-    }
-    return lifecycle_.RecordReport(*entry, *stored, request.step(),
-                                   request.metrics(), request.checkpoint());
-  });
-}
-
-StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request) {
-  absl::Status valid = CheckMetrics(request.final_metrics(), "final_metrics");
-  if (!valid.ok()) return valid;
-  Reply<bool> reply = Locked<bool>([&]() -> absl::StatusOr<bool> {
-    DIAL_RETURN_IF_ERROR(workers_.Touch(request.worker_id()));
-    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(request.study()));
-    DIAL_ASSIGN_OR_RETURN(v1::Trial * stored,
-                          lifecycle_.Fence(*entry, request.worker_id(),
-                                           request.trial(), request.attempt()));
-    v1::Trial trial = *stored;
-    if (stored->state() == v1::STOPPED || stored->state() == v1::PAUSED) {
-      // Stopped or paused by a decision; the process has now exited.
-      *trial.mutable_final_metrics() = request.final_metrics();
-      workers_.Undispatched({trial.study(), trial.number()});
-      DIAL_RETURN_IF_ERROR(lifecycle_.SaveTrial(*entry, trial));
-      return true;
-    }
-    if (stored->state() != v1::RUNNING) {
-      return NotRunning(*stored, "it cannot be finished again");
-    }
-    if (request.requeue()) {
-      DIAL_RETURN_IF_ERROR(lifecycle_.Requeue(*entry, trial));
-      return true;
-    }
-    std::string error = request.error();
-    const std::string& metric = entry->study.spec().objective().metric();
-    auto objective = request.final_metrics().find(metric);
-    if (error.empty() && (objective == request.final_metrics().end() ||
-                          !std::isfinite(objective->second))) {
-      error = absl::StrCat(
-          "the trial finished without a finite value of the objective metric "
-          "'",
-          metric, "'");
-    }
-    *trial.mutable_final_metrics() = request.final_metrics();
-    if (error.empty()) {
-      trial.set_objective_value(objective->second);
-      trial.set_state(v1::COMPLETED);
-      trial.clear_error();  // an earlier attempt's failure is history now
-      *trial.mutable_end_time() = lifecycle_.Now();
-      DIAL_RETURN_IF_ERROR(lifecycle_.Finalize(*entry, trial));
-      return true;
-    }
-    if (!request.stderr_tail().empty()) {
-      absl::StrAppend(&error, "\n--- last lines of stderr ---\n",
-                      request.stderr_tail());
-    }
-    trial.set_error(error.substr(0, 16384));
-    trial.set_failures(trial.failures() + 1);
-    if (trial.failures() <=
-        entry->study.spec().budget().max_failures_per_trial()) {
-      DIAL_RETURN_IF_ERROR(lifecycle_.Requeue(*entry, trial));
-      return true;
-    }
-    trial.set_state(v1::FAILED);
-    *trial.mutable_end_time() = lifecycle_.Now();
-    DIAL_RETURN_IF_ERROR(lifecycle_.Finalize(*entry, trial));
-    return true;
-  });
-  return StatusReply(reply.status(), reply.ticket());
-}
-
-absl::Status SchedulerCore::LoseWorker(const std::string& worker_id) {
-  std::vector<std::pair<StudyEntry*, v1::Trial>> lost;
-  for (const auto& [name, entry] : studies_.all()) {
-    for (const auto& [number, trial] : entry->trials) {
-      if (trial.state() == v1::RUNNING && trial.worker_id() == worker_id) {
-        lost.push_back({entry.get(), trial});
-      }
-    }
-  }
-  for (auto& [entry, trial] : lost) {
-    DIAL_RETURN_IF_ERROR(lifecycle_.Requeue(*entry, trial));
-  }
-  workers_.Forget(worker_id);
-  // Its parked long polls must not be handed the trials just requeued.
-  dispatcher_.DropWorker(worker_id, outbox_);
-  return absl::OkStatus();
-}
-
 void SchedulerCore::BackupDatabaseAsync(
     const std::string& path,
     std::function<void(absl::StatusOr<int64_t>)> done) {
@@ -1001,18 +778,6 @@ absl::StatusOr<int64_t> SchedulerCore::BackupDatabase(const std::string& path) {
       [&](std::function<void(absl::StatusOr<int64_t>)> done) {
         BackupDatabaseAsync(path, std::move(done));
       });
-}
-
-void SchedulerCore::Tick() {
-  Lock lock(this);
-  if (studies_.reload_needed()) Reload();
-  for (const auto& id : workers_.Expired()) {
-    spdlog::warn("worker {} missed its lease; requeueing its trials", id);
-    absl::Status status = LoseWorker(id);
-    if (!status.ok()) spdlog::error("requeue failed: {}", status.ToString());
-  }
-  DispatchNow();
-  dispatcher_.Expire(clock_->Now(), outbox_);
 }
 
 }  // namespace dial::scheduler
