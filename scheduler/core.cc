@@ -165,22 +165,37 @@ void SchedulerCore::ScheduleFill(const std::string& name) {
 void SchedulerCore::DeleteWhenDurable(std::vector<std::string> ids) {
   if (checkpoints_ == nullptr) return;
   suggestions_.Enqueue({[this, ids = std::move(ids), ticket = Written()] {
-                          absl::Notification answered;
-                          absl::Status durable;
-                          WhenDurable(ticket, [&](absl::Status s) {
-                            durable = s;
-                            answered.Notify();
-                          });
-                          answered.WaitForNotification();
-                          if (!durable.ok()) return;
-                          for (const auto& id : ids) {
-                            absl::Status status = checkpoints_->Delete(id);
-                            if (!status.ok() && !absl::IsNotFound(status)) {
-                              spdlog::warn("retention: {}", status.ToString());
-                            }
-                          }
+                          DeleteCheckpoints(ids, ticket);
                         },
                         nullptr});
+}
+
+void SchedulerCore::DeleteCheckpoints(const std::vector<std::string>& ids,
+                                      WriteTicket ticket) {
+  absl::Notification answered;
+  absl::Status durable;
+  WhenDurable(ticket, [&](absl::Status s) {
+    durable = s;
+    answered.Notify();
+  });
+  answered.WaitForNotification();
+  if (!durable.ok()) return;
+  for (const auto& id : ids) {
+    absl::Status status = checkpoints_->Delete(id);
+    if (!status.ok() && !absl::IsNotFound(status)) {
+      spdlog::warn("retention: {}", status.ToString());
+      continue;
+    }
+    // Out of the index too (were this write lost, a later restart would
+    // only try the deletion again).
+    auto parsed = storage::CheckpointStore::ParseId(id);
+    if (!parsed.ok()) continue;
+    status =
+        store_->DeleteCheckpoint(parsed->study, parsed->trial, parsed->step);
+    if (!status.ok() && !absl::IsNotFound(status)) {
+      spdlog::warn("retention: {}", status.ToString());
+    }
+  }
 }
 
 void SchedulerCore::StopWaiting() {
@@ -227,6 +242,15 @@ absl::Status SchedulerCore::Load() {
     for (const auto& [number, trial] : entry->trials) {
       if (trial.state() != v1::RUNNING || trial.worker_id().empty()) continue;
       workers_.Adopt(trial.worker_id(), {trial.study(), trial.number()});
+    }
+    if (checkpoints_ && entry->study.spec().trial().has_trainer()) {
+      // Checkpoints written before the restart are reclaimed too.
+      DIAL_ASSIGN_OR_RETURN(auto records,
+                            store_->ListCheckpoints(entry->name()));
+      for (auto& id :
+           retention_.Restore(entry->study, records, entry->trials)) {
+        outbox_.doomed.push_back(std::move(id));
+      }
     }
     outbox_.fills.insert(entry->name());
     studies_.Add(std::move(entry));

@@ -246,6 +246,10 @@ class SchedulerCore {
   // is durable: were one lost, the reloaded study would still name them.
   void DeleteWhenDurable(std::vector<std::string> ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Suggestion thread: waits for `ticket`, then deletes `ids` from the
+  // checkpoint store and the store's index.
+  void DeleteCheckpoints(const std::vector<std::string>& ids,
+                         WriteTicket ticket) ABSL_LOCKS_EXCLUDED(mu_);
   // Suggestion thread only: a new trial from the searcher (run without the
   // lock), saved; nullopt when the space is exhausted or the budget closed
   // meanwhile. *ticket: the ticket of its last lock.

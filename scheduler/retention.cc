@@ -16,6 +16,35 @@ std::vector<std::string> CheckpointRetention::Record(const v1::Study& study,
   return Retain(study, state, trial);
 }
 
+std::vector<std::string> CheckpointRetention::Restore(
+    const v1::Study& study,
+    const std::vector<storage::CheckpointRecord>& records,
+    const std::map<int64_t, v1::Trial>& trials) {
+  PerStudy& state = studies_[study.name()];
+  for (const auto& [number, trial] : trials) {
+    // A RUNNING trial whose last report got the exploit has not copied
+    // its source yet (it would have reported again).
+    if (trial.state() != v1::RUNNING || trial.lineage_size() == 0) continue;
+    const v1::LineageEntry& last = trial.lineage(trial.lineage_size() - 1);
+    if (last.step() != trial.last_step()) continue;
+    state
+        .pins[storage::CheckpointStore::MakeId(
+            study.name(), last.source_trial(), last.source_step())]
+        .insert(number);
+  }
+  std::set<int64_t> touched;
+  for (const auto& record : records) {
+    state.scores[record.trial][record.step] = record.score;
+    touched.insert(record.trial);
+  }
+  std::vector<std::string> doomed;
+  for (int64_t trial : touched) {
+    for (auto& id : Retain(study, state, trial))
+      doomed.push_back(std::move(id));
+  }
+  return doomed;
+}
+
 void CheckpointRetention::Pin(const std::string& study, const std::string& id,
                               int64_t trial) {
   studies_[study].pins[id].insert(trial);

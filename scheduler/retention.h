@@ -2,7 +2,9 @@
 // each trial's latest and its best `keep_best` (by the objective), plus any
 // that a pending PBT exploit still has to copy. It only decides; the core
 // deletes what it returns once the write that made them obsolete is
-// durable. Not thread-safe: the core's lock guards it.
+// durable, and keeps the store's checkpoint index (with each checkpoint's
+// score) so that a restarted scheduler restores this state. Not thread-safe:
+// the core's lock guards it.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "dial/v1/study.pb.h"
+#include "storage/study_store.h"
 
 namespace dial::scheduler {
 
@@ -26,6 +29,14 @@ class CheckpointRetention {
   // Releases `trial`'s pins (it reported again: its copy is done); returns
   // the ids no longer kept.
   std::vector<std::string> Release(const v1::Study& study, int64_t trial);
+  // After a restart: takes over what the store's checkpoint index holds of
+  // `study` (`records`, by trial and step) and re-pins the source of every
+  // exploit whose trial has not reported since (`trials`, as loaded);
+  // returns the ids the policy no longer keeps.
+  std::vector<std::string> Restore(
+      const v1::Study& study,
+      const std::vector<storage::CheckpointRecord>& records,
+      const std::map<int64_t, v1::Trial>& trials);
   void Forget(const std::string& study) { studies_.erase(study); }
   void Clear() { studies_.clear(); }
 

@@ -77,6 +77,29 @@ absl::StatusOr<v1::Decision> TrialLifecycle::RecordReport(
   point.set_step(step);
   *point.mutable_metrics() = metrics;
   *point.mutable_time() = Now();
+  // A trainer checkpoint of this step is indexed (with its score) before
+  // the report, so a restarted scheduler finds every checkpoint a recorded
+  // report names; a stray index entry (the report then failed) is replaced
+  // when the report is retried.
+  std::optional<double> score;
+  if (p_.retention && !checkpoint.empty() &&
+      entry.study.spec().trial().has_trainer() &&
+      checkpoint == storage::CheckpointStore::MakeId(entry.name(),
+                                                     trial.number(), step)) {
+    const auto& objective = entry.study.spec().objective();
+    auto value = metrics.find(objective.metric());
+    score = -std::numeric_limits<double>::infinity();
+    if (value != metrics.end() && std::isfinite(value->second)) {
+      score = objective.goal() == v1::MAXIMIZE ? value->second : -value->second;
+    }
+    storage::CheckpointRecord record;
+    record.study = entry.name();
+    record.trial = trial.number();
+    record.step = step;
+    record.id = checkpoint;
+    record.score = *score;
+    DIAL_RETURN_IF_ERROR(p_.store->PutCheckpoint(record));
+  }
   DIAL_RETURN_IF_ERROR(p_.store->RecordReport(trial, point));
   entry.Mirror(trial);
   entry.unsaved_decisions.erase(trial.number());
@@ -87,17 +110,8 @@ absl::StatusOr<v1::Decision> TrialLifecycle::RecordReport(
     // Pins taken for this trial's exploit are released: reporting again
     // means its worker finished copying.
     Doom(p_.retention->Release(entry.study, trial.number()));
-    if (!checkpoint.empty() && entry.study.spec().trial().has_trainer() &&
-        checkpoint == storage::CheckpointStore::MakeId(entry.name(),
-                                                       trial.number(), step)) {
-      const auto& objective = entry.study.spec().objective();
-      auto value = metrics.find(objective.metric());
-      double score = -std::numeric_limits<double>::infinity();
-      if (value != metrics.end() && std::isfinite(value->second)) {
-        score =
-            objective.goal() == v1::MAXIMIZE ? value->second : -value->second;
-      }
-      Doom(p_.retention->Record(entry.study, trial.number(), step, score));
+    if (score) {
+      Doom(p_.retention->Record(entry.study, trial.number(), step, *score));
     }
   }
 

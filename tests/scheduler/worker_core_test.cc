@@ -344,6 +344,11 @@ class RetentionTest : public WorkerCoreTest {
     ASSERT_TRUE(ckpt.ok());
     checkpoints_ = std::move(*ckpt);
     store_ = storage::MemoryStudyStore::Create();
+    Restart();
+  }
+  // A new core on the same store and checkpoints, as after a restart.
+  void Restart() {
+    core_.reset();
     SchedulerCoreOptions options;
     options.store = store_.get();
     options.clock = &clock_;
@@ -422,6 +427,47 @@ trial: {trainer: {dataset: synthetic}})");
   ASSERT_EQ(t0->lineage_size(), 1);
   EXPECT_EQ(t0->lineage(0).source_trial(), 3);
   EXPECT_EQ(t0->lineage(0).source_step(), 10);
+}
+
+// Retention state comes back from the store's checkpoint index after a
+// restart: a pin of an exploit not yet copied holds, and once released the
+// checkpoint written before the restart is reclaimed.
+TEST_F(RetentionTest, CheckpointsFromBeforeARestartAreReclaimedAfterIt) {
+  auto spec = ParseStudySpec(R"(
+name: w
+objective: {metric: acc, goal: MAXIMIZE}
+search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]
+scheduler: {pbt: {perturbation_interval: 10, quantile: 0.25, seed: 1}}
+checkpoints: {keep_best: 1}
+budget: {max_trials: 4, max_parallel_trials: 4}
+trial: {trainer: {dataset: synthetic}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  Create(*spec);
+  const std::string w = Register("a");
+  std::vector<Assignment> members;
+  for (int i = 0; i < 4; ++i) members.push_back(*Acquire(w));
+  Report(w, members[1], 10, 0.5);
+  Report(w, members[2], 10, 0.6);
+  Report(w, members[3], 10, 0.8);
+  Report(w, members[0], 10, 0.1);
+  ASSERT_EQ(last_->action(), v1::Decision::EXPLOIT);
+  ASSERT_EQ(last_->source_checkpoint(), "w/3/10");
+  Report(w, members[3], 13, 0.95);
+  Report(w, members[3], 16, 0.85);
+  ASSERT_EQ(Steps(3), (std::vector<int64_t>{10, 13, 16}));
+
+  Restart();
+  core_->WaitIdle();
+  // Still pinned: trial 0 has not copied it yet.
+  EXPECT_EQ(Steps(3), (std::vector<int64_t>{10, 13, 16}));
+  // Its worker (the same id, back after the restart) reports again.
+  members[0].trial = *core_->GetTrial("w", 0);
+  Report(w, members[0], 20, 0.9);
+  EXPECT_EQ(Steps(3), (std::vector<int64_t>{13, 16}));
+  // And the index forgets what was deleted.
+  auto records = store_->ListCheckpoints("w");
+  ASSERT_TRUE(records.ok());
+  for (const auto& r : *records) EXPECT_NE(r.id, "w/3/10");
 }
 
 }  // namespace
