@@ -1,6 +1,8 @@
 #include "storage/memory_study_store.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -138,17 +140,23 @@ absl::Status MemoryStudyStore::PutCheckpoint(const CheckpointRecord& record) {
   absl::MutexLock lock(&mu_);
   auto t = FindTrial(record.study, record.trial);
   if (!t.ok()) return t.status();
-  (*t)->checkpoints[record.step] = record;
+  CheckpointRecord& stored = (*t)->checkpoints[record.step];
+  stored = record;
+  if (std::isnan(stored.score)) {
+    stored.score = -std::numeric_limits<double>::infinity();
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<CheckpointRecord>> MemoryStudyStore::ListCheckpoints(
-    const std::string& study, int64_t number) {
+    const std::string& study) {
   absl::MutexLock lock(&mu_);
-  auto t = FindTrial(study, number);
-  if (!t.ok()) return t.status();
+  auto s = FindStudy(study);
+  if (!s.ok()) return s.status();
   std::vector<CheckpointRecord> out;
-  for (const auto& [step, record] : (*t)->checkpoints) out.push_back(record);
+  for (const auto& [number, trial] : (*s)->trials) {
+    for (const auto& [step, record] : trial.checkpoints) out.push_back(record);
+  }
   return out;
 }
 
@@ -165,13 +173,6 @@ absl::Status MemoryStudyStore::PutWorker(const v1::Worker& worker) {
   absl::MutexLock lock(&mu_);
   workers_[worker.id()] = worker;
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<v1::Worker>> MemoryStudyStore::ListWorkers() {
-  absl::MutexLock lock(&mu_);
-  std::vector<v1::Worker> out;
-  for (const auto& [id, worker] : workers_) out.push_back(worker);
-  return out;
 }
 
 }  // namespace dial::storage

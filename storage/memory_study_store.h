@@ -34,11 +34,10 @@ class MemoryStudyStore : public StudyStore {
       const std::string& study, int64_t number) override;
   absl::Status PutCheckpoint(const CheckpointRecord& record) override;
   absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(
-      const std::string& study, int64_t number) override;
+      const std::string& study) override;
   absl::Status DeleteCheckpoint(const std::string& study, int64_t number,
                                 int64_t step) override;
   absl::Status PutWorker(const v1::Worker& worker) override;
-  absl::StatusOr<std::vector<v1::Worker>> ListWorkers() override;
 
  private:
   struct TrialData {

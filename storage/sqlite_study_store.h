@@ -1,8 +1,10 @@
 // StudyStore on SQLite: WAL mode, foreign keys on, prepared statements only
-// (cached), forward migrations recorded in `schema_version`. Only one
-// process may open a database (the scheduler). Thread-safe: one mutex
-// serialises access to the connection; Backup reads through a connection of
-// its own and does not take it.
+// (cached), forward migrations recorded in `schema_version`
+// (sqlite_schema.h). Only one process may open a database (the scheduler).
+// Thread-safe: one mutex serialises access to the connection; group commit
+// (sqlite_group_committer.h) and WAL checkpoints (sqlite_wal_checkpointer.h)
+// run on threads of their own, and Backup (sqlite_backup.h) reads through a
+// connection of its own without taking the mutex.
 //
 // Errors carry the database's path and the cause. A full disk, an I/O error
 // and a busy, locked or read-only file are UNAVAILABLE: the transaction is
@@ -10,22 +12,24 @@
 // condition is gone. A damaged file is DATA_LOSS.
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
-#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "storage/durability.h"
 #include "storage/study_store.h"
 
-struct sqlite3;
-struct sqlite3_stmt;
-
 namespace dial::storage {
+
+class GroupCommitter;
+class SqliteConnection;
+class Statement;
+class WalCheckpointer;
+struct CommittedGroup;
 
 struct SqliteStudyStoreOptions {
   std::string path;  // database file; created if missing
@@ -73,18 +77,21 @@ class SqliteStudyStore : public StudyStore, public Durability {
           fn) override;
   absl::Status PutCheckpoint(const CheckpointRecord& record) override;
   absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(
-      const std::string& study, int64_t number) override;
+      const std::string& study) override;
   absl::Status DeleteCheckpoint(const std::string& study, int64_t number,
                                 int64_t step) override;
   absl::Status PutWorker(const v1::Worker& worker) override;
-  absl::StatusOr<std::vector<v1::Worker>> ListWorkers() override;
-  // An online backup (SQLite's backup API) through a read-only connection
-  // of its own: in WAL mode it sees one committed snapshot and blocks no
-  // writer. See StudyStore::Backup for the contract; the copy has mode 0600.
+  // An online backup through a read-only connection of its own: in WAL mode
+  // it sees one committed snapshot and blocks no writer. See
+  // StudyStore::Backup for the contract; the copy has mode 0600.
   absl::StatusOr<int64_t> Backup(const std::string& path) override;
 
-  Durability* durability() override { return this; }
-  uint64_t WrittenSeq() const override { return applied_seq_.load(); }
+  // Durability: this store with group commit; null without (every write is
+  // durable on return). Called without group commit, the methods below
+  // answer as if every write were durable: WrittenSeq() stays 0 and
+  // WhenDurable answers at once.
+  Durability* durability() override;
+  uint64_t WrittenSeq() const override;
   void WhenDurable(uint64_t seq,
                    std::function<void(absl::Status)> done) override;
   void SetLostHandler(std::function<void()> handler) override;
@@ -93,7 +100,10 @@ class SqliteStudyStore : public StudyStore, public Durability {
   // commit's status.
   absl::Status Flush();
   // Group commits made so far.
-  uint64_t commits() const { return commits_.load(); }
+  uint64_t commits() const;
+  // For tests (group commit): while held, nothing is committed; writes
+  // still apply and join the open group.
+  void HoldCommitsForTesting(bool hold);
 
   // Schema version of the open database.
   int schema_version();
@@ -103,80 +113,53 @@ class SqliteStudyStore : public StudyStore, public Durability {
   const std::string& path() const { return path_; }
 
  private:
-  class Statement;
-  SqliteStudyStore(sqlite3* db, int lock_fd, std::string path)
-      : db_(db), lock_fd_(lock_fd), path_(std::move(path)) {}
+  SqliteStudyStore(std::unique_ptr<SqliteConnection> conn, int lock_fd);
+  // Runs `body` as one atomic write (see the .cc).
   absl::Status Transaction(const std::function<absl::Status()>& body)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the writes applied since the last commit lost.
   void LoseGroup(const absl::Status& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After a failed sync of the log (committer thread, mu_ not held).
+  // The committer's calls (group commit).
+  CommittedGroup CommitGroup() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status SyncGroup() ABSL_LOCKS_EXCLUDED(mu_);
+  // After a failed sync of the log.
   void Break(const absl::Status& cause) ABSL_LOCKS_EXCLUDED(mu_);
-  // The committer thread's loop.
-  void CommitLoop();
-  // The checkpointer thread's loop (group commit).
-  void CheckpointLoop();
-  // fdatasync of the write-ahead log (committer thread only).
-  absl::Status SyncWal();
-  absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Statement Prepare(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs a cached statement without parameters.
-  absl::Status Run(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int64_t> StudyId(const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int64_t> TrialId(const std::string& study, int64_t number)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PutTrialLocked(const v1::Trial& trial)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<v1::Trial> ReadTrial(Statement& stmt)
+  // The trial in `row` (DIAL_TRIAL_COLUMNS) with its params.
+  absl::StatusOr<v1::Trial> ReadTrialWithParams(const Statement& row)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reports from `rows` (see ReadReports), read through a memory map.
   absl::Status EmitReports(
-      Statement& stmt,
+      Statement& rows,
       const std::function<void(int64_t number, const v1::MetricPoint& point)>&
           fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::Mutex mu_;
-  sqlite3* db_ ABSL_GUARDED_BY(mu_);
-  // flock on "<path>-lock": one process per database.
-  int lock_fd_;
+  // Immutable after Create.
   const std::string path_;
-  std::map<const char*, sqlite3_stmt*> statements_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, int64_t> study_ids_ ABSL_GUARDED_BY(mu_);
-
-  // Group commit (all unused without it).
-  bool group_commit_ = false;
+  const int lock_fd_;  // flock on "<path>-lock": one process per database
   bool full_sync_ = true;
   int wal_fd_ = -1;  // the committer's handle on "<path>-wal"
+
+  absl::Mutex mu_;
+  std::unique_ptr<SqliteConnection> conn_ ABSL_PT_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> study_ids_ ABSL_GUARDED_BY(mu_);
+  // Group commit: the group's transaction is open.
   bool txn_open_ ABSL_GUARDED_BY(mu_) = false;
   // Set when a group is lost; writes fail with it until Recover().
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
+  bool lost_pending_ ABSL_GUARDED_BY(mu_) = false;  // not yet reported
   // Set when a sync failed; writes fail with it for good.
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
-  bool lost_pending_ ABSL_GUARDED_BY(mu_) = false;  // not yet reported
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  bool committer_idle_ ABSL_GUARDED_BY(mu_) = false;  // waiting for work
-  absl::CondVar commit_cv_;  // with mu_: work for the committer
-  std::atomic<uint64_t> applied_seq_{0};
-  std::atomic<uint64_t> commits_{0};
-  // Who waits for what; durable_seq_ and the lost ranges answer them.
-  absl::Mutex durable_mu_;
-  uint64_t durable_seq_ ABSL_GUARDED_BY(durable_mu_) = 0;
-  std::vector<std::pair<uint64_t, uint64_t>> lost_ranges_
-      ABSL_GUARDED_BY(durable_mu_);  // (first, last] sequence numbers
-  absl::Status lost_status_ ABSL_GUARDED_BY(durable_mu_);
-  std::vector<std::pair<uint64_t, std::function<void(absl::Status)>>> waiters_
-      ABSL_GUARDED_BY(durable_mu_);
-  std::function<void()> lost_handler_ ABSL_GUARDED_BY(durable_mu_);
-  bool handler_running_ ABSL_GUARDED_BY(durable_mu_) = false;
-  std::thread committer_;
-  // Checkpoints on a connection of their own (group commit only).
-  sqlite3* ckpt_db_ = nullptr;
-  std::atomic<int> wal_pages_{0};  // in the log after the last commit
-  absl::Mutex ckpt_mu_;
-  absl::CondVar ckpt_cv_;
-  bool ckpt_wanted_ ABSL_GUARDED_BY(ckpt_mu_) = false;
-  bool ckpt_stop_ ABSL_GUARDED_BY(ckpt_mu_) = false;
-  std::thread checkpointer_;
+
+  // Group commit only (null without). Destroyed first: their threads call
+  // into the store and its connection.
+  std::unique_ptr<WalCheckpointer> wal_checkpointer_;
+  std::unique_ptr<GroupCommitter> committer_;
 };
 
 }  // namespace dial::storage

@@ -1,12 +1,15 @@
 // StudyStore: the durable record of studies, trials, parameters, metric
 // history, the checkpoint index and workers. Every method is atomic (one
-// transaction) and durable when it returns OK. Implementations are
-// thread-safe.
+// transaction), and a write is durable when it returns OK unless the store
+// has a durability() (group commit), which then says when. Implementations
+// are thread-safe; one contract suite (tests/storage/study_store_test.cc)
+// runs against each.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +27,7 @@ struct TrialQuery {
   int limit = 0;                       // 0: no limit
 };
 
+// One trial checkpoint in the index, for retention across restarts.
 struct CheckpointRecord {
   std::string study;
   int64_t trial = 0;
@@ -31,6 +35,10 @@ struct CheckpointRecord {
   std::string id;  // CheckpointStore id, "<study>/<trial>/<step>"
   int64_t size_bytes = 0;
   std::string checksum;
+  // The objective of the report that made it, oriented so that higher is
+  // better; -infinity when that report had no finite objective (a NaN is
+  // stored as -infinity).
+  double score = -std::numeric_limits<double>::infinity();
 };
 
 class StudyStore {
@@ -99,14 +107,19 @@ class StudyStore {
     return absl::OkStatus();
   }
 
+  // The checkpoint index. PutCheckpoint inserts or replaces the record of
+  // (study, trial, step); NOT_FOUND if the trial is absent. ListCheckpoints
+  // returns every record of a study by trial, then step (NOT_FOUND if the
+  // study is absent). Deleting an absent record is OK; NOT_FOUND if the
+  // trial is absent. A trial's records go with its study.
   virtual absl::Status PutCheckpoint(const CheckpointRecord& record) = 0;
   virtual absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(
-      const std::string& study, int64_t number) = 0;
+      const std::string& study) = 0;
   virtual absl::Status DeleteCheckpoint(const std::string& study,
                                         int64_t number, int64_t step) = 0;
 
+  // Inserts or replaces a worker's record.
   virtual absl::Status PutWorker(const v1::Worker& worker) = 0;
-  virtual absl::StatusOr<std::vector<v1::Worker>> ListWorkers() = 0;
 
   // Writes a consistent copy of everything committed to the file `path`
   // (absolute, on this machine) while the store stays in use, and returns

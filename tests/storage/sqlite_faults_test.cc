@@ -24,6 +24,8 @@
 #include "google/protobuf/util/time_util.h"
 #include "storage/memory_study_store.h"
 #include "storage/sqlite_study_store.h"
+#include "storage/testing/sqlite_read_faults.h"
+#include "storage/testing/temp_dir.h"
 
 // Fails this process's next fdatasync calls while positive, as a disk that
 // reports an I/O error does (interposes the C library's).
@@ -40,42 +42,6 @@ extern "C" int fdatasync(int fd) {
 namespace dial::storage {
 namespace {
 
-// Makes SQLite's reads fail while set, through the system calls its unix
-// VFS lets tests replace. ETIMEDOUT (a network filesystem's) rather than
-// EIO, which SQLite reports as a damaged file.
-std::atomic<bool> g_failing_reads{false};
-sqlite3_syscall_ptr g_pread, g_pread64, g_read;
-ssize_t FailingPread(int fd, void* buf, size_t n, off_t off) {
-  if (g_failing_reads) return errno = ETIMEDOUT, -1;
-  return reinterpret_cast<ssize_t (*)(int, void*, size_t, off_t)>(g_pread)(
-      fd, buf, n, off);
-}
-ssize_t FailingPread64(int fd, void* buf, size_t n, off_t off) {
-  if (g_failing_reads) return errno = ETIMEDOUT, -1;
-  return reinterpret_cast<ssize_t (*)(int, void*, size_t, off_t)>(g_pread64)(
-      fd, buf, n, off);
-}
-ssize_t FailingRead(int fd, void* buf, size_t n) {
-  if (g_failing_reads) return errno = ETIMEDOUT, -1;
-  return reinterpret_cast<ssize_t (*)(int, void*, size_t)>(g_read)(fd, buf, n);
-}
-void InstallFailingReads() {
-  sqlite3_vfs* vfs = sqlite3_vfs_find(nullptr);
-  g_pread = vfs->xGetSystemCall(vfs, "pread");
-  g_pread64 = vfs->xGetSystemCall(vfs, "pread64");
-  g_read = vfs->xGetSystemCall(vfs, "read");
-  vfs->xSetSystemCall(vfs, "pread",
-                      reinterpret_cast<sqlite3_syscall_ptr>(FailingPread));
-  vfs->xSetSystemCall(vfs, "pread64",
-                      reinterpret_cast<sqlite3_syscall_ptr>(FailingPread64));
-  vfs->xSetSystemCall(vfs, "read",
-                      reinterpret_cast<sqlite3_syscall_ptr>(FailingRead));
-}
-void RestoreReads() {
-  sqlite3_vfs* vfs = sqlite3_vfs_find(nullptr);
-  vfs->xSetSystemCall(vfs, nullptr, nullptr);  // every call back to default
-}
-
 namespace fs = std::filesystem;
 using google::protobuf::util::MessageDifferencer;
 using google::protobuf::util::TimeUtil;
@@ -83,16 +49,6 @@ using ::testing::HasSubstr;
 
 class SqliteFaultsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("dial-faults-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    path_ = (dir_ / "dial.db").string();
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   static v1::Study MakeStudy(const std::string& name, size_t padding = 0) {
     v1::Study study;
     study.set_name(name);
@@ -178,8 +134,9 @@ class SqliteFaultsTest : public ::testing::Test {
     return old;
   }
 
-  fs::path dir_;
-  std::string path_;
+  testing::ScopedTempDir temp_{"faults"};
+  const fs::path dir_ = temp_.path();
+  const std::string path_ = temp_.File("dial.db");
 };
 
 // Collects failed checks in a child process, where gtest cannot report.
@@ -634,7 +591,9 @@ TEST_F(SqliteFaultsTest, AFailedSyncRefusesEveryLaterWrite) {
 }
 
 // A read error that makes SQLite roll back the open transaction loses the
-// group: the next write is refused instead of committing on its own.
+// group: the next write is refused instead of committing on its own. The
+// committer is held meanwhile, or it could commit the group before the
+// read fails.
 TEST_F(SqliteFaultsTest, AReadErrorThatEndsTheGroupLosesIt) {
   {
     auto store = SqliteStudyStore::Create({path_});
@@ -649,23 +608,29 @@ TEST_F(SqliteFaultsTest, AReadErrorThatEndsTheGroupLosesIt) {
     auto store = SqliteStudyStore::Create({path_, true, /*group_commit=*/true});
     ASSERT_TRUE(store.ok()) << store.status();
     SqliteStudyStore& s = **store;
+    s.HoldCommitsForTesting(true);
     v1::Trial first = MakeTrial("r", 0);
     first.set_last_step(1);
     ASSERT_TRUE(s.PutTrial(first).ok());  // opens the group's transaction
     const uint64_t seq = s.WrittenSeq();
-    InstallFailingReads();
-    g_failing_reads = true;
-    const absl::Status read = s.GetTrial("r", 299).status();
-    g_failing_reads = false;
-    RestoreReads();
+    absl::Status read;
+    {
+      testing::SqliteReadFaults faults;
+      faults.Fail(true);
+      read = s.GetTrial("r", 299).status();
+    }
     ASSERT_FALSE(read.ok()) << "the read did not reach the file";
     v1::Trial second = MakeTrial("r", 1);
     second.set_last_step(7);
     EXPECT_EQ(s.PutTrial(second).code(), absl::StatusCode::kUnavailable);
+    s.HoldCommitsForTesting(false);
     EXPECT_EQ(Durable(s, seq).code(), absl::StatusCode::kUnavailable);
+    // The group was never committed: first's write is gone too.
+    EXPECT_EQ(s.commits(), 0u);
   }
   auto store = SqliteStudyStore::Create({path_});
   ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->GetTrial("r", 0)->last_step(), -1);
   EXPECT_EQ((*store)->GetTrial("r", 1)->last_step(), -1);
 }
 

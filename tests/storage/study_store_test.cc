@@ -1,44 +1,98 @@
-// One contract suite, run against every StudyStore implementation.
+// One contract suite, run against every StudyStore implementation: memory,
+// SQLite, SQLite with group commit (the scheduler's default) and the
+// fault-injecting test store with no fault set. Then what only SQLite has:
+// reopening, migrations, locking, pragmas.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
 #include <functional>
+#include <limits>
+#include <utility>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "storage/memory_study_store.h"
+#include "storage/sqlite_schema.h"
 #include "storage/sqlite_study_store.h"
+#include "storage/testing/faulty_study_store.h"
+#include "storage/testing/temp_dir.h"
 
 namespace dial::storage {
 namespace {
 
-namespace fs = std::filesystem;
 using google::protobuf::util::MessageDifferencer;
 using google::protobuf::util::TimeUtil;
+using testing::ScopedTempDir;
 
-std::string TempPath(const std::string& name) {
-  auto dir = fs::temp_directory_path() /
-             ("dial-store-" + std::to_string(::getpid()) + "-" +
-              ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  fs::create_directories(dir);
-  return (dir / name).string();
-}
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct StoreFactory {
   std::string name;
-  std::function<std::unique_ptr<StudyStore>()> make;
+  // A new store whose files, if any, go in `dir`.
+  std::function<absl::StatusOr<std::unique_ptr<StudyStore>>(
+      const ScopedTempDir& dir)>
+      make;
 };
 void PrintTo(const StoreFactory& f, std::ostream* os) { *os << f.name; }
+
+absl::StatusOr<std::unique_ptr<StudyStore>> OpenSqlite(const ScopedTempDir& dir,
+                                                       bool group_commit) {
+  auto store = SqliteStudyStore::Create(
+      {dir.File("contract.db"), /*full_sync=*/true, group_commit});
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<StudyStore>(std::move(*store));
+}
+
+// Waits (bounded) for `durability`'s answer about `seq`.
+absl::Status WaitDurable(Durability& durability, uint64_t seq) {
+  auto done = std::make_shared<absl::Notification>();
+  auto result = std::make_shared<absl::Status>();
+  durability.WhenDurable(seq, [done, result](absl::Status s) {
+    *result = s;
+    done->Notify();
+  });
+  if (!done->WaitForNotificationWithTimeout(absl::Seconds(30))) {
+    return absl::DeadlineExceededError("no answer from WhenDurable");
+  }
+  return *result;
+}
 
 class StudyStoreContract : public ::testing::TestWithParam<StoreFactory> {
  protected:
   void SetUp() override {
-    store_ = GetParam().make();
-    ASSERT_NE(store_, nullptr);
+    auto store = GetParam().make(dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+  }
+  // Reports of `number` in `study`: (step, {metric: value}) at time 5000 +
+  // step ms.
+  void Report(const std::string& study, int64_t number, int64_t step,
+              std::map<std::string, double> metrics) {
+    v1::Trial t = MakeTrial(study, number);
+    t.set_last_step(step);
+    v1::MetricPoint p;
+    p.set_step(step);
+    for (const auto& [name, value] : metrics)
+      (*p.mutable_metrics())[name] = value;
+    *p.mutable_time() = TimeUtil::MillisecondsToTimestamp(5000 + step);
+    ASSERT_TRUE(store_->RecordReport(t, p).ok()) << number << "/" << step;
+  }
+  // What ForEachReport hands over, as (number, step) pairs.
+  std::vector<std::pair<int64_t, int64_t>> Replay(
+      const std::string& study, const std::vector<int64_t>& steps,
+      std::vector<v1::MetricPoint>* points = nullptr) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    absl::Status status = store_->ForEachReport(
+        study, steps, "loss", [&](int64_t number, const v1::MetricPoint& p) {
+          out.push_back({number, p.step()});
+          if (points) points->push_back(p);
+        });
+    EXPECT_TRUE(status.ok()) << status;
+    return out;
   }
   v1::Study MakeStudy(const std::string& name) {
     v1::Study study;
@@ -64,6 +118,7 @@ class StudyStoreContract : public ::testing::TestWithParam<StoreFactory> {
     *t.mutable_create_time() = TimeUtil::MillisecondsToTimestamp(2000);
     return t;
   }
+  ScopedTempDir dir_{"store"};  // outlives the store
   std::unique_ptr<StudyStore> store_;
 };
 
@@ -180,19 +235,129 @@ TEST_P(StudyStoreContract, ReportsAppendHistoryOnce) {
   EXPECT_EQ(store_->GetTrial("s", 0)->last_step(), 20);
 }
 
-TEST_P(StudyStoreContract, CheckpointIndexAndWorkers) {
+TEST_P(StudyStoreContract, ForEachReportReplaysEveryReportInOrder) {
   ASSERT_TRUE(store_->CreateStudy(MakeStudy("s")).ok());
-  ASSERT_TRUE(store_->PutTrial(MakeTrial("s", 0)).ok());
-  ASSERT_TRUE(store_->PutCheckpoint({"s", 0, 100, "s/0/100", 10, "abc"}).ok());
-  ASSERT_TRUE(store_->PutCheckpoint({"s", 0, 200, "s/0/200", 20, "def"}).ok());
-  auto list = store_->ListCheckpoints("s", 0);
-  ASSERT_TRUE(list.ok());
-  ASSERT_EQ(list->size(), 2u);
-  EXPECT_EQ((*list)[1].id, "s/0/200");
-  EXPECT_EQ((*list)[1].size_bytes, 20);
-  ASSERT_TRUE(store_->DeleteCheckpoint("s", 0, 100).ok());
-  EXPECT_EQ(store_->ListCheckpoints("s", 0)->size(), 1u);
+  for (int n : {1, 0}) ASSERT_TRUE(store_->PutTrial(MakeTrial("s", n)).ok());
+  Report("s", 1, 5, {{"loss", 0.5}, {"acc", 0.7}});
+  Report("s", 0, 20, {{"loss", NAN}});
+  Report("s", 0, 10, {{"acc", 0.1}});
+  std::vector<v1::MetricPoint> points;
+  EXPECT_EQ(Replay("s", {}, &points), (std::vector<std::pair<int64_t, int64_t>>{
+                                          {0, 10}, {0, 20}, {1, 5}}));
+  ASSERT_EQ(points.size(), 3u);
+  EXPECT_TRUE(std::isnan(points[1].metrics().at("loss")));
+  EXPECT_EQ(points[2].metrics_size(), 2);
+  EXPECT_DOUBLE_EQ(points[2].metrics().at("acc"), 0.7);
+  EXPECT_EQ(TimeUtil::TimestampToMilliseconds(points[2].time()), 5005);
+  EXPECT_EQ(store_
+                ->ForEachReport("none", {}, "loss",
+                                [](int64_t, const v1::MetricPoint&) {})
+                .code(),
+            absl::StatusCode::kNotFound);
+}
 
+// With steps: only reports with a finite value of the metric count, and of
+// those each trial's first at or after each step, and its last.
+TEST_P(StudyStoreContract, ForEachReportWithStepsReplaysTheFilteredReports) {
+  ASSERT_TRUE(store_->CreateStudy(MakeStudy("s")).ok());
+  for (int n = 0; n < 4; ++n) {
+    ASSERT_TRUE(store_->PutTrial(MakeTrial("s", n)).ok());
+  }
+  // Trial 0: finite loss at 1, 2, 4, 6, 7, 8, 9; NaN at 3; no loss at 5;
+  // infinite at 10.
+  for (int step = 1; step <= 10; ++step) {
+    std::map<std::string, double> m = {{"acc", 0.1 * step}};
+    if (step == 3) {
+      m["loss"] = NAN;
+    } else if (step == 10) {
+      m["loss"] = kInf;
+    } else if (step != 5) {
+      m["loss"] = 1.0 / step;
+    }
+    Report("s", 0, step, m);
+  }
+  // Trial 1: no reports. Trial 2: one finite report before every step.
+  Report("s", 2, 2, {{"loss", 0.3}});
+  // Trial 3: never a finite loss.
+  Report("s", 3, 4, {{"loss", NAN}});
+  Report("s", 3, 8, {{"acc", 1}});
+
+  std::vector<v1::MetricPoint> points;
+  EXPECT_EQ(Replay("s", {3, 6}, &points),
+            (std::vector<std::pair<int64_t, int64_t>>{
+                {0, 4}, {0, 6}, {0, 9}, {2, 2}}));
+  // Whole reports: every metric of the step.
+  ASSERT_EQ(points.size(), 4u);
+  EXPECT_DOUBLE_EQ(points[0].metrics().at("acc"), 0.4);
+  EXPECT_DOUBLE_EQ(points[0].metrics().at("loss"), 0.25);
+  // A step past every report: only the last; a step at a report: that one.
+  EXPECT_EQ(Replay("s", {100}),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 9}, {2, 2}}));
+  EXPECT_EQ(Replay("s", {0, 2}), (std::vector<std::pair<int64_t, int64_t>>{
+                                     {0, 1}, {0, 2}, {0, 9}, {2, 2}}));
+}
+
+TEST_P(StudyStoreContract, CheckpointIndexListsAStudyByTrialThenStep) {
+  ASSERT_TRUE(store_->CreateStudy(MakeStudy("s")).ok());
+  ASSERT_TRUE(store_->CreateStudy(MakeStudy("other")).ok());
+  for (int n : {0, 1, 2}) ASSERT_TRUE(store_->PutTrial(MakeTrial("s", n)).ok());
+  ASSERT_TRUE(store_->PutTrial(MakeTrial("other", 0)).ok());
+  EXPECT_TRUE(store_->ListCheckpoints("s")->empty());
+  ASSERT_TRUE(
+      store_->PutCheckpoint({"s", 1, 200, "s/1/200", 20, "d", 0.5}).ok());
+  ASSERT_TRUE(
+      store_->PutCheckpoint({"s", 0, 300, "s/0/300", 30, "c", -kInf}).ok());
+  ASSERT_TRUE(
+      store_->PutCheckpoint({"s", 1, 100, "s/1/100", 10, "b", NAN}).ok());
+  ASSERT_TRUE(
+      store_->PutCheckpoint({"s", 0, 100, "s/0/100", 10, "a", -2}).ok());
+  ASSERT_TRUE(
+      store_->PutCheckpoint({"other", 0, 5, "other/0/5", 1, "x", 1}).ok());
+  // Replaces (s, 1, 200).
+  ASSERT_TRUE(
+      store_->PutCheckpoint({"s", 1, 200, "s/1/200", 21, "e", 0.75}).ok());
+
+  auto list = store_->ListCheckpoints("s");
+  ASSERT_TRUE(list.ok()) << list.status();
+  std::vector<std::string> ids;
+  for (const auto& r : *list) ids.push_back(r.id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"s/0/100", "s/0/300", "s/1/100",
+                                           "s/1/200"}));
+  ASSERT_EQ(list->size(), 4u);
+  const CheckpointRecord& last = (*list)[3];
+  EXPECT_EQ(last.study, "s");
+  EXPECT_EQ(last.trial, 1);
+  EXPECT_EQ(last.step, 200);
+  EXPECT_EQ(last.size_bytes, 21);
+  EXPECT_EQ(last.checksum, "e");
+  EXPECT_DOUBLE_EQ(last.score, 0.75);
+  EXPECT_DOUBLE_EQ((*list)[0].score, -2);
+  EXPECT_EQ((*list)[1].score, -kInf);
+  EXPECT_EQ((*list)[2].score, -kInf);  // NaN: no finite objective
+
+  ASSERT_TRUE(store_->DeleteCheckpoint("s", 0, 100).ok());
+  ASSERT_TRUE(store_->DeleteCheckpoint("s", 0, 999).ok());  // absent: OK
+  EXPECT_EQ(store_->ListCheckpoints("s")->size(), 3u);
+  EXPECT_EQ(store_->ListCheckpoints("other")->size(), 1u);
+
+  EXPECT_EQ(store_->PutCheckpoint({"s", 7, 1, "s/7/1", 0, ""}).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->PutCheckpoint({"none", 0, 1, "none/0/1", 0, ""}).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->DeleteCheckpoint("s", 7, 1).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->ListCheckpoints("none").status().code(),
+            absl::StatusCode::kNotFound);
+  // A trial's records stay when the trial is written again, and go with
+  // its study.
+  ASSERT_TRUE(store_->PutTrial(MakeTrial("s", 1)).ok());
+  EXPECT_EQ(store_->ListCheckpoints("s")->size(), 3u);
+  ASSERT_TRUE(store_->DeleteStudy("s").ok());
+  ASSERT_TRUE(store_->CreateStudy(MakeStudy("s")).ok());
+  EXPECT_TRUE(store_->ListCheckpoints("s")->empty());
+}
+
+TEST_P(StudyStoreContract, PutWorkerInsertsOrReplaces) {
   v1::Worker w;
   w.set_id("w1");
   w.set_host("node1");
@@ -200,10 +365,24 @@ TEST_P(StudyStoreContract, CheckpointIndexAndWorkers) {
   w.mutable_resources()->add_gpus()->set_id("0");
   *w.mutable_last_seen() = TimeUtil::MillisecondsToTimestamp(7000);
   ASSERT_TRUE(store_->PutWorker(w).ok());
-  auto workers = store_->ListWorkers();
-  ASSERT_TRUE(workers.ok());
-  ASSERT_EQ(workers->size(), 1u);
-  EXPECT_TRUE(MessageDifferencer::Equals((*workers)[0], w));
+  *w.mutable_last_seen() = TimeUtil::MillisecondsToTimestamp(8000);
+  ASSERT_TRUE(store_->PutWorker(w).ok());
+}
+
+// Every write becomes durable: at once (no durability()), or once its
+// group is committed.
+TEST_P(StudyStoreContract, WritesBecomeDurable) {
+  ASSERT_TRUE(store_->CreateStudy(MakeStudy("s")).ok());
+  Durability* durability = store_->durability();
+  if (durability == nullptr) return;
+  if (auto* faulty = dynamic_cast<testing::FaultyStudyStore*>(store_.get())) {
+    faulty->Commit();  // its commits are the test's to make
+  }
+  const uint64_t seq = durability->WrittenSeq();
+  EXPECT_GT(seq, 0u);
+  EXPECT_TRUE(WaitDurable(*durability, seq).ok());
+  ASSERT_TRUE(store_->PutTrial(MakeTrial("s", 0)).ok());
+  EXPECT_GT(durability->WrittenSeq(), seq);
 }
 
 TEST_P(StudyStoreContract, DeleteStudyRemovesEverything) {
@@ -220,26 +399,39 @@ TEST_P(StudyStoreContract, DeleteStudyRemovesEverything) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllStores, StudyStoreContract,
-    ::testing::Values(StoreFactory{"Memory",
-                                   [] { return MemoryStudyStore::Create(); }},
-                      StoreFactory{"Sqlite",
-                                   []() -> std::unique_ptr<StudyStore> {
-                                     std::string path = TempPath("contract.db");
-                                     fs::remove(path);
-                                     auto store =
-                                         SqliteStudyStore::Create({path});
-                                     return store.ok() ? std::move(*store)
-                                                       : nullptr;
-                                   }}),
+    ::testing::Values(
+        StoreFactory{"Memory",
+                     [](const ScopedTempDir&)
+                         -> absl::StatusOr<std::unique_ptr<StudyStore>> {
+                       return MemoryStudyStore::Create();
+                     }},
+        StoreFactory{"Sqlite",
+                     [](const ScopedTempDir& dir) {
+                       return OpenSqlite(dir, /*group_commit=*/false);
+                     }},
+        StoreFactory{"SqliteGroupCommit",
+                     [](const ScopedTempDir& dir) {
+                       return OpenSqlite(dir, /*group_commit=*/true);
+                     }},
+        StoreFactory{"FaultyWithoutFaults",
+                     [](const ScopedTempDir&)
+                         -> absl::StatusOr<std::unique_ptr<StudyStore>> {
+                       return testing::FaultyStudyStore::Create(
+                           {/*group_commit=*/true});
+                     }}),
     [](const auto& info) { return info.param.name; });
 
-TEST(SqliteStudyStoreTest, ReopenKeepsDataAndSchemaVersion) {
-  std::string path = TempPath("reopen.db");
-  fs::remove(path);
+class SqliteStudyStoreTest : public ::testing::Test {
+ protected:
+  ScopedTempDir dir_{"store"};
+};
+
+TEST_F(SqliteStudyStoreTest, ReopenKeepsDataAndSchemaVersion) {
+  const std::string path = dir_.File("reopen.db");
   {
     auto store = SqliteStudyStore::Create({path});
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->schema_version(), 1);
+    EXPECT_EQ((*store)->schema_version(), LatestSchemaVersion());
     v1::Study s;
     s.set_name("kept");
     s.set_state(v1::STUDY_ACTIVE);
@@ -247,13 +439,63 @@ TEST(SqliteStudyStoreTest, ReopenKeepsDataAndSchemaVersion) {
   }
   auto store = SqliteStudyStore::Create({path});
   ASSERT_TRUE(store.ok());
-  EXPECT_EQ((*store)->schema_version(), 1);
+  EXPECT_EQ((*store)->schema_version(), LatestSchemaVersion());
   EXPECT_TRUE((*store)->GetStudy("kept").ok());
 }
 
-TEST(SqliteStudyStoreTest, RefusesADatabaseFromANewerDial) {
-  std::string path = TempPath("newer.db");
-  fs::remove(path);
+// A database of schema version 1 (before checkpoint scores) migrates:
+// its checkpoint records read with score -infinity, and new ones keep
+// theirs.
+TEST_F(SqliteStudyStoreTest, MigratesADatabaseFromVersion1) {
+  ASSERT_EQ(LatestSchemaVersion(), 2);
+  const std::string path = dir_.File("v1.db");
+  {
+    sqlite3* db;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const std::string sql =
+        std::string(
+            "CREATE TABLE schema_version(version INTEGER "
+            "NOT NULL); INSERT INTO schema_version "
+            "VALUES (1);") +
+        MigrationSql(0) +
+        "INSERT INTO studies VALUES (1, 's', x'', 1, 1000, "
+        "1000);"
+        "INSERT INTO trials(id, study_id, number, state, "
+        "client_id, error, last_step, checkpoint, attempt, "
+        "failures, worker_id, detail) VALUES (1, 1, 0, 2, "
+        "'c1', '', 100, 's/0/100', 1, 0, 'w1', x'');"
+        "INSERT INTO checkpoints VALUES (1, 100, 's/0/100', "
+        "10, 'abc');";
+    char* err = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
+        << err;
+    sqlite3_close(db);
+  }
+  {
+    auto store = SqliteStudyStore::Create({path});
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ((*store)->schema_version(), 2);
+    auto trial = (*store)->GetTrial("s", 0);
+    ASSERT_TRUE(trial.ok()) << trial.status();
+    EXPECT_EQ(trial->checkpoint(), "s/0/100");
+    ASSERT_TRUE(
+        (*store)->PutCheckpoint({"s", 0, 200, "s/0/200", 20, "def", 0.5}).ok());
+  }
+  auto store = SqliteStudyStore::Create({path});
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->schema_version(), 2);
+  auto list = (*store)->ListCheckpoints("s");
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].id, "s/0/100");
+  EXPECT_EQ((*list)[0].size_bytes, 10);
+  EXPECT_EQ((*list)[0].checksum, "abc");
+  EXPECT_EQ((*list)[0].score, -kInf);
+  EXPECT_DOUBLE_EQ((*list)[1].score, 0.5);
+}
+
+TEST_F(SqliteStudyStoreTest, RefusesADatabaseFromANewerDial) {
+  const std::string path = dir_.File("newer.db");
   { ASSERT_TRUE(SqliteStudyStore::Create({path}).ok()); }
   {
     sqlite3* db;
@@ -267,9 +509,8 @@ TEST(SqliteStudyStoreTest, RefusesADatabaseFromANewerDial) {
   EXPECT_THAT(store.status().message(), ::testing::HasSubstr("newer"));
 }
 
-TEST(SqliteStudyStoreTest, OneProcessPerDatabase) {
-  std::string path = TempPath("locked.db");
-  fs::remove(path);
+TEST_F(SqliteStudyStoreTest, OneProcessPerDatabase) {
+  const std::string path = dir_.File("locked.db");
   auto first = SqliteStudyStore::Create({path});
   ASSERT_TRUE(first.ok());
   auto second = SqliteStudyStore::Create({path});
@@ -279,9 +520,8 @@ TEST(SqliteStudyStoreTest, OneProcessPerDatabase) {
   EXPECT_TRUE(SqliteStudyStore::Create({path}).ok());
 }
 
-TEST(SqliteStudyStoreTest, UsesWalAndForeignKeys) {
-  std::string path = TempPath("pragmas.db");
-  fs::remove(path);
+TEST_F(SqliteStudyStoreTest, UsesWalAndForeignKeys) {
+  const std::string path = dir_.File("pragmas.db");
   auto store = SqliteStudyStore::Create({path});
   ASSERT_TRUE(store.ok());
   sqlite3* db;
