@@ -6,15 +6,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
-
-extern char** environ;
+#include "absl/time/clock.h"
+#include "common/process.h"
+#include "common/trial_protocol.h"
 
 namespace dial::worker {
 
@@ -23,89 +23,38 @@ absl::StatusOr<std::unique_ptr<TrialProcess>> TrialProcess::Start(
   if (options.argv.empty()) {
     return absl::InvalidArgumentError("trial command is empty");
   }
-  int reports[2], decisions[2];
-  if (pipe2(reports, O_CLOEXEC) != 0) {
-    return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
+  auto reports = MakePipe();
+  if (!reports.ok()) return absl::UnavailableError(reports.status().message());
+  auto decisions = MakePipe();
+  if (!decisions.ok()) {
+    return absl::UnavailableError(decisions.status().message());
   }
-  if (pipe2(decisions, O_CLOEXEC) != 0) {
-    close(reports[0]);
-    close(reports[1]);
-    return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
+  SpawnOptions spawn;
+  spawn.argv = options.argv;
+  spawn.env = CurrentEnvironment();
+  for (const auto& [k, v] : options.env) (*spawn.env)[k] = v;
+  (*spawn.env)[kEnvReportFd] = "3";
+  (*spawn.env)[kEnvDecisionFd] = "4";
+  spawn.new_process_group = true;
+  spawn.stdin_fd = ChildFd::Null();
+  spawn.stdout_fd = ChildFd::TruncateFile(options.stdout_path);
+  spawn.stderr_fd = ChildFd::TruncateFile(options.stderr_path);
+  spawn.extra_fds = {{3, reports->write.get()}, {4, decisions->read.get()}};
+  // A program that cannot be run fails like one that exits 127, with a
+  // line on its stderr (docs/trial-protocol.md).
+  spawn.exec_failure_exits_127 = true;
+  spawn.exec_failure_note =
+      absl::StrCat("dial-worker: cannot run ", options.argv[0], "\n");
+  auto pid = Spawn(spawn);
+  if (!pid.ok()) {
+    if (absl::IsInvalidArgument(pid.status())) return pid.status();
+    return absl::UnavailableError(absl::StrCat(
+        "cannot start the trial process: ", pid.status().message()));
   }
-  int out = open(options.stdout_path.c_str(),
-                 O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  int err = open(options.stderr_path.c_str(),
-                 O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (out < 0 || err < 0) {
-    for (int fd :
-         {reports[0], reports[1], decisions[0], decisions[1], out, err}) {
-      if (fd >= 0) close(fd);
-    }
-    return absl::UnavailableError(absl::StrCat("cannot create trial log files ",
-                                               options.stdout_path, ": ",
-                                               std::strerror(errno)));
-  }
-  // Everything the child needs is built before fork: after it, only
-  // async-signal-safe calls.
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string kv(*e);
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  for (const auto& [k, v] : options.env) env[k] = v;
-  env["DIAL_REPORT_FD"] = "3";
-  env["DIAL_DECISION_FD"] = "4";
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp, argv;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = options.argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::string exec_error = "dial-worker: cannot run " + args[0] + "\n";
-
-  pid_t pid = fork();
-  if (pid < 0) {
-    for (int fd :
-         {reports[0], reports[1], decisions[0], decisions[1], out, err}) {
-      close(fd);
-    }
-    return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(errno)));
-  }
-  if (pid == 0) {
-    // The worker blocks SIGTERM/SIGINT for its signal thread; the trial must
-    // get them (async-signal-safe calls only from here on).
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGINT, SIG_DFL);
-    setpgid(0, 0);
-    dup2(out, STDOUT_FILENO);
-    dup2(err, STDERR_FILENO);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-    // dup2 clears close-on-exec on the copies, so only fds 0-4 survive exec.
-    dup2(reports[1], 3);
-    dup2(decisions[0], 4);
-    signal(SIGPIPE, SIG_DFL);
-    execvpe(argv[0], argv.data(), envp.data());
-    ssize_t ignored =
-        write(STDERR_FILENO, exec_error.data(), exec_error.size());
-    (void)ignored;
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also from the parent, so Signal works at once
-  close(reports[1]);
-  close(decisions[0]);
-  close(out);
-  close(err);
   std::unique_ptr<TrialProcess> p(new TrialProcess());
-  p->pid_ = pid;
-  p->report_fd_ = reports[0];
-  p->decision_fd_ = decisions[1];
+  p->pid_ = *pid;
+  p->report_fd_ = reports->read.release();
+  p->decision_fd_ = decisions->write.release();
   p->stderr_path_ = options.stderr_path;
   return p;
 }
@@ -170,23 +119,8 @@ void TrialProcess::Signal(int signal) {
 
 int TrialProcess::WaitOrKill(absl::Duration grace) {
   if (exited_.load()) return status_;
-  const absl::Time deadline = absl::Now() + grace;
-  while (true) {
-    int status = 0;
-    pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      status_ = status;
-      break;
-    }
-    if (r < 0 && errno != EINTR) break;
-    if (absl::Now() >= deadline) {
-      kill(-pid_, SIGKILL);
-      waitpid(pid_, &status, 0);
-      status_ = status;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  auto status = dial::WaitOrKill(pid_, grace, /*group=*/true);
+  if (status.ok()) status_ = *status;
   // Anything else left in the group goes too.
   kill(-pid_, SIGKILL);
   exited_.store(true);

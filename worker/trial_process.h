@@ -39,6 +39,8 @@ class TrialProcess {
   std::optional<std::string> ReadLine(
       absl::Duration timeout = absl::InfiniteDuration(),
       bool* timed_out = nullptr);
+  // UNAVAILABLE once the process has closed its end (with SIGPIPE ignored
+  // in this process; otherwise SIGPIPE ends it).
   absl::Status WriteLine(const std::string& line);
   // Sends `signal` to the whole process group.
   void Signal(int signal);

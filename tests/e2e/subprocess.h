@@ -1,18 +1,20 @@
-// Test helper: runs a real binary as a child process with its stdout on a
-// pipe, so a test can wait for a readiness line (with a deadline, never a
-// sleep) and kill the process with any signal. Not thread-safe.
+// Test helper: runs a real binary as a child process (common/process.h)
+// with its stdout on a pipe, so a test can wait for a readiness line (with a
+// deadline, never a sleep) and kill the process with any signal. Not
+// thread-safe.
 #pragma once
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "common/process.h"
 
 // Skips the current test when the build has no dial-train
 // (-DDIAL_BUILD_TRAINER=OFF): tests/CMakeLists.txt then defines
@@ -32,31 +34,24 @@ class Subprocess {
   Subprocess(const Subprocess&) = delete;
   ~Subprocess() { Kill(SIGKILL); }
 
-  // Starts argv[0] with the given arguments; stderr goes to `stderr_path`
-  // (or is inherited when empty).
+  // Starts argv[0] (a path) with the given arguments; stderr goes to
+  // `stderr_path` (appended to, or inherited when empty). False when it
+  // cannot be started (the reason is logged to stderr).
   bool Start(const std::vector<std::string>& argv,
              const std::string& stderr_path = "") {
-    int fds[2];
-    if (pipe(fds) != 0) return false;
-    pid_ = fork();
-    if (pid_ < 0) return false;
-    if (pid_ == 0) {
-      dup2(fds[1], STDOUT_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      if (!stderr_path.empty()) {
-        int err =
-            open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (err >= 0) dup2(err, STDERR_FILENO);
-      }
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
+    auto out = MakePipe();
+    if (!out.ok()) return Failed(out.status());
+    SpawnOptions options;
+    options.argv = argv;
+    options.search_path = false;
+    options.stdout_fd = ChildFd::Fd(out->write.get());
+    if (!stderr_path.empty()) {
+      options.stderr_fd = ChildFd::AppendFile(stderr_path);
     }
-    close(fds[1]);
-    out_ = fds[0];
+    auto pid = Spawn(options);
+    if (!pid.ok()) return Failed(pid.status());
+    pid_ = *pid;
+    out_ = out->read.release();
     return true;
   }
 
@@ -99,8 +94,7 @@ class Subprocess {
   int Kill(int signal) {
     if (pid_ <= 0) return -1;
     kill(pid_, signal);
-    int status = 0;
-    waitpid(pid_, &status, 0);
+    const int status = WaitForExit(pid_).value_or(-1);
     pid_ = -1;
     if (out_ >= 0) close(out_);
     out_ = -1;
@@ -110,6 +104,11 @@ class Subprocess {
   pid_t pid() const { return pid_; }
 
  private:
+  static bool Failed(const absl::Status& status) {
+    std::cerr << "Subprocess: " << status << std::endl;
+    return false;
+  }
+
   pid_t pid_ = -1;
   int out_ = -1;
   std::string buffer_;

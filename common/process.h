@@ -1,0 +1,136 @@
+// Starting and reaping child processes: the one place that forks. The
+// worker's trial processes, dialctl's helper commands and the e2e tests'
+// daemons all start through Spawn, which builds everything the child needs
+// before fork and makes only async-signal-safe calls after it, so it is safe
+// in a multi-threaded process. Thread-safe: free functions; a ScopedFd has
+// one owner.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace dial {
+
+// A file descriptor closed when it goes out of scope. Move-only.
+class ScopedFd {
+ public:
+  ScopedFd() = default;
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ScopedFd(ScopedFd&& other) noexcept : fd_(other.release()) {}
+  ScopedFd& operator=(ScopedFd&& other) noexcept {
+    if (this != &other) reset(other.release());
+    return *this;
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  ~ScopedFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  // Gives up ownership without closing.
+  int release() { return std::exchange(fd_, -1); }
+  // Closes the current descriptor, if any, and takes `fd`.
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// A pipe whose ends are both close-on-exec, so a child gets one only when
+// SpawnOptions hands it over.
+struct Pipe {
+  ScopedFd read;
+  ScopedFd write;
+};
+// The error's code follows errno (RESOURCE_EXHAUSTED when out of
+// descriptors).
+absl::StatusOr<Pipe> MakePipe();
+
+// Where one of the child's descriptors comes from.
+struct ChildFd {
+  enum class Kind {
+    kInherit,  // whatever the parent has under the same number
+    kNull,     // /dev/null
+    kFd,       // a duplicate of the parent's `fd` (which stays the caller's)
+    kFile,     // `path`, opened for writing (created 0644)
+  };
+  static ChildFd Inherit() { return {}; }
+  static ChildFd Null() { return {Kind::kNull, -1, "", false}; }
+  static ChildFd Fd(int fd) { return {Kind::kFd, fd, "", false}; }
+  static ChildFd TruncateFile(std::string path) {
+    return {Kind::kFile, -1, std::move(path), false};
+  }
+  static ChildFd AppendFile(std::string path) {
+    return {Kind::kFile, -1, std::move(path), true};
+  }
+
+  Kind kind = Kind::kInherit;
+  int fd = -1;
+  std::string path;
+  bool append = false;
+};
+
+struct SpawnOptions {
+  // argv[0] is the program: a path, or with `search_path` and no '/' in it,
+  // a name looked up in the parent's PATH (as execvp does, including
+  // running a file without a #! line with /bin/sh).
+  std::vector<std::string> argv;
+  bool search_path = true;
+  // The child's whole environment; nullopt: the parent's. To add to the
+  // parent's, start from CurrentEnvironment().
+  std::optional<std::map<std::string, std::string>> env;
+  // The child leads a new process group (pgid = its pid), so the group can
+  // be signalled as a whole (kill(-pid, ...)).
+  bool new_process_group = false;
+  ChildFd stdin_fd;
+  ChildFd stdout_fd;
+  ChildFd stderr_fd;
+  // More descriptors for the child: child fd (>= 3) -> the parent's fd it
+  // becomes. Every other descriptor the parent opened close-on-exec stays
+  // out of the child.
+  std::map<int, int> extra_fds;
+  // When argv[0] cannot be executed, the child writes `exec_failure_note`
+  // (if any) to its stderr and exits with code 127. By default Spawn then
+  // reaps it and returns the error; with `exec_failure_exits_127` it
+  // returns the pid as if exec had worked (as a shell does): for callers
+  // that report a child's failure through its exit status and stderr.
+  bool exec_failure_exits_127 = false;
+  std::string exec_failure_note;
+};
+
+// Starts a child process. The child gets an empty signal mask and the
+// default action for SIGPIPE, SIGINT, SIGTERM, SIGHUP and SIGQUIT, whatever
+// the parent blocks or ignores. Returns its pid; the caller reaps it (see
+// WaitForExit). Errors, with nothing left running:
+//   INVALID_ARGUMENT: empty argv, a NUL byte in an argument or variable, a
+//     variable name that is empty or has '=', a bad descriptor number;
+//   NOT_FOUND, PERMISSION_DENIED, ...: a file for stdout or stderr cannot
+//     be opened, or (without exec_failure_exits_127) argv[0] cannot be
+//     executed; the code follows errno and the message names the file;
+//   RESOURCE_EXHAUSTED, UNAVAILABLE, ...: pipe or fork failed (code from
+//     errno).
+absl::StatusOr<pid_t> Spawn(const SpawnOptions& options);
+
+// The calling process's environment, as a map (for SpawnOptions::env).
+std::map<std::string, std::string> CurrentEnvironment();
+
+// Blocks until `pid` (a child of this process) exits; returns its wait
+// status. FAILED_PRECONDITION when it is not a child to wait for.
+absl::StatusOr<int> WaitForExit(pid_t pid);
+
+// Waits up to `grace` for `pid` to exit, then SIGKILLs it (its whole
+// process group with `group`) and reaps it. Returns the wait status;
+// FAILED_PRECONDITION when it is not a child to wait for. Polls: meant for
+// process lifetimes, not for fine-grained timing.
+absl::StatusOr<int> WaitOrKill(pid_t pid, absl::Duration grace, bool group);
+
+}  // namespace dial
