@@ -1,55 +1,24 @@
 #include "worker/worker.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "common/trial_protocol.h"
-#include "google/protobuf/struct.pb.h"
-#include "google/protobuf/util/json_util.h"
 #include "spdlog/spdlog.h"
-#include "worker/report_buffer.h"
-#include "worker/trial_process.h"
+#include "worker/report_relay.h"
+#include "worker/trial_attempt.h"
 
 namespace dial::worker {
-namespace {
-
-// One line appended with O_APPEND: whole lines even with several writers.
-void AppendLine(const std::string& path, const std::string& line) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd < 0) return;
-  const std::string data = line + "\n";
-  (void)!write(fd, data.data(), data.size());
-  close(fd);
-}
-
-bool Retryable(const absl::Status& s) {
-  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
-         absl::IsResourceExhausted(s) || absl::IsAborted(s);
-}
-
-const char* ActionName(v1::Decision::Action action) {
-  switch (action) {
-    case v1::Decision::STOP:
-      return "STOP";
-    case v1::Decision::PAUSE:
-      return "PAUSE";
-    case v1::Decision::EXPLOIT:
-      return "EXPLOIT";
-    default:
-      return "CONTINUE";
-  }
-}
-
-}  // namespace
 
 Worker::Worker(const WorkerOptions& options)
-    : options_(options), gpus_(options.gpus, options.trials_per_gpu) {
+    : options_(options),
+      clock_(options.clock != nullptr ? options.clock : &real_clock_),
+      sleeper_(options.sleeper != nullptr ? options.sleeper : &real_sleeper_),
+      gpus_(options.gpus, options.trials_per_gpu) {
   if (options_.cpus <= 0) {
     options_.cpus = std::max(1u, std::thread::hardware_concurrency());
   }
@@ -77,8 +46,13 @@ int Worker::ThreadsPerTrial() const {
 
 bool Worker::Sleep(absl::Duration d) {
   absl::MutexLock lock(&mu_);
-  mu_.AwaitWithTimeout(absl::Condition(&stopping_), d);
+  sleeper_->SleepUnless(mu_, absl::Condition(&stopping_), d);
   return !stopping_;
+}
+
+bool Worker::Stopping() {
+  absl::MutexLock lock(&mu_);
+  return stopping_;
 }
 
 std::string Worker::EnsureRegistered() {
@@ -137,7 +111,7 @@ void Worker::Shutdown() {
   absl::MutexLock lock(&mu_);
   if (stopping_) return;
   stopping_ = true;
-  for (auto& [slot, r] : running_) r.process->Signal(SIGTERM);
+  for (auto& [run, r] : running_) r.process->Signal(SIGTERM);
 }
 
 void Worker::HeartbeatLoop() {
@@ -184,7 +158,7 @@ void Worker::HeartbeatLoop() {
         absl::MutexLock lock(&mu_);
         if (running_.empty()) return;
       }
-      absl::SleepFor(period);
+      sleeper_->SleepFor(period);
     }
   }
 }
@@ -228,6 +202,42 @@ void Worker::SlotLoop(int slot) {
   }
 }
 
+void Worker::SendFinish(const v1::FinishTrialRequest& finish,
+                        const std::string& name) {
+  absl::Duration backoff = absl::Milliseconds(200);
+  for (int i = 0; i < 60; ++i) {
+    absl::Status s = options_.client->Finish(finish);
+    if (s.ok() || !IsRetryable(s)) {
+      if (!s.ok()) spdlog::warn("{}: FinishTrial: {}", name, s.ToString());
+      return;
+    }
+    sleeper_->SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+  }
+}
+
+int64_t Worker::Track(const v1::AcquireTrialResponse& a,
+                      const std::string& worker_id, TrialAttempt* attempt) {
+  absl::MutexLock lock(&mu_);
+  const int64_t run = next_run_++;
+  running_[run] = Running{a.trial().study(), a.trial().number(), a.attempt(),
+                          attempt, worker_id};
+  if (stopping_) attempt->Signal(SIGTERM);  // raced with Shutdown
+  return run;
+}
+
+bool Worker::Lost(int64_t run) {
+  absl::MutexLock lock(&mu_);
+  auto it = running_.find(run);
+  return it != running_.end() && it->second.lost;
+}
+
+bool Worker::Untrack(int64_t run) {
+  absl::MutexLock lock(&mu_);
+  running_.erase(run);
+  return stopping_;
+}
+
 void Worker::RunTrial(const std::string& worker_id,
                       const v1::AcquireTrialResponse& a) {
   const v1::Trial& trial = a.trial();
@@ -238,274 +248,74 @@ void Worker::RunTrial(const std::string& worker_id,
   finish.set_study(trial.study());
   finish.set_trial(trial.number());
   finish.set_attempt(a.attempt());
-  auto send_finish = [&] {
-    absl::Duration backoff = absl::Milliseconds(200);
-    for (int i = 0; i < 60; ++i) {
-      absl::Status s = options_.client->Finish(finish);
-      if (s.ok() || !Retryable(s)) {
-        if (!s.ok()) spdlog::warn("{}: FinishTrial: {}", name, s.ToString());
-        return;
-      }
-      absl::SleepFor(backoff);
-      backoff = std::min(backoff * 2, absl::Seconds(5));
-    }
-  };
 
-  std::vector<std::string> gpus;
-  const int needed = a.run().resources().gpus();
+  std::optional<std::vector<std::string>> gpus;
   {
     absl::MutexLock lock(&mu_);
-    auto taken = stopping_ ? std::nullopt : gpus_.Take(needed);
-    if (taken) {
-      gpus = *taken;
-    } else {
-      finish.set_requeue(true);
-    }
+    if (!stopping_) gpus = gpus_.Take(a.run().resources().gpus());
   }
-  if (finish.requeue()) return send_finish();
+  if (!gpus) {
+    finish.set_requeue(true);
+    return SendFinish(finish, name);
+  }
   auto release_gpus = [&] {
     absl::MutexLock lock(&mu_);
-    gpus_.Release(gpus);
+    gpus_.Release(*gpus);
   };
 
-  TrialProcessOptions p;
-  if (a.run().has_trainer()) {
-    p.argv = {options_.trainer_path};
-    std::string knobs;
-    (void)google::protobuf::util::MessageToJsonString(a.run().trainer(),
-                                                      &knobs);
-    p.env[kEnvTrainerKnobs] = knobs;
-  } else {
-    p.argv.assign(a.run().command().argv().begin(),
-                  a.run().command().argv().end());
-    for (const auto& [k, v] : a.run().command().env()) p.env[k] = v;
-  }
-  const int threads = ThreadsPerTrial();
-  p.env[kEnvStudy] = trial.study();
-  p.env[kEnvTrial] = std::to_string(trial.number());
-  p.env[kEnvAttempt] = std::to_string(a.attempt());
-  p.env[kEnvTrialParams] = ParamsJson(trial.params());
-  p.env[kEnvCheckpointRoot] = options_.checkpoint_root;
-  p.env[kEnvCheckpointDir] = absl::StrCat(options_.checkpoint_root, "/",
-                                          trial.study(), "/", trial.number());
-  p.env[kEnvRestoreCheckpoint] = a.restore_checkpoint();
-  p.env[kEnvStartStep] = std::to_string(a.start_step());
-  p.env[kEnvCpuThreads] = std::to_string(threads);
-  p.env["OMP_NUM_THREADS"] = std::to_string(threads);
-  p.env["MKL_NUM_THREADS"] = std::to_string(threads);
-  p.env["OPENBLAS_NUM_THREADS"] = "1";
-  p.env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(gpus, ",");
-  const std::string log = absl::StrCat(options_.work_dir, "/", trial.study(),
-                                       "-", trial.number(), "-a", a.attempt());
-  p.stdout_path = log + ".out";
-  p.stderr_path = log + ".err";
-
-  spdlog::info("{}: starting {}{}", name, p.argv[0],
-               a.restore_checkpoint().empty()
-                   ? ""
-                   : " from checkpoint " + a.restore_checkpoint());
-  auto process = TrialProcess::Start(p);
-  if (!process.ok()) {
+  TrialAttemptOptions o;
+  o.worker_id = worker_id;
+  o.assignment = a;
+  o.gpus = *gpus;
+  o.cpu_threads = ThreadsPerTrial();
+  o.trainer_path = options_.trainer_path;
+  o.work_dir = options_.work_dir;
+  o.checkpoint_root = options_.checkpoint_root;
+  o.checkpoints = checkpoints_.get();
+  auto attempt = TrialAttempt::Start(o);
+  if (!attempt.ok()) {
     release_gpus();
-    finish.set_error(std::string(process.status().message()));
-    return send_finish();
+    finish.set_error(std::string(attempt.status().message()));
+    return SendFinish(finish, name);
   }
-  {
-    absl::MutexLock lock(&mu_);
-    running_[next_run_++] = Running{trial.study(), trial.number(), a.attempt(),
-                                    process->get(), worker_id};
-    if (stopping_) (*process)->Signal(SIGTERM);  // raced with Shutdown
-  }
-  std::map<std::string, double> last_metrics;
-  std::string protocol_error;
-  bool lost = false;
-  bool stop_sent = false;
-  // Reports not yet acknowledged. While the scheduler is unreachable the
-  // trial goes on with a provisional CONTINUE and its reports wait here, to
-  // be replayed in order (each once: the scheduler ignores steps it has)
-  // when the scheduler is back.
-  ReportBuffer pending(
-      absl::StrCat(options_.work_dir, "/", trial.study(), "-", trial.number(),
-                   "-a", a.attempt(), ".reports"),
-      options_.report_buffer);
-  // A replayed report's STOP, PAUSE or EXPLOIT, for the trial's next report.
-  std::optional<v1::Decision> held;
-  // Sends what is pending, oldest first. OK: all acknowledged, `*current`
-  // is the newest report's decision. UNAVAILABLE: the scheduler is not
-  // reachable now (the rest stays pending). Anything else ends the trial.
-  auto drain = [&](v1::Decision* current) -> absl::Status {
-    while (!pending.empty()) {
-      auto response = options_.client->Report(pending.Front());
-      if (!response.ok()) {
-        return Retryable(response.status())
-                   ? absl::UnavailableError(response.status().message())
-                   : response.status();
-      }
-      if (!options_.ack_log.empty()) {
-        const auto& r = pending.Front();
-        AppendLine(options_.ack_log,
-                   absl::StrCat(r.worker_id(), " ", r.study(), " ", r.trial(),
-                                " ", r.attempt(), " ", r.step()));
-      }
-      pending.Pop();
-      const v1::Decision& d = response->decision();
-      if (pending.empty()) {
-        *current = d;
-      } else if (d.action() != v1::Decision::CONTINUE && !held) {
-        held = d;
-        if (d.action() != v1::Decision::EXPLOIT) {
-          // Stopped or paused at a replayed step: later ones are moot.
-          while (!pending.empty()) pending.Pop();
-        }
-      }
-    }
-    return absl::OkStatus();
-  };
-  const absl::Duration timeout = a.run().timeout_s() > 0
-                                     ? absl::Seconds(a.run().timeout_s())
-                                     : absl::InfiniteDuration();
-  bool hung = false;
-  while (auto line = (*process)->ReadLine(timeout, &hung)) {
-    auto report = ParseReport(*line);
-    if (!report.ok()) {
-      protocol_error = std::string(report.status().message());
-      break;
-    }
-    v1::ReportProgressRequest request;
-    request.set_worker_id(worker_id);
-    request.set_study(trial.study());
-    request.set_trial(trial.number());
-    request.set_attempt(a.attempt());
-    request.set_step(report->step);
-    for (const auto& [k, v] : report->metrics) {
-      (*request.mutable_metrics())[k] = v;
-    }
-    request.set_checkpoint(report->checkpoint);
-    absl::Status buffered = pending.Push(request);
-    if (!buffered.ok()) {
-      protocol_error = std::string(buffered.message());
-      break;
-    }
-    v1::Decision decision;
-    absl::Status sent = drain(&decision);
-    if (absl::IsUnavailable(sent)) {
-      spdlog::warn(
-          "{}: scheduler unreachable ({}); {} report(s) buffered, "
-          "training goes on",
-          name, std::string(sent.message()), pending.size());
-      decision.set_action(v1::Decision::CONTINUE);
-      decision.set_reason("scheduler unreachable; report buffered");
-    } else if (!sent.ok()) {
-      if (absl::IsInvalidArgument(sent)) {
-        protocol_error = std::string(sent.message());
-      } else {
-        // Stale attempt or lost lease: the trial is someone else's now.
-        spdlog::warn("{}: {}; killing it", name, sent.ToString());
-        lost = true;
-      }
-      break;
-    }
-    if (held) {
-      decision = *held;
-      held.reset();
-    }
-    last_metrics = report->metrics;
-    TrialDecision out{ActionName(decision.action()), decision.reason(), "", ""};
-    if (decision.action() == v1::Decision::EXPLOIT) {
-      // A private copy of the source checkpoint: the source may be deleted
-      // later, the copy may not.
-      auto copy =
-          checkpoints_
-              ? checkpoints_->CopyInto(decision.source_checkpoint(),
-                                       trial.study(), trial.number())
-              : absl::StatusOr<storage::CheckpointInfo>(
-                    absl::FailedPreconditionError("no checkpoint root"));
-      if (!copy.ok()) {
-        protocol_error = absl::StrCat("cannot copy checkpoint ",
-                                      decision.source_checkpoint(), ": ",
-                                      copy.status().message());
-        break;
-      }
-      out.checkpoint = copy->id;
-      out.params_json = ParamsJson(decision.new_params());
-    }
-    if (!(*process)->WriteLine(EncodeDecision(out)).ok()) break;
-    if (decision.action() == v1::Decision::STOP ||
-        decision.action() == v1::Decision::PAUSE) {
-      // Told to end: it gets a grace period to exit, then its group is
-      // killed, whether or not it keeps talking.
-      stop_sent = true;
-      break;
-    }
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [slot, r] : running_) {
-      if (r.process == process->get() && r.lost) lost = true;
-    }
-  }
-  bool shutting_down;
-  {
-    absl::MutexLock lock(&mu_);
-    shutting_down = stopping_;
-  }
-  if (hung) {
-    protocol_error = absl::StrCat("no report for ", a.run().timeout_s(),
-                                  " s (trial.timeout_s): hung, killed");
-  }
-  if (lost || !protocol_error.empty()) (*process)->Signal(SIGKILL);
-  const int status = (*process)->WaitOrKill(
-      shutting_down || stop_sent ? options_.grace : absl::Seconds(30));
+  const int64_t run = Track(a, worker_id, attempt->get());
+
+  ReportRelayOptions r;
+  r.client = options_.client;
+  r.clock = clock_;
+  r.sleeper = sleeper_;
+  r.name = name;
+  r.spill_path = absl::StrCat(options_.work_dir, "/", trial.study(), "-",
+                              trial.number(), "-a", a.attempt(), ".reports");
+  r.memory_limit = options_.report_buffer;
+  r.ack_log = options_.ack_log;
+  ReportRelay relay(r);
+  const AttemptEnd end = (*attempt)->RelayReports(relay);
+
+  // Fenced by the scheduler, or its lease was lost (the heartbeat killed
+  // it): someone else runs this trial now; it is killed, not finished.
+  bool lost = end.fenced || Lost(run);
+  const int status = (*attempt)->Stop(
+      lost || !end.protocol_error.empty(),
+      Stopping() || end.stop_sent ? options_.grace : absl::Seconds(30));
   // What the trial reported while the scheduler was away goes first, in
   // order, for as long as the scheduler may take to come back. The trial
   // stays in the heartbeat's running list meanwhile, so a restarted
   // scheduler keeps it attached.
-  absl::Duration backoff = absl::Milliseconds(200);
-  const absl::Time give_up = absl::Now() + options_.outage_limit;
-  while (!lost && !pending.empty()) {
-    v1::Decision ignored;
-    absl::Status sent = drain(&ignored);
-    if (sent.ok()) break;
-    if (!absl::IsUnavailable(sent) || absl::Now() > give_up) {
-      spdlog::warn("{}: {} buffered report(s) dropped: {}", name,
-                   pending.size(), sent.ToString());
-      lost = true;
-      break;
-    }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(5));
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto it = running_.begin(); it != running_.end(); ++it) {
-      if (it->second.process == process->get()) {
-        running_.erase(it);
-        break;
-      }
-    }
-    shutting_down = stopping_;
-  }
+  if (!lost && !relay.Flush(options_.outage_limit).ok()) lost = true;
+  const bool shutting_down = Untrack(run);
   release_gpus();
   if (lost) return;
   if (shutting_down) {
     finish.set_requeue(true);
-  } else if (!protocol_error.empty()) {
-    finish.set_error(hung ? protocol_error
-                          : "trial protocol error: " + protocol_error);
-    finish.set_stderr_tail((*process)->StderrTail(20));
-  } else if (stop_sent || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-    for (const auto& [k, v] : last_metrics) {
-      (*finish.mutable_final_metrics())[k] = v;
-    }
   } else {
-    finish.set_error(DescribeExit(status));
-    finish.set_stderr_tail((*process)->StderrTail(20));
+    (*attempt)->DescribeOutcome(end, status, &finish);
   }
   spdlog::info("{}: {}", name,
                finish.requeue()         ? "requeued (worker shutting down)"
                : finish.error().empty() ? "finished"
                                         : "failed: " + finish.error());
-  send_finish();
+  SendFinish(finish, name);
 }
 
 }  // namespace dial::worker

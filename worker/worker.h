@@ -1,8 +1,12 @@
 // Worker: registers this machine's resources with the scheduler, runs one
 // acquire loop per slot (long-polling AcquireTrial), runs each trial as a
 // child process (dial-train for trainer trials, the given argv for command
-// trials), relays reports and decisions, heartbeats, and reconnects with
-// backoff when the scheduler goes away. Thread-safe: Run blocks; Shutdown
+// trials; see TrialAttempt), relays reports and decisions (ReportRelay),
+// heartbeats, and reconnects with backoff when the scheduler goes away.
+// Waiting goes through the injected Clock and Sleeper, so tests drive
+// backoff, heartbeats and outages without real waiting. The process must
+// ignore SIGPIPE (dial-worker's main does): a trial that exits closes its
+// decision pipe under the worker's feet. Thread-safe: Run blocks; Shutdown
 // may be called from any thread (e.g. a signal thread).
 #pragma once
 
@@ -16,14 +20,16 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "dial/v1/service.pb.h"
 #include "storage/checkpoint_store.h"
 #include "worker/gpu_pool.h"
 #include "worker/scheduler_client.h"
+#include "worker/sleeper.h"
 
 namespace dial::worker {
 
-class TrialProcess;
+class TrialAttempt;
 
 struct WorkerOptions {
   SchedulerClient* client = nullptr;  // required, not owned
@@ -45,6 +51,11 @@ struct WorkerOptions {
   absl::Duration outage_limit = absl::Minutes(30);
   // Audit log of acknowledged reports (one line each); empty: none.
   std::string ack_log;
+  // Time for the outage limit; null: real time. Not owned.
+  const Clock* clock = nullptr;
+  // How the worker waits (backoff, heartbeat periods); null: real time.
+  // Not owned. A test gives a fake clock and sleeper that share one time.
+  Sleeper* sleeper = nullptr;
 };
 
 class Worker {
@@ -66,7 +77,7 @@ class Worker {
     std::string study;
     int64_t trial = 0;
     int32_t attempt = 0;
-    TrialProcess* process = nullptr;
+    TrialAttempt* process = nullptr;
     std::string worker_id;  // the id it was acquired under
     bool lost = false;      // that id's lease is gone: killed, not finished
   };
@@ -75,11 +86,30 @@ class Worker {
   // The registered worker id, registering (with backoff) if needed.
   std::string EnsureRegistered();
   void ForgetRegistration(const std::string& stale_id);
+  // Runs one assignment: takes its GPUs, runs the attempt, relays its
+  // reports, and tells the scheduler how it ended (unless it was fenced or
+  // its lease was lost).
   void RunTrial(const std::string& worker_id,
                 const v1::AcquireTrialResponse& assignment);
+  // FinishTrial, retried with backoff while the scheduler is unreachable.
+  void SendFinish(const v1::FinishTrialRequest& finish,
+                  const std::string& name);
+  // Lists a started attempt for heartbeats, Shutdown and lease loss;
+  // returns its key in running_.
+  int64_t Track(const v1::AcquireTrialResponse& assignment,
+                const std::string& worker_id, TrialAttempt* attempt);
+  // Whether its worker id's lease was lost meanwhile.
+  bool Lost(int64_t run);
+  // Unlists it; returns whether the worker is shutting down.
+  bool Untrack(int64_t run);
+  bool Stopping();
   bool Sleep(absl::Duration d);  // false when shutting down
 
   WorkerOptions options_;
+  RealClock real_clock_;
+  RealSleeper real_sleeper_;
+  const Clock* const clock_;
+  Sleeper* const sleeper_;
   // The shared checkpoint root (for PBT copies); null if it cannot be made.
   std::unique_ptr<storage::FileCheckpointStore> checkpoints_;
   absl::Mutex register_mu_;  // one registration at a time

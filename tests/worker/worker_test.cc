@@ -1,0 +1,446 @@
+// Worker against a fake scheduler: registration and lease renewal,
+// registering again after NOT_FOUND, reports buffered through an outage and
+// replayed in order, the outage limit, and fencing. Trials are real child
+// processes (/bin/sh speaking the trial protocol on fds 3 and 4); time moves
+// only through FakeTime, and the tests wait on the fake's state with
+// bounded real-time waits, never on sleeps.
+#include "worker/worker.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "tests/worker/fake_time.h"
+
+namespace dial::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+// Every call the worker made, as the fake scheduler saw it.
+struct Calls {
+  int registers = 0;
+  std::vector<v1::HeartbeatRequest> heartbeats;
+  std::vector<v1::AcquireTrialRequest> acquires;
+  std::vector<int64_t> report_attempts;  // the step of every Report call
+  std::vector<int64_t> delivered;        // steps answered OK, in order
+  std::vector<v1::FinishTrialRequest> finishes;
+  std::vector<size_t> delivered_at_finish;  // delivered.size() at each
+
+  bool HeartbeatFrom(const std::string& id) const {
+    for (const auto& h : heartbeats) {
+      if (h.worker_id() == id) return true;
+    }
+    return false;
+  }
+  bool AcquireFrom(const std::string& id) const {
+    for (const auto& a : acquires) {
+      if (a.worker_id() == id) return true;
+    }
+    return false;
+  }
+};
+
+// A scripted scheduler: registration hands out w1, w2, ...; heartbeats
+// grant `lease`; Acquire long-polls (real time, up to wait_ms) for an
+// offered trial; reports are acknowledged with CONTINUE unless scripted to
+// fail. Thread-safe.
+class FakeScheduler : public SchedulerClient {
+ public:
+  absl::StatusOr<v1::RegisterWorkerResponse> Register(
+      const v1::RegisterWorkerRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    v1::RegisterWorkerResponse response;
+    response.set_worker_id(absl::StrCat("w", ++calls_.registers));
+    return response;
+  }
+
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    calls_.heartbeats.push_back(request);
+    if (not_found_heartbeats_ > 0) {
+      --not_found_heartbeats_;
+      return absl::NotFoundError("unknown worker");
+    }
+    v1::HeartbeatResponse response;
+    response.set_lease_ms(absl::ToInt64Milliseconds(lease_));
+    return response;
+  }
+
+  absl::StatusOr<v1::AcquireTrialResponse> Acquire(
+      const v1::AcquireTrialRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    calls_.acquires.push_back(request);
+    auto ready = [this] {
+      mu_.AssertHeld();
+      return !offers_.empty() || closed_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&ready),
+                         absl::Milliseconds(request.wait_ms()));
+    v1::AcquireTrialResponse response;
+    if (!offers_.empty()) {
+      response = offers_.front();
+      offers_.pop_front();
+    }
+    return response;
+  }
+
+  absl::StatusOr<v1::ReportProgressResponse> Report(
+      const v1::ReportProgressRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    calls_.report_attempts.push_back(request.step());
+    if (unavailable_reports_ > 0) {
+      --unavailable_reports_;
+      return absl::UnavailableError("scheduler down");
+    }
+    if (request.step() == fence_step_) {
+      return absl::FailedPreconditionError("attempt 1 is stale");
+    }
+    calls_.delivered.push_back(request.step());
+    v1::ReportProgressResponse response;
+    response.mutable_decision()->set_action(v1::Decision::CONTINUE);
+    return response;
+  }
+
+  absl::Status Finish(const v1::FinishTrialRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    calls_.finishes.push_back(request);
+    calls_.delivered_at_finish.push_back(calls_.delivered.size());
+    return absl::OkStatus();
+  }
+
+  // Scripting.
+  void Offer(const v1::AcquireTrialResponse& trial) {
+    absl::MutexLock lock(&mu_);
+    offers_.push_back(trial);
+  }
+  void AnswerReportsUnavailable(int n) {
+    absl::MutexLock lock(&mu_);
+    unavailable_reports_ = n;
+  }
+  void FenceAtStep(int64_t step) {
+    absl::MutexLock lock(&mu_);
+    fence_step_ = step;
+  }
+  void AnswerHeartbeatsNotFound(int n) {
+    absl::MutexLock lock(&mu_);
+    not_found_heartbeats_ = n;
+  }
+  void SetLease(absl::Duration lease) {
+    absl::MutexLock lock(&mu_);
+    lease_ = lease;
+  }
+  // Acquire answers at once from now on.
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+
+  // Waits up to `timeout` of real time for `done(calls)`.
+  bool WaitUntil(std::function<bool(const Calls&)> done,
+                 absl::Duration timeout = absl::Seconds(20)) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [&] {
+      mu_.AssertHeld();
+      return done(calls_);
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  }
+  Calls Snapshot() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  Calls calls_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::AcquireTrialResponse> offers_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  int unavailable_reports_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t fence_step_ ABSL_GUARDED_BY(mu_) = -1;
+  int not_found_heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+  // Heartbeats every hour (a quarter of it) unless a test says otherwise,
+  // so their sleeps are told apart from backoff sleeps.
+  absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::Hours(4);
+};
+
+// Trial 7 of study "s", attempt 1: `/bin/sh -c script`.
+v1::AcquireTrialResponse ShellTrial(const std::string& script) {
+  v1::AcquireTrialResponse a;
+  a.mutable_trial()->set_study("s");
+  a.mutable_trial()->set_number(7);
+  a.set_attempt(1);
+  auto* command = a.mutable_run()->mutable_command();
+  command->add_argv("/bin/sh");
+  command->add_argv("-c");
+  command->add_argv(script);
+  return a;
+}
+
+// Shell that reports steps 1..n (metric loss = step), reading a decision
+// after each; exits 3 if the decision pipe closes first.
+std::string ReportSteps(int n) {
+  return absl::StrCat(
+      "s=1; while [ $s -le ", n,
+      " ]; do printf '{\"step\":%d,\"metrics\":{\"loss\":%d}}\\n' $s $s >&3; "
+      "read -r d <&4 || exit 3; s=$((s+1)); done");
+}
+
+bool Alive(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+class WorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // As dial-worker's main: a trial that ends closes its decision pipe.
+    signal(SIGPIPE, SIG_IGN);
+    std::string tmpl = (fs::temp_directory_path() / "dial-worker-XXXXXX");
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+
+  void TearDown() override {
+    if (worker_ != nullptr) StopWorker();
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+
+  WorkerOptions Options() {
+    WorkerOptions o;
+    o.client = &scheduler_;
+    o.clock = &time_;
+    o.sleeper = &time_;
+    o.slots = 1;
+    o.cpus = 1;
+    o.host = "test-host";
+    o.work_dir = dir_.string();
+    o.checkpoint_root = (dir_ / "checkpoints").string();
+    o.acquire_wait = absl::Seconds(60);
+    o.grace = absl::Seconds(5);
+    return o;
+  }
+
+  void StartWorker(const WorkerOptions& options) {
+    worker_ = std::make_unique<Worker>(options);
+    thread_ = std::thread([this] {
+      run_status_ = worker_->Run();
+      run_done_.Notify();
+    });
+  }
+
+  // Shuts the worker down and waits for Run to return. While trials end,
+  // the worker keeps heartbeating on (fake) time: time is moved on until
+  // it is done.
+  void StopWorker() {
+    worker_->Shutdown();
+    scheduler_.Close();
+    for (int i = 0; i < 400; ++i) {
+      if (run_done_.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
+        break;
+      }
+      time_.Advance(absl::Hours(1));
+    }
+    EXPECT_TRUE(run_done_.HasBeenNotified()) << "Worker::Run did not return";
+    thread_.join();
+    EXPECT_TRUE(run_status_.ok()) << run_status_;
+    worker_.reset();
+  }
+
+  std::string Path(const std::string& name) const {
+    return (dir_ / name).string();
+  }
+
+  fs::path dir_;
+  FakeScheduler scheduler_;
+  testing::FakeTime time_;
+  std::unique_ptr<Worker> worker_;
+  std::thread thread_;
+  absl::Notification run_done_;
+  absl::Status run_status_;
+};
+
+TEST_F(WorkerTest, RegistersAndRenewsItsLeaseEveryQuarterLease) {
+  scheduler_.SetLease(absl::Seconds(4));
+  // Reports once, then waits for decisions until it is told to go.
+  scheduler_.Offer(ShellTrial(absl::StrCat(ReportSteps(1), "; read -r d <&4")));
+  StartWorker(Options());
+
+  ASSERT_TRUE(scheduler_.WaitUntil([](const Calls& c) {
+    return c.heartbeats.size() == 1 && c.delivered.size() == 1;
+  }));
+  // The next heartbeat waits a quarter of the lease, on the injected time.
+  ASSERT_TRUE(time_.AwaitSleep(absl::Seconds(1)));
+  Calls calls = scheduler_.Snapshot();
+  EXPECT_EQ(calls.registers, 1);
+  EXPECT_EQ(calls.heartbeats[0].worker_id(), "w1");
+  ASSERT_FALSE(calls.acquires.empty());
+  EXPECT_EQ(calls.acquires[0].worker_id(), "w1");
+
+  time_.Advance(absl::Milliseconds(999));
+  EXPECT_EQ(scheduler_.Snapshot().heartbeats.size(), 1u) << "renewed early";
+  time_.Advance(absl::Milliseconds(1));
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.heartbeats.size() == 2; }));
+  ASSERT_TRUE(time_.AwaitSleep(absl::Seconds(1)));
+  calls = scheduler_.Snapshot();
+  EXPECT_EQ(calls.registers, 1);
+  const v1::HeartbeatRequest& renewal = calls.heartbeats[1];
+  EXPECT_EQ(renewal.worker_id(), "w1");
+  // The lease covers the running trial.
+  ASSERT_EQ(renewal.running_size(), 1);
+  EXPECT_EQ(renewal.running(0).study(), "s");
+  EXPECT_EQ(renewal.running(0).trial(), 7);
+  EXPECT_EQ(renewal.running(0).attempt(), 1);
+
+  // Shutting down asks the trial to end (SIGTERM) and hands it back.
+  StopWorker();
+  calls = scheduler_.Snapshot();
+  ASSERT_EQ(calls.finishes.size(), 1u);
+  EXPECT_TRUE(calls.finishes[0].requeue());
+  EXPECT_EQ(calls.finishes[0].worker_id(), "w1");
+}
+
+TEST_F(WorkerTest, RegistersAgainAfterNotFoundAndKillsTheOldIdsTrials) {
+  scheduler_.SetLease(absl::Seconds(4));
+  const std::string pid_file = Path("pid");
+  const std::string marker = Path("survived");
+  scheduler_.Offer(
+      ShellTrial(absl::StrCat("echo $$ > ", pid_file, "; ", ReportSteps(1),
+                              "; read -r d <&4; ", "echo yes > ", marker)));
+  StartWorker(Options());
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.delivered.size() == 1; }));
+  ASSERT_TRUE(time_.AwaitSleep(absl::Seconds(1)));
+  pid_t pid = 0;
+  std::ifstream(pid_file) >> pid;
+  ASSERT_GT(pid, 0);
+
+  scheduler_.AnswerHeartbeatsNotFound(1);
+  time_.Advance(absl::Seconds(1));
+  // The slot comes back for work under the new id only once the old id's
+  // trial has been killed and reaped.
+  ASSERT_TRUE(scheduler_.WaitUntil([](const Calls& c) {
+    return c.HeartbeatFrom("w2") && c.AcquireFrom("w2");
+  }));
+  const Calls calls = scheduler_.Snapshot();
+  EXPECT_EQ(calls.registers, 2);
+  EXPECT_THAT(calls.finishes, IsEmpty()) << "a lost trial was finished";
+  EXPECT_FALSE(Alive(pid));
+  EXPECT_FALSE(fs::exists(marker)) << "the trial was not killed";
+}
+
+TEST_F(WorkerTest, BuffersReportsWhileTheSchedulerIsUnavailable) {
+  // The first two Report calls fail: step 1, then step 1 again when step 2
+  // comes. Step 3's call finds the scheduler back and replays in order.
+  scheduler_.AnswerReportsUnavailable(2);
+  WorkerOptions options = Options();
+  options.report_buffer = 1;  // step 2 waits in the spill file
+  scheduler_.Offer(ShellTrial(ReportSteps(3)));
+  StartWorker(options);
+
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.finishes.size() == 1; }));
+  const Calls calls = scheduler_.Snapshot();
+  EXPECT_THAT(calls.report_attempts, ElementsAre(1, 1, 1, 2, 3));
+  EXPECT_THAT(calls.delivered, ElementsAre(1, 2, 3));
+  const v1::FinishTrialRequest& finish = calls.finishes[0];
+  EXPECT_EQ(finish.error(), "");
+  EXPECT_FALSE(finish.requeue());
+  EXPECT_EQ(finish.final_metrics().at("loss"), 3.0);
+}
+
+TEST_F(WorkerTest, ReplaysBufferedReportsWithBackoffAfterTheTrialEnds) {
+  // Down for both of the trial's reports and the first two retries after
+  // it exits.
+  scheduler_.AnswerReportsUnavailable(4);
+  scheduler_.Offer(ShellTrial(ReportSteps(2)));
+  StartWorker(Options());
+
+  ASSERT_TRUE(time_.AwaitSleep(absl::Milliseconds(200)));
+  EXPECT_THAT(scheduler_.Snapshot().report_attempts, ElementsAre(1, 1, 1));
+  time_.Advance(absl::Milliseconds(200));
+  ASSERT_TRUE(time_.AwaitSleep(absl::Milliseconds(400)));
+  Calls calls = scheduler_.Snapshot();
+  EXPECT_THAT(calls.report_attempts, ElementsAre(1, 1, 1, 1));
+  EXPECT_THAT(calls.delivered, IsEmpty());
+  EXPECT_THAT(calls.finishes, IsEmpty()) << "finished before its reports";
+
+  time_.Advance(absl::Milliseconds(400));
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.finishes.size() == 1; }));
+  calls = scheduler_.Snapshot();
+  EXPECT_THAT(calls.report_attempts, ElementsAre(1, 1, 1, 1, 1, 2));
+  EXPECT_THAT(calls.delivered, ElementsAre(1, 2));
+  EXPECT_THAT(calls.delivered_at_finish, ElementsAre(2));
+  EXPECT_EQ(calls.finishes[0].error(), "");
+  EXPECT_EQ(calls.finishes[0].final_metrics().at("loss"), 2.0);
+}
+
+TEST_F(WorkerTest, GivesUpOnBufferedReportsAfterTheOutageLimit) {
+  scheduler_.AnswerReportsUnavailable(1000);
+  WorkerOptions options = Options();
+  options.outage_limit = absl::Seconds(1);
+  scheduler_.Offer(ShellTrial(ReportSteps(1)));
+  StartWorker(options);
+
+  ASSERT_TRUE(time_.AwaitSleep(absl::Milliseconds(200)));
+  // Past the limit on the injected clock: the next failure is the last.
+  time_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.acquires.size() >= 2; }));
+  const Calls calls = scheduler_.Snapshot();
+  EXPECT_THAT(calls.report_attempts, ElementsAre(1, 1, 1));
+  EXPECT_THAT(calls.delivered, IsEmpty());
+  // Its outcome is unknown to the scheduler, which requeues it when the
+  // lease runs out; finishing it would skip the lost reports.
+  EXPECT_THAT(calls.finishes, IsEmpty());
+  EXPECT_THAT(time_.Requested(),
+              ::testing::Not(::testing::Contains(absl::Milliseconds(400))));
+}
+
+TEST_F(WorkerTest, AFencedReportKillsTheTrialWhichIsNotFinished) {
+  scheduler_.FenceAtStep(2);
+  const std::string pid_file = Path("pid");
+  const std::string marker = Path("survived");
+  // After step 2 it waits for a decision that never comes (a decision
+  // would let it leave the marker); only a kill ends it soon.
+  scheduler_.Offer(ShellTrial(absl::StrCat(
+      "echo $$ > ", pid_file, "; ", ReportSteps(2), "; echo yes > ", marker)));
+  StartWorker(Options());
+
+  // Without the kill the worker would wait 30 s for the trial to exit.
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.acquires.size() >= 2; }));
+  const Calls calls = scheduler_.Snapshot();
+  EXPECT_THAT(calls.report_attempts, ElementsAre(1, 2));
+  EXPECT_THAT(calls.delivered, ElementsAre(1));
+  EXPECT_THAT(calls.finishes, IsEmpty()) << "a fenced attempt was finished";
+  EXPECT_EQ(calls.acquires[1].worker_id(), "w1");
+  pid_t pid = 0;
+  std::ifstream(pid_file) >> pid;
+  ASSERT_GT(pid, 0);
+  EXPECT_FALSE(Alive(pid));
+  EXPECT_FALSE(fs::exists(marker)) << "the trial was not killed";
+}
+
+}  // namespace
+}  // namespace dial::worker

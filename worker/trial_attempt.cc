@@ -1,0 +1,185 @@
+#include "worker/trial_attempt.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/trial_protocol.h"
+#include "google/protobuf/util/json_util.h"
+#include "spdlog/spdlog.h"
+
+namespace dial::worker {
+namespace {
+
+const char* ActionName(v1::Decision::Action action) {
+  switch (action) {
+    case v1::Decision::STOP:
+      return "STOP";
+    case v1::Decision::PAUSE:
+      return "PAUSE";
+    case v1::Decision::EXPLOIT:
+      return "EXPLOIT";
+    default:
+      return "CONTINUE";
+  }
+}
+
+std::string AttemptName(const v1::AcquireTrialResponse& a) {
+  return absl::StrCat(a.trial().study(), "/", a.trial().number(), " attempt ",
+                      a.attempt());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
+    const TrialAttemptOptions& options) {
+  const v1::AcquireTrialResponse& a = options.assignment;
+  const v1::Trial& trial = a.trial();
+  TrialProcessOptions p;
+  if (a.run().has_trainer()) {
+    p.argv = {options.trainer_path};
+    std::string knobs;
+    (void)google::protobuf::util::MessageToJsonString(a.run().trainer(),
+                                                      &knobs);
+    p.env[kEnvTrainerKnobs] = knobs;
+  } else {
+    p.argv.assign(a.run().command().argv().begin(),
+                  a.run().command().argv().end());
+    for (const auto& [k, v] : a.run().command().env()) p.env[k] = v;
+  }
+  const std::string threads = std::to_string(options.cpu_threads);
+  p.env[kEnvStudy] = trial.study();
+  p.env[kEnvTrial] = std::to_string(trial.number());
+  p.env[kEnvAttempt] = std::to_string(a.attempt());
+  p.env[kEnvTrialParams] = ParamsJson(trial.params());
+  p.env[kEnvCheckpointRoot] = options.checkpoint_root;
+  p.env[kEnvCheckpointDir] = absl::StrCat(options.checkpoint_root, "/",
+                                          trial.study(), "/", trial.number());
+  p.env[kEnvRestoreCheckpoint] = a.restore_checkpoint();
+  p.env[kEnvStartStep] = std::to_string(a.start_step());
+  p.env[kEnvCpuThreads] = threads;
+  p.env["OMP_NUM_THREADS"] = threads;
+  p.env["MKL_NUM_THREADS"] = threads;
+  p.env["OPENBLAS_NUM_THREADS"] = "1";
+  p.env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(options.gpus, ",");
+  const std::string log = absl::StrCat(options.work_dir, "/", trial.study(),
+                                       "-", trial.number(), "-a", a.attempt());
+  p.stdout_path = log + ".out";
+  p.stderr_path = log + ".err";
+
+  spdlog::info("{}: starting {}{}", AttemptName(a),
+               p.argv.empty() ? "" : p.argv[0],
+               a.restore_checkpoint().empty()
+                   ? ""
+                   : " from checkpoint " + a.restore_checkpoint());
+  auto process = TrialProcess::Start(p);
+  if (!process.ok()) return process.status();
+  return std::unique_ptr<TrialAttempt>(
+      new TrialAttempt(options, std::move(*process)));
+}
+
+TrialAttempt::TrialAttempt(const TrialAttemptOptions& options,
+                           std::unique_ptr<TrialProcess> process)
+    : options_(options),
+      name_(AttemptName(options.assignment)),
+      process_(std::move(process)) {}
+
+AttemptEnd TrialAttempt::RelayReports(ReportRelay& relay) {
+  const v1::AcquireTrialResponse& a = options_.assignment;
+  const v1::Trial& trial = a.trial();
+  AttemptEnd end;
+  const absl::Duration timeout = a.run().timeout_s() > 0
+                                     ? absl::Seconds(a.run().timeout_s())
+                                     : absl::InfiniteDuration();
+  while (auto line = process_->ReadLine(timeout, &end.hung)) {
+    auto report = ParseReport(*line);
+    if (!report.ok()) {
+      end.protocol_error = std::string(report.status().message());
+      break;
+    }
+    v1::ReportProgressRequest request;
+    request.set_worker_id(options_.worker_id);
+    request.set_study(trial.study());
+    request.set_trial(trial.number());
+    request.set_attempt(a.attempt());
+    request.set_step(report->step);
+    for (const auto& [k, v] : report->metrics) {
+      (*request.mutable_metrics())[k] = v;
+    }
+    request.set_checkpoint(report->checkpoint);
+    auto decision = relay.Send(request);
+    if (!decision.ok()) {
+      if (absl::IsFailedPrecondition(decision.status())) {
+        spdlog::warn("{}: {}; killing it", name_,
+                     std::string(decision.status().message()));
+        end.fenced = true;
+      } else {
+        end.protocol_error = std::string(decision.status().message());
+      }
+      break;
+    }
+    end.last_metrics = report->metrics;
+    TrialDecision out{ActionName(decision->action()), decision->reason(), "",
+                      ""};
+    if (decision->action() == v1::Decision::EXPLOIT) {
+      // A private copy of the source checkpoint: the source may be deleted
+      // later, the copy may not.
+      auto copy =
+          options_.checkpoints
+              ? options_.checkpoints->CopyInto(decision->source_checkpoint(),
+                                               trial.study(), trial.number())
+              : absl::StatusOr<storage::CheckpointInfo>(
+                    absl::FailedPreconditionError("no checkpoint root"));
+      if (!copy.ok()) {
+        end.protocol_error = absl::StrCat("cannot copy checkpoint ",
+                                          decision->source_checkpoint(), ": ",
+                                          copy.status().message());
+        break;
+      }
+      out.checkpoint = copy->id;
+      out.params_json = ParamsJson(decision->new_params());
+    }
+    if (!process_->WriteLine(EncodeDecision(out)).ok()) break;
+    if (decision->action() == v1::Decision::STOP ||
+        decision->action() == v1::Decision::PAUSE) {
+      // Told to end: it gets a grace period to exit, then its group is
+      // killed, whether or not it keeps talking.
+      end.stop_sent = true;
+      break;
+    }
+  }
+  if (end.hung) {
+    end.protocol_error = absl::StrCat("no report for ", a.run().timeout_s(),
+                                      " s (trial.timeout_s): hung, killed");
+  }
+  return end;
+}
+
+int TrialAttempt::Stop(bool kill, absl::Duration grace) {
+  if (kill) process_->Signal(SIGKILL);
+  return process_->WaitOrKill(grace);
+}
+
+void TrialAttempt::DescribeOutcome(const AttemptEnd& end, int wait_status,
+                                   v1::FinishTrialRequest* finish) const {
+  if (!end.protocol_error.empty()) {
+    finish->set_error(end.hung ? end.protocol_error
+                               : "trial protocol error: " + end.protocol_error);
+    finish->set_stderr_tail(process_->StderrTail(20));
+  } else if (end.stop_sent ||
+             (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0)) {
+    for (const auto& [k, v] : end.last_metrics) {
+      (*finish->mutable_final_metrics())[k] = v;
+    }
+  } else {
+    finish->set_error(DescribeExit(wait_status));
+    finish->set_stderr_tail(process_->StderrTail(20));
+  }
+}
+
+void TrialAttempt::Signal(int signal) { process_->Signal(signal); }
+
+}  // namespace dial::worker

@@ -1,0 +1,89 @@
+// TrialAttempt: one attempt of a trial as a child process that speaks the
+// trial protocol. It builds the command line and environment from the
+// scheduler's assignment, starts the process (TrialProcess), reads its
+// reports, hands each to a ReportRelay and writes the decision back
+// (copying the source checkpoint for a PBT EXPLOIT), and stops or kills it
+// at the end. What the scheduler hears of it is the relay's business; when
+// it is finished, and whether, is the worker's. Not thread-safe: one owner
+// thread, except Signal, which any thread may call.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dial/v1/service.pb.h"
+#include "storage/checkpoint_store.h"
+#include "worker/report_relay.h"
+#include "worker/trial_process.h"
+
+namespace dial::worker {
+
+struct TrialAttemptOptions {
+  std::string worker_id;  // the id the trial was acquired under
+  v1::AcquireTrialResponse assignment;
+  std::vector<std::string> gpus;  // its devices (CUDA_VISIBLE_DEVICES)
+  int cpu_threads = 1;
+  std::string trainer_path;     // dial-train, for trainer trials
+  std::string work_dir;         // the process's stdout and stderr files
+  std::string checkpoint_root;  // shared with the scheduler and trials
+  // Where EXPLOIT copies a source checkpoint; null: EXPLOIT fails the
+  // attempt. Not owned.
+  storage::FileCheckpointStore* checkpoints = nullptr;
+};
+
+// How the report loop ended.
+struct AttemptEnd {
+  // The scheduler refused the attempt (see ReportRelay::Send): kill the
+  // process, do not finish the attempt.
+  bool fenced = false;
+  bool stop_sent = false;  // told to STOP or PAUSE
+  bool hung = false;       // no report for run.timeout_s
+  // Set when the attempt failed by breaking the protocol (or hanging).
+  std::string protocol_error;
+  // The metrics of the last report that got a decision.
+  std::map<std::string, double> last_metrics;
+};
+
+class TrialAttempt {
+ public:
+  // Starts the process. INVALID_ARGUMENT for an empty command, UNAVAILABLE
+  // when it cannot be started (pipes, log files, fork). A program that
+  // cannot be executed starts and exits with code 127.
+  static absl::StatusOr<std::unique_ptr<TrialAttempt>> Start(
+      const TrialAttemptOptions& options);
+
+  // "study/3 attempt 1", for log lines.
+  const std::string& name() const { return name_; }
+
+  // Relays reports until the process closes its report pipe, is told to
+  // STOP or PAUSE (the decision has been written), hangs, breaks the
+  // protocol, or is fenced.
+  AttemptEnd RelayReports(ReportRelay& relay);
+
+  // Ends the process: with `kill`, SIGKILLs its group at once; otherwise
+  // waits up to `grace` for it to exit and then kills the group. Returns
+  // the wait status.
+  int Stop(bool kill, absl::Duration grace);
+
+  // Fills in how the attempt ended for the scheduler: final metrics, or an
+  // error with the tail of stderr. `wait_status` is Stop's.
+  void DescribeOutcome(const AttemptEnd& end, int wait_status,
+                       v1::FinishTrialRequest* finish) const;
+
+  // Sends `signal` to the process group; any thread.
+  void Signal(int signal);
+
+ private:
+  TrialAttempt(const TrialAttemptOptions& options,
+               std::unique_ptr<TrialProcess> process);
+
+  const TrialAttemptOptions options_;
+  const std::string name_;
+  const std::unique_ptr<TrialProcess> process_;
+};
+
+}  // namespace dial::worker
