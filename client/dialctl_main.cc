@@ -1,12 +1,13 @@
 // dialctl: the command-line client. Human-readable tables by default,
 // --json for scripts; any error is one line on stderr and a non-zero exit.
+// This file parses flags and holds the command table; what is printed comes
+// from client/format.h, the PBT lineage and replay logic from
+// client/lineage.h.
 #include <google/protobuf/util/json_util.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -20,14 +21,14 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "client/client.h"
+#include "client/format.h"
+#include "client/lineage.h"
 #include "common/flags.h"
 #include "common/spec.h"
 #include "common/trial_protocol.h"
-#include "google/protobuf/util/time_util.h"
-#include "searchers/space.h"
 
 ABSL_FLAG(std::string, scheduler, "",
           "Scheduler address (default: $DIAL_SCHEDULER or 127.0.0.1:7070)");
@@ -57,405 +58,116 @@ namespace {
 
 using dial::client::DialClient;
 namespace v1 = dial::v1;
+namespace cli = dial::client;
 
-constexpr char kUsage[] = R"(dialctl: the Dial command-line client
+// Positional arguments: GROUP VERB [ARGS...].
+using Args = std::vector<std::string>;
+using Handler = int (*)(DialClient& client, const Args& args);
 
-usage: dialctl [--scheduler=ADDR] [--json] COMMAND ARGS
-
-  study create -f SPEC          create a study from a YAML or JSON spec
-  study list                    list studies
-  study get STUDY               show a study
-  study watch STUDY             live progress until the study ends
-  study stop STUDY              stop suggesting new trials
-  study update STUDY --max-trials=N [--max-parallel-trials=N]
-  study delete STUDY            delete a study and its trials
-  trials list STUDY [--state=S] list trials (S: PENDING,RUNNING,...)
-  trials best STUDY [--count=N] the best completed trials
-  trials get STUDY N            one trial with its metric history
-  trials lineage STUDY N        the hyperparameter schedule behind a PBT trial
-  trials evaluate STUDY N [--split=test] [--checkpoint-root=DIR]
-                                evaluate a trial's latest checkpoint on the
-                                held-out test split (runs dial-train here)
-  study replay STUDY N -o FILE  a spec that retrains that schedule in one trial
-  admin backup PATH             copy the scheduler's database, while it runs,
-                                to PATH: an absolute path on the scheduler's
-                                machine (raise --timeout-s for a large one)
-)";
+struct Command {
+  const char* group;
+  const char* verb;
+  // The arguments and flags after the verb, and what it does (lines split
+  // by "\n"; may be empty), for the usage text.
+  const char* synopsis;
+  const char* help;
+  // Whether the command's third word is a STUDY, checked before the handler
+  // runs.
+  bool takes_study;
+  Handler handler;
+};
 
 int Fail(const absl::Status& status) {
-  std::cerr << "dialctl: " << absl::StatusCodeToString(status.code()) << ": "
-            << status.message() << "\n";
+  std::cerr << cli::FormatError(status);
   return 1;
 }
 
+std::string UsageText();
+
 int Usage(const std::string& why) {
-  std::cerr << "dialctl: " << why << "\n\n" << kUsage;
+  std::cerr << "dialctl: " << why << "\n\n" << UsageText();
   return 2;
 }
 
-std::string ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.preserve_proto_field_names = true;
-  std::string out;
-  auto status =
-      google::protobuf::util::MessageToJsonString(message, &out, options);
-  return status.ok() ? out : "{}";
+bool Json() { return absl::GetFlag(FLAGS_json); }
+
+// Parses args[3] as a trial number.
+bool TrialNumber(const Args& args, int64_t* number) {
+  return args.size() >= 4 && absl::SimpleAtoi(args[3], number);
 }
 
-std::string Time(const google::protobuf::Timestamp& t) {
-  if (t.seconds() == 0 && t.nanos() == 0) return "-";
-  std::string s = google::protobuf::util::TimeUtil::ToString(t);
-  // 2026-12-02T11:02:45.123Z -> 2026-12-02 11:02:45
-  s = s.substr(0, 19);
-  if (s.size() > 10) s[10] = ' ';
-  return s;
-}
-
-std::string Number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.6g", v);
-  return buf;
-}
-
-std::string Params(const v1::Trial& trial) {
-  std::vector<std::string> keys;
-  for (const auto& [k, v] : trial.params()) keys.push_back(k);
-  std::sort(keys.begin(), keys.end());
-  std::vector<std::string> parts;
-  for (const auto& k : keys) {
-    const auto& v = trial.params().at(k);
-    parts.push_back(absl::StrCat(k, "=",
-                                 v.has_double_value()
-                                     ? Number(v.double_value())
-                                     : dial::searchers::ParamValueToString(v)));
+int StudyCreate(DialClient& client, const Args& args) {
+  const std::string file = absl::GetFlag(FLAGS_f);
+  if (file.empty()) return Usage("study create needs -f SPEC");
+  auto spec = dial::LoadStudySpecFile(file);
+  if (!spec.ok()) return Fail(spec.status());
+  auto study = client.CreateStudy(*spec);
+  if (!study.ok()) return Fail(study.status());
+  if (Json()) {
+    std::cout << cli::ToJson(*study) << "\n";
+  } else {
+    std::cout << "created study " << study->name() << "\n";
   }
-  return absl::StrJoin(parts, " ");
-}
-
-std::string StateName(v1::TrialState s) { return v1::TrialState_Name(s); }
-std::string StudyStateName(v1::StudyState s) {
-  std::string name = v1::StudyState_Name(s);
-  return name.rfind("STUDY_", 0) == 0 ? name.substr(6) : name;
-}
-
-void PrintTable(const std::vector<std::string>& header,
-                const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width(header.size());
-  for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
-  for (const auto& row : rows) {
-    for (size_t i = 0; i < row.size() && i < width.size(); ++i) {
-      width[i] = std::max(width[i], row[i].size());
-    }
-  }
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string out;
-    for (size_t i = 0; i < cells.size(); ++i) {
-      out += cells[i];
-      if (i + 1 < cells.size())
-        out += std::string(width[i] - cells[i].size() + 2, ' ');
-    }
-    std::cout << out << "\n";
-  };
-  line(header);
-  for (const auto& row : rows) line(row);
-}
-
-std::string Counts(const v1::Study& study) {
-  std::vector<std::string> parts;
-  for (const char* s :
-       {"COMPLETED", "RUNNING", "PENDING", "PAUSED", "STOPPED", "FAILED"}) {
-    auto it = study.trial_counts().find(s);
-    if (it != study.trial_counts().end() && it->second > 0) {
-      parts.push_back(absl::StrCat(it->second, " ", absl::AsciiStrToLower(s)));
-    }
-  }
-  return parts.empty() ? "none" : absl::StrJoin(parts, ", ");
-}
-
-void PrintStudies(const std::vector<v1::Study>& studies) {
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& s : studies) {
-    rows.push_back(
-        {s.name(), StudyStateName(s.state()),
-         absl::StrCat(s.trials_created(), "/", s.spec().budget().max_trials()),
-         absl::StrCat(
-             s.spec().objective().metric(), " (",
-             s.spec().objective().goal() == v1::MAXIMIZE ? "max" : "min", ")"),
-         Time(s.create_time())});
-  }
-  PrintTable({"STUDY", "STATE", "TRIALS", "OBJECTIVE", "CREATED"}, rows);
-}
-
-void PrintStudy(const v1::Study& s) {
-  const auto& spec = s.spec();
-  std::cout << "study:       " << s.name() << "\n"
-            << "state:       " << StudyStateName(s.state()) << "\n"
-            << "objective:   " << spec.objective().metric() << " ("
-            << v1::Goal_Name(spec.objective().goal()) << ")\n"
-            << "searcher:    "
-            << spec.searcher()
-                   .GetDescriptor()
-                   ->FindFieldByNumber(spec.searcher().kind_case())
-                   ->name()
-            << "\n"
-            << "scheduler:   "
-            << spec.scheduler()
-                   .GetDescriptor()
-                   ->FindFieldByNumber(spec.scheduler().kind_case())
-                   ->name()
-            << "\n"
-            << "trials:      " << s.trials_created() << " of "
-            << spec.budget().max_trials() << " created (" << Counts(s)
-            << "), at most " << spec.budget().max_parallel_trials()
-            << " at once\n"
-            << "created:     " << Time(s.create_time()) << "\n";
-  std::cout << "parameters:\n";
-  for (const auto& p : spec.search_space()) {
-    std::string domain;
-    switch (p.domain_case()) {
-      case v1::ParameterSpec::kFloat:
-        domain = absl::StrCat("float [", Number(p.float_().min()), ", ",
-                              Number(p.float_().max()), "]",
-                              p.float_().scale() == v1::LOG ? " log" : "");
-        break;
-      case v1::ParameterSpec::kInt:
-        domain = absl::StrCat("int [", p.int_().min(), ", ", p.int_().max(),
-                              "]", p.int_().scale() == v1::LOG ? " log" : "");
-        break;
-      case v1::ParameterSpec::kCategorical:
-        domain = absl::StrCat(
-            "one of {", absl::StrJoin(p.categorical().values(), ", "), "}");
-        break;
-      case v1::ParameterSpec::kDiscrete: {
-        std::vector<std::string> values;
-        for (double v : p.discrete().values()) values.push_back(Number(v));
-        domain = absl::StrCat("one of {", absl::StrJoin(values, ", "), "}");
-        break;
-      }
-      default:
-        break;
-    }
-    std::cout << "  " << p.name() << ": " << domain;
-    for (const auto& [parent, values] : p.when()) {
-      std::vector<std::string> vs;
-      for (const auto& v : values.values()) {
-        vs.push_back(v.has_string_value() ? v.string_value()
-                                          : Number(v.number_value()));
-      }
-      std::cout << "  when " << parent << " in {" << absl::StrJoin(vs, ", ")
-                << "}";
-    }
-    std::cout << "\n";
-  }
-}
-
-std::string Value(const v1::Trial& t) {
-  return t.has_objective_value() ? Number(t.objective_value()) : "-";
-}
-
-void PrintTrials(const std::vector<v1::Trial>& trials) {
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& t : trials) {
-    rows.push_back({std::to_string(t.number()), StateName(t.state()), Value(t),
-                    t.last_step() < 0 ? "-" : std::to_string(t.last_step()),
-                    Params(t)});
-  }
-  PrintTable({"TRIAL", "STATE", "VALUE", "STEP", "PARAMS"}, rows);
-}
-
-void PrintTrial(const v1::Trial& t, const std::string& metric) {
-  std::cout << "trial:    " << t.number() << " of " << t.study() << "\n"
-            << "state:    " << StateName(t.state()) << "\n"
-            << "value:    " << Value(t) << " (" << metric << ")\n"
-            << "params:   " << Params(t) << "\n"
-            << "started:  " << Time(t.start_time()) << "\n"
-            << "ended:    " << Time(t.end_time()) << "\n";
-  if (!t.client_id().empty())
-    std::cout << "client:   " << t.client_id() << "\n";
-  if (!t.checkpoint().empty()) {
-    std::cout << "checkpoint: " << t.checkpoint() << "\n";
-  }
-  if (!t.error().empty()) std::cout << "error:    " << t.error() << "\n";
-  if (!t.final_metrics().empty()) {
-    std::vector<std::string> parts;
-    for (const auto& [k, v] : t.final_metrics()) {
-      parts.push_back(absl::StrCat(k, "=", Number(v)));
-    }
-    std::sort(parts.begin(), parts.end());
-    std::cout << "final:    " << absl::StrJoin(parts, " ") << "\n";
-  }
-  if (t.metric_history().empty()) return;
-  std::vector<std::string> names;
-  for (const auto& point : t.metric_history()) {
-    for (const auto& [k, v] : point.metrics()) {
-      if (std::find(names.begin(), names.end(), k) == names.end()) {
-        names.push_back(k);
-      }
-    }
-  }
-  std::sort(names.begin(), names.end());
-  std::vector<std::string> header = {"STEP"};
-  header.insert(header.end(), names.begin(), names.end());
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& point : t.metric_history()) {
-    std::vector<std::string> row = {std::to_string(point.step())};
-    for (const auto& n : names) {
-      auto it = point.metrics().find(n);
-      row.push_back(it == point.metrics().end() ? "-" : Number(it->second));
-    }
-    rows.push_back(std::move(row));
-  }
-  std::cout << "history:\n";
-  PrintTable(header, rows);
-}
-
-std::string ProgressLine(const v1::StudyEvent& event) {
-  const v1::Study& s = event.study();
-  auto count = [&](const char* state) {
-    auto it = s.trial_counts().find(state);
-    return it == s.trial_counts().end() ? 0 : it->second;
-  };
-  const int max_trials = std::max(1, s.spec().budget().max_trials());
-  const int finished = count("COMPLETED") + count("STOPPED") + count("FAILED");
-  const int bar_width = 30;
-  const int filled = std::min(bar_width, finished * bar_width / max_trials);
-  std::string line = absl::StrCat(
-      "[", std::string(filled, '#'), std::string(bar_width - filled, '.'), "] ",
-      finished, "/", max_trials, " done, ", count("RUNNING"), " running, ",
-      count("PENDING"), " pending");
-  if (event.has_best_trial()) {
-    absl::StrAppend(&line, " | best ", s.spec().objective().metric(), "=",
-                    Value(event.best_trial()), " (trial ",
-                    event.best_trial().number(), ": ",
-                    Params(event.best_trial()), ")");
-  }
-  return line;
-}
-
-// One stretch of a PBT schedule: `trial`'s run with `params`, covering
-// steps [from, to) of the weights' own training (copies carry their age).
-struct Segment {
-  int64_t from = 0, to = 0, trial = 0;
-  google::protobuf::Map<std::string, v1::ParamValue> params;
-};
-
-// The segments that produced `number`'s weights at its step `until`:
-// follows the last exploit back to its source, recursively.
-absl::Status Schedule(DialClient& client, const std::string& study,
-                      int64_t number, int64_t until, int depth,
-                      std::vector<Segment>* out) {
-  if (depth > 1000) return absl::InternalError("lineage has a cycle");
-  auto t = client.GetTrial(study, number);
-  if (!t.ok()) return t.status();
-  const v1::LineageEntry* last = nullptr;
-  for (const auto& e : t->lineage()) {
-    if (e.step() <= until) last = &e;
-  }
-  if (last == nullptr) {
-    Segment s{0, until, number,
-              t->lineage().empty() ? t->params() : t->lineage(0).old_params()};
-    out->push_back(s);
-    return absl::OkStatus();
-  }
-  auto status = Schedule(client, study, last->source_trial(),
-                         last->source_step(), depth + 1, out);
-  if (!status.ok()) return status;
-  // The copied weights had trained `start` steps (in their own lineage);
-  // this trial then trained them until - step more with its new params.
-  const int64_t start = out->back().to;
-  out->push_back(
-      {start, start + (until - last->step()), number, last->new_params()});
-  return absl::OkStatus();
-}
-
-std::string ParamsOf(
-    const google::protobuf::Map<std::string, v1::ParamValue>& p) {
-  v1::Trial t;
-  *t.mutable_params() = p;
-  return Params(t);
-}
-
-int Lineage(DialClient& client, const std::string& study, int64_t number,
-            const std::string& out_file) {
-  auto t = client.GetTrial(study, number);
-  if (!t.ok()) return Fail(t.status());
-  std::vector<Segment> segments;
-  auto status = Schedule(client, study, number, t->last_step(), 0, &segments);
-  if (!status.ok()) return Fail(status);
-  if (out_file.empty()) {
-    std::vector<std::vector<std::string>> rows;
-    for (const auto& s : segments) {
-      rows.push_back({absl::StrCat(s.from, "-", s.to), std::to_string(s.trial),
-                      ParamsOf(s.params)});
-    }
-    PrintTable({"STEPS", "TRIAL", "PARAMS"}, rows);
-    return 0;
-  }
-  // Replay: the study's spec, one trial, the schedule as a trainer knob.
-  auto studied = client.GetStudy(study);
-  if (!studied.ok()) return Fail(studied.status());
-  v1::StudySpec spec = studied->spec();
-  if (!spec.trial().has_trainer()) {
-    return Fail(absl::FailedPreconditionError(
-        "study replay needs a study whose trials run the built-in trainer"));
-  }
-  std::string schedule;
-  for (const auto& s : segments) {
-    google::protobuf::Struct knobs;
-    for (const auto& [k, v] : s.params) {
-      if (v.has_string_value()) {
-        (*knobs.mutable_fields())[k].set_string_value(v.string_value());
-      } else {
-        (*knobs.mutable_fields())[k].set_number_value(
-            v.has_double_value() ? v.double_value() : double(v.int_value()));
-      }
-    }
-    std::string json;
-    (void)google::protobuf::util::MessageToJsonString(knobs, &json);
-    absl::StrAppend(&schedule, schedule.empty() ? "" : ";", s.from, ":", json);
-  }
-  spec.set_name(absl::StrCat(study, "-replay-", number).substr(0, 64));
-  spec.clear_search_space();
-  auto* p = spec.add_search_space();
-  p->set_name("schedule");
-  p->mutable_categorical()->add_values(schedule);
-  spec.mutable_scheduler()->Clear();
-  spec.mutable_scheduler()->mutable_fifo();
-  spec.mutable_searcher()->Clear();
-  spec.mutable_searcher()->mutable_grid();
-  spec.mutable_budget()->set_max_trials(1);
-  spec.mutable_budget()->set_max_parallel_trials(1);
-  (*spec.mutable_trial()->mutable_trainer()->mutable_fields())["steps"]
-      .set_number_value(static_cast<double>(segments.back().to));
-  std::ofstream out(out_file);
-  out << "# Replays trial " << number << " of " << study
-      << ": its PBT schedule in one trial.\n"
-      << ToJson(spec) << "\n";
-  if (!out) return Fail(absl::UnavailableError("cannot write " + out_file));
-  std::cout << "wrote " << out_file << " (" << segments.size()
-            << " segments); run it with: dialctl study create -f " << out_file
-            << "\n";
   return 0;
 }
 
-int Watch(DialClient& client, const std::string& study, bool json) {
+int StudyList(DialClient& client, const Args& args) {
+  auto studies = client.ListStudies();
+  if (!studies.ok()) return Fail(studies.status());
+  if (Json()) {
+    v1::ListStudiesResponse r;
+    for (auto& s : *studies) *r.add_studies() = s;
+    std::cout << cli::ToJson(r) << "\n";
+  } else {
+    std::cout << cli::FormatStudies(*studies);
+  }
+  return 0;
+}
+
+int PrintStudy(const absl::StatusOr<v1::Study>& study) {
+  if (!study.ok()) return Fail(study.status());
+  if (Json()) {
+    std::cout << cli::ToJson(*study) << "\n";
+  } else {
+    std::cout << cli::FormatStudy(*study);
+  }
+  return 0;
+}
+
+int StudyGet(DialClient& client, const Args& args) {
+  return PrintStudy(client.GetStudy(args[2]));
+}
+
+int StudyStop(DialClient& client, const Args& args) {
+  return PrintStudy(client.StopStudy(args[2]));
+}
+
+int StudyUpdate(DialClient& client, const Args& args) {
+  return PrintStudy(
+      client.UpdateStudy(args[2], absl::GetFlag(FLAGS_max_trials),
+                         absl::GetFlag(FLAGS_max_parallel_trials)));
+}
+
+int StudyDelete(DialClient& client, const Args& args) {
+  auto status = client.DeleteStudy(args[2]);
+  if (!status.ok()) return Fail(status);
+  if (!Json()) std::cout << "deleted study " << args[2] << "\n";
+  return 0;
+}
+
+int StudyWatch(DialClient& client, const Args& args) {
+  const std::string& study = args[2];
+  const bool json = Json();
   const bool tty = isatty(STDOUT_FILENO);
   v1::StudyEvent last;
   auto status = client.WatchStudy(study, [&](const v1::StudyEvent& event) {
     last = event;
     if (json) {
-      v1::WatchStudyResponse r;
-      *r.mutable_event() = event;
-      google::protobuf::util::JsonPrintOptions options;
-      options.preserve_proto_field_names = true;
-      std::string out;
-      (void)google::protobuf::util::MessageToJsonString(r, &out, options);
-      std::cout << out << std::endl;
+      std::cout << cli::WatchEventJson(event) << std::endl;
     } else if (tty) {
-      std::cout << "\r\033[K" << ProgressLine(event) << std::flush;
+      std::cout << "\r\033[K" << cli::ProgressLine(event) << std::flush;
     } else if (event.kind() != v1::StudyEvent::TRIAL_REPORTED) {
-      std::cout << ProgressLine(event) << "\n" << std::flush;
+      std::cout << cli::ProgressLine(event) << "\n" << std::flush;
     }
     return true;
   });
@@ -463,27 +175,100 @@ int Watch(DialClient& client, const std::string& study, bool json) {
   if (!status.ok()) return Fail(status);
   if (!json) {
     std::cout << "study " << study << " "
-              << absl::AsciiStrToLower(StudyStateName(last.study().state()))
+              << absl::AsciiStrToLower(
+                     cli::StudyStateName(last.study().state()))
               << "\n";
   }
   return 0;
 }
 
-std::vector<v1::TrialState> ParseStates(const std::string& text,
-                                        absl::Status* status) {
-  std::vector<v1::TrialState> states;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    v1::TrialState s;
-    std::string upper = absl::AsciiStrToUpper(std::string(part));
-    if (!v1::TrialState_Parse(upper, &s) || s == v1::TRIAL_STATE_UNSPECIFIED) {
-      *status = absl::InvalidArgumentError(absl::StrCat(
-          "--state: unknown trial state '", std::string(part),
-          "'; use PENDING, RUNNING, COMPLETED, STOPPED, PAUSED or FAILED"));
-      return {};
-    }
-    states.push_back(s);
+// The PBT schedule behind trial `number`, its trials fetched one by one.
+absl::StatusOr<std::vector<cli::ScheduleSegment>> FetchSchedule(
+    DialClient& client, const std::string& study, int64_t number) {
+  auto trial = client.GetTrial(study, number);
+  if (!trial.ok()) return trial.status();
+  return cli::PbtSchedule(
+      *trial, [&](int64_t source) { return client.GetTrial(study, source); });
+}
+
+int StudyReplay(DialClient& client, const Args& args) {
+  const std::string& study = args[2];
+  const std::string out_file = absl::GetFlag(FLAGS_o);
+  int64_t number;
+  if (!TrialNumber(args, &number) || out_file.empty()) {
+    return Usage("study replay needs STUDY, a trial number and -o FILE");
   }
-  return states;
+  auto segments = FetchSchedule(client, study, number);
+  if (!segments.ok()) return Fail(segments.status());
+  // Replay: the study's spec, one trial, the schedule as a trainer knob.
+  auto studied = client.GetStudy(study);
+  if (!studied.ok()) return Fail(studied.status());
+  auto spec = cli::ReplaySpec(study, number, studied->spec(), *segments);
+  if (!spec.ok()) return Fail(spec.status());
+  std::ofstream out(out_file);
+  out << cli::ReplayFile(study, number, *spec);
+  if (!out) return Fail(absl::UnavailableError("cannot write " + out_file));
+  std::cout << "wrote " << out_file << " (" << segments->size()
+            << " segments); run it with: dialctl study create -f " << out_file
+            << "\n";
+  return 0;
+}
+
+int TrialsList(DialClient& client, const Args& args) {
+  auto states = cli::ParseTrialStates(absl::GetFlag(FLAGS_state));
+  if (!states.ok()) return Fail(states.status());
+  auto trials = client.ListAllTrials(args[2], *states);
+  if (!trials.ok()) return Fail(trials.status());
+  if (Json()) {
+    v1::ListTrialsResponse r;
+    for (auto& t : *trials) *r.add_trials() = t;
+    std::cout << cli::ToJson(r) << "\n";
+  } else {
+    std::cout << cli::FormatTrials(*trials);
+  }
+  return 0;
+}
+
+int TrialsBest(DialClient& client, const Args& args) {
+  auto trials = client.GetBestTrials(args[2], absl::GetFlag(FLAGS_count));
+  if (!trials.ok()) return Fail(trials.status());
+  if (Json()) {
+    v1::GetBestTrialsResponse r;
+    for (auto& t : *trials) *r.add_trials() = t;
+    std::cout << cli::ToJson(r) << "\n";
+  } else {
+    std::cout << cli::FormatTrials(*trials);
+  }
+  return 0;
+}
+
+int TrialsGet(DialClient& client, const Args& args) {
+  const std::string& name = args[2];
+  int64_t number;
+  if (!TrialNumber(args, &number)) {
+    return Usage("trials get needs STUDY and a trial number");
+  }
+  auto trial = client.GetTrial(name, number);
+  if (!trial.ok()) return Fail(trial.status());
+  if (Json()) {
+    std::cout << cli::ToJson(*trial) << "\n";
+    return 0;
+  }
+  auto study = client.GetStudy(name);
+  std::cout << cli::FormatTrial(
+      *trial, study.ok() ? study->spec().objective().metric() : "objective");
+  return 0;
+}
+
+int TrialsLineage(DialClient& client, const Args& args) {
+  int64_t number;
+  if (!TrialNumber(args, &number)) {
+    return Usage("trials lineage needs STUDY and a trial number");
+  }
+  auto segments = FetchSchedule(client, args[2], number);
+  if (!segments.ok()) return Fail(segments.status());
+  std::cout << cli::FormatSchedule(*segments);
+  return 0;
 }
 
 // Runs `argv` and returns what it printed on stdout; its stderr passes
@@ -530,7 +315,12 @@ absl::StatusOr<std::string> RunAndCapture(
 // The final, explicit evaluation of a trial on the held-out test split:
 // dial-train loads the trial's latest checkpoint from the shared store and
 // evaluates it here, so studies never see the test split.
-int Evaluate(DialClient& client, const std::string& name, int64_t number) {
+int TrialsEvaluate(DialClient& client, const Args& args) {
+  const std::string& name = args[2];
+  int64_t number;
+  if (!TrialNumber(args, &number)) {
+    return Usage("trials evaluate needs STUDY and a trial number");
+  }
   auto study = client.GetStudy(name);
   if (!study.ok()) return Fail(study.status());
   if (!study->spec().trial().has_trainer()) {
@@ -580,26 +370,100 @@ int Evaluate(DialClient& client, const std::string& name, int64_t number) {
       static_cast<double>(number));
   (*metrics.mutable_fields())["checkpoint"].set_string_value(
       trial->checkpoint());
-  if (absl::GetFlag(FLAGS_json)) {
-    std::cout << ToJson(metrics) << "\n";
-    return 0;
-  }
-  std::printf("trial %lld  checkpoint %s\n", static_cast<long long>(number),
-              trial->checkpoint().c_str());
-  for (const auto& [metric, value] : metrics.fields()) {
-    if (value.has_number_value() && metric != "trial") {
-      std::printf("  %-16s %.6g\n", metric.c_str(), value.number_value());
-    }
+  if (Json()) {
+    std::cout << cli::ToJson(metrics) << "\n";
+  } else {
+    std::cout << cli::FormatEvaluation(number, trial->checkpoint(), metrics);
   }
   return 0;
 }
 
-int Run(const std::vector<std::string>& args) {
+int AdminBackup(DialClient& client, const Args& args) {
+  if (args.size() < 3) return Usage("admin backup needs PATH");
+  // PATH is the scheduler's, so it is passed on as given: a relative one is
+  // refused there rather than resolved against this directory.
+  auto backup = client.BackupDatabase(args[2]);
+  if (!backup.ok()) return Fail(backup.status());
+  if (Json()) {
+    std::cout << cli::ToJson(*backup) << "\n";
+  } else {
+    std::cout << "backed up the database to " << backup->path() << " ("
+              << backup->bytes() << " bytes)\n";
+  }
+  return 0;
+}
+
+// In the order of the usage text.
+constexpr Command kCommands[] = {
+    {"study", "create", "-f SPEC", "create a study from a YAML or JSON spec",
+     false, StudyCreate},
+    {"study", "list", "", "list studies", false, StudyList},
+    {"study", "get", "STUDY", "show a study", true, StudyGet},
+    {"study", "watch", "STUDY", "live progress until the study ends", true,
+     StudyWatch},
+    {"study", "stop", "STUDY", "stop suggesting new trials", true, StudyStop},
+    {"study", "update", "STUDY --max-trials=N [--max-parallel-trials=N]", "",
+     true, StudyUpdate},
+    {"study", "delete", "STUDY", "delete a study and its trials", true,
+     StudyDelete},
+    {"trials", "list", "STUDY [--state=S]",
+     "list trials (S: PENDING,RUNNING,...)", true, TrialsList},
+    {"trials", "best", "STUDY [--count=N]", "the best completed trials", true,
+     TrialsBest},
+    {"trials", "get", "STUDY N", "one trial with its metric history", true,
+     TrialsGet},
+    {"trials", "lineage", "STUDY N",
+     "the hyperparameter schedule behind a PBT trial", true, TrialsLineage},
+    {"trials", "evaluate", "STUDY N [--split=test] [--checkpoint-root=DIR]",
+     "evaluate a trial's latest checkpoint on the\n"
+     "held-out test split (runs dial-train here)",
+     true, TrialsEvaluate},
+    {"study", "replay", "STUDY N -o FILE",
+     "a spec that retrains that schedule in one trial", true, StudyReplay},
+    {"admin", "backup", "PATH",
+     "copy the scheduler's database, while it runs,\n"
+     "to PATH: an absolute path on the scheduler's\n"
+     "machine (raise --timeout-s for a large one)",
+     false, AdminBackup},
+};
+
+// Groups whose every command takes a STUDY: an unknown verb with no third
+// word is reported as a missing STUDY, as for a known one.
+bool GroupTakesStudy(const std::string& group) {
+  return group == "study" || group == "trials";
+}
+
+std::string UsageText() {
+  // Synopses in a 30-character column, help beside it (or below a longer
+  // synopsis), continuation lines under the help.
+  constexpr size_t kColumn = 30;
+  const std::string indent(2 + kColumn, ' ');
+  std::string text =
+      "dialctl: the Dial command-line client\n\n"
+      "usage: dialctl [--scheduler=ADDR] [--json] COMMAND ARGS\n\n";
+  for (const Command& c : kCommands) {
+    std::string line = absl::StrCat("  ", c.group, " ", c.verb);
+    if (*c.synopsis != '\0') absl::StrAppend(&line, " ", c.synopsis);
+    bool first = true;
+    for (absl::string_view help :
+         absl::StrSplit(c.help, '\n', absl::SkipEmpty())) {
+      if (first && line.size() < indent.size()) {
+        line.resize(indent.size(), ' ');
+      } else {
+        absl::StrAppend(&line, "\n", indent);
+      }
+      absl::StrAppend(&line, help);
+      first = false;
+    }
+    absl::StrAppend(&text, line, "\n");
+  }
+  return text;
+}
+
+int Run(const Args& args) {
   if (args.size() < 2) return Usage("missing command");
   const std::string& group = args[0];
   const std::string& verb = args[1];
-  const bool json = absl::GetFlag(FLAGS_json);
-  auto need = [&](size_t n) { return args.size() >= n; };
 
   std::string target = absl::GetFlag(FLAGS_scheduler);
   if (target.empty()) {
@@ -609,159 +473,33 @@ int Run(const std::vector<std::string>& args) {
   auto client_or = DialClient::Create(
       {target, absl::Seconds(absl::GetFlag(FLAGS_timeout_s))});
   if (!client_or.ok()) return Fail(client_or.status());
-  DialClient& client = **client_or;
 
-  if (group == "study") {
-    if (verb == "create") {
-      const std::string file = absl::GetFlag(FLAGS_f);
-      if (file.empty()) return Usage("study create needs -f SPEC");
-      auto spec = dial::LoadStudySpecFile(file);
-      if (!spec.ok()) return Fail(spec.status());
-      auto study = client.CreateStudy(*spec);
-      if (!study.ok()) return Fail(study.status());
-      if (json) {
-        std::cout << ToJson(*study) << "\n";
-      } else {
-        std::cout << "created study " << study->name() << "\n";
-      }
-      return 0;
-    }
-    if (verb == "list") {
-      auto studies = client.ListStudies();
-      if (!studies.ok()) return Fail(studies.status());
-      if (json) {
-        v1::ListStudiesResponse r;
-        for (auto& s : *studies) *r.add_studies() = s;
-        std::cout << ToJson(r) << "\n";
-      } else {
-        PrintStudies(*studies);
-      }
-      return 0;
-    }
-    if (!need(3)) return Usage("study " + verb + " needs STUDY");
-    const std::string& name = args[2];
-    if (verb == "get" || verb == "stop" || verb == "update") {
-      absl::StatusOr<v1::Study> study =
-          verb == "get" ? client.GetStudy(name)
-          : verb == "stop"
-              ? client.StopStudy(name)
-              : client.UpdateStudy(name, absl::GetFlag(FLAGS_max_trials),
-                                   absl::GetFlag(FLAGS_max_parallel_trials));
-      if (!study.ok()) return Fail(study.status());
-      if (json) {
-        std::cout << ToJson(*study) << "\n";
-      } else {
-        PrintStudy(*study);
-      }
-      return 0;
-    }
-    if (verb == "delete") {
-      auto status = client.DeleteStudy(name);
-      if (!status.ok()) return Fail(status);
-      if (!json) std::cout << "deleted study " << name << "\n";
-      return 0;
-    }
-    if (verb == "watch") return Watch(client, name, json);
-    if (verb == "replay") {
-      int64_t number;
-      if (!need(4) || !absl::SimpleAtoi(args[3], &number) ||
-          absl::GetFlag(FLAGS_o).empty()) {
-        return Usage("study replay needs STUDY, a trial number and -o FILE");
-      }
-      return Lineage(client, name, number, absl::GetFlag(FLAGS_o));
-    }
-    return Usage("unknown command: study " + verb);
+  const Command* command = nullptr;
+  bool known_group = false;
+  for (const Command& c : kCommands) {
+    if (group != c.group) continue;
+    known_group = true;
+    if (verb == c.verb) command = &c;
   }
-
-  if (group == "trials") {
-    if (!need(3)) return Usage("trials " + verb + " needs STUDY");
-    const std::string& name = args[2];
-    if (verb == "list") {
-      absl::Status parse_status;
-      auto states = ParseStates(absl::GetFlag(FLAGS_state), &parse_status);
-      if (!parse_status.ok()) return Fail(parse_status);
-      auto trials = client.ListAllTrials(name, states);
-      if (!trials.ok()) return Fail(trials.status());
-      if (json) {
-        v1::ListTrialsResponse r;
-        for (auto& t : *trials) *r.add_trials() = t;
-        std::cout << ToJson(r) << "\n";
-      } else {
-        PrintTrials(*trials);
-      }
-      return 0;
-    }
-    if (verb == "best") {
-      auto trials = client.GetBestTrials(name, absl::GetFlag(FLAGS_count));
-      if (!trials.ok()) return Fail(trials.status());
-      if (json) {
-        v1::GetBestTrialsResponse r;
-        for (auto& t : *trials) *r.add_trials() = t;
-        std::cout << ToJson(r) << "\n";
-      } else {
-        PrintTrials(*trials);
-      }
-      return 0;
-    }
-    if (verb == "get") {
-      int64_t number;
-      if (!need(4) || !absl::SimpleAtoi(args[3], &number)) {
-        return Usage("trials get needs STUDY and a trial number");
-      }
-      auto trial = client.GetTrial(name, number);
-      if (!trial.ok()) return Fail(trial.status());
-      if (json) {
-        std::cout << ToJson(*trial) << "\n";
-        return 0;
-      }
-      auto study = client.GetStudy(name);
-      PrintTrial(*trial,
-                 study.ok() ? study->spec().objective().metric() : "objective");
-      return 0;
-    }
-    if (verb == "lineage") {
-      int64_t number;
-      if (!need(4) || !absl::SimpleAtoi(args[3], &number)) {
-        return Usage("trials lineage needs STUDY and a trial number");
-      }
-      return Lineage(client, name, number, "");
-    }
-    if (verb == "evaluate") {
-      int64_t number;
-      if (!need(4) || !absl::SimpleAtoi(args[3], &number)) {
-        return Usage("trials evaluate needs STUDY and a trial number");
-      }
-      return Evaluate(client, name, number);
-    }
-    return Usage("unknown command: trials " + verb);
+  if (args.size() < 3 &&
+      (command != nullptr ? command->takes_study : GroupTakesStudy(group))) {
+    return Usage(absl::StrCat(group, " ", verb, " needs STUDY"));
   }
-
-  if (group == "admin") {
-    if (verb == "backup") {
-      if (!need(3)) return Usage("admin backup needs PATH");
-      // PATH is the scheduler's, so it is passed on as given: a relative
-      // one is refused there rather than resolved against this directory.
-      auto backup = client.BackupDatabase(args[2]);
-      if (!backup.ok()) return Fail(backup.status());
-      if (json) {
-        std::cout << ToJson(*backup) << "\n";
-      } else {
-        std::cout << "backed up the database to " << backup->path() << " ("
-                  << backup->bytes() << " bytes)\n";
-      }
-      return 0;
-    }
-    return Usage("unknown command: admin " + verb);
+  if (command == nullptr) {
+    return Usage(known_group
+                     ? absl::StrCat("unknown command: ", group, " ", verb)
+                     : "unknown command: " + group);
   }
-  return Usage("unknown command: " + group);
+  return command->handler(**client_or, args);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
+  const std::string usage = UsageText();
+  absl::SetProgramUsageMessage(usage);
   auto arg_storage = dial::DashesToUnderscores(argc, argv);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  std::vector<std::string> args(positional.begin() + 1, positional.end());
+  Args args(positional.begin() + 1, positional.end());
   return Run(args);
 }

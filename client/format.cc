@@ -1,0 +1,327 @@
+#include "client/format.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/params.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace dial::client {
+namespace {
+
+// The name of the oneof member set in `message` (its field number is
+// `kind_case`); "-" when none is.
+std::string KindName(const google::protobuf::Message& message, int kind_case) {
+  const auto* field = message.GetDescriptor()->FindFieldByNumber(kind_case);
+  return field == nullptr ? "-" : field->name();
+}
+
+std::string Counts(const v1::Study& study) {
+  std::vector<std::string> parts;
+  for (const char* s :
+       {"COMPLETED", "RUNNING", "PENDING", "PAUSED", "STOPPED", "FAILED"}) {
+    auto it = study.trial_counts().find(s);
+    if (it != study.trial_counts().end() && it->second > 0) {
+      parts.push_back(absl::StrCat(it->second, " ", absl::AsciiStrToLower(s)));
+    }
+  }
+  return parts.empty() ? "none" : absl::StrJoin(parts, ", ");
+}
+
+std::string Domain(const v1::ParameterSpec& p) {
+  switch (p.domain_case()) {
+    case v1::ParameterSpec::kFloat:
+      return absl::StrCat("float [", FormatNumber(p.float_().min()), ", ",
+                          FormatNumber(p.float_().max()), "]",
+                          p.float_().scale() == v1::LOG ? " log" : "");
+    case v1::ParameterSpec::kInt:
+      return absl::StrCat("int [", p.int_().min(), ", ", p.int_().max(), "]",
+                          p.int_().scale() == v1::LOG ? " log" : "");
+    case v1::ParameterSpec::kCategorical:
+      return absl::StrCat("one of {",
+                          absl::StrJoin(p.categorical().values(), ", "), "}");
+    case v1::ParameterSpec::kDiscrete: {
+      std::vector<std::string> values;
+      for (double v : p.discrete().values()) values.push_back(FormatNumber(v));
+      return absl::StrCat("one of {", absl::StrJoin(values, ", "), "}");
+    }
+    default:
+      return "";
+  }
+}
+
+std::string Value(const v1::Trial& t) {
+  return t.has_objective_value() ? FormatNumber(t.objective_value()) : "-";
+}
+
+}  // namespace
+
+std::string FormatError(const absl::Status& status) {
+  return absl::StrCat("dialctl: ", absl::StatusCodeToString(status.code()),
+                      ": ", status.message(), "\n");
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  auto status =
+      google::protobuf::util::MessageToJsonString(message, &out, options);
+  return status.ok() ? out : "{}";
+}
+
+std::string WatchEventJson(const v1::StudyEvent& event) {
+  v1::WatchStudyResponse r;
+  *r.mutable_event() = event;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(r, &out, options);
+  return out;
+}
+
+std::string StudyStateName(v1::StudyState state) {
+  std::string name = v1::StudyState_Name(state);
+  return name.rfind("STUDY_", 0) == 0 ? name.substr(6) : name;
+}
+
+std::string FormatTime(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "-";
+  std::string s = google::protobuf::util::TimeUtil::ToString(t);
+  // 2026-12-02T11:02:45.123Z -> 2026-12-02 11:02:45
+  s = s.substr(0, 19);
+  if (s.size() > 10) s[10] = ' ';
+  return s;
+}
+
+std::string FormatNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+std::string FormatParams(
+    const google::protobuf::Map<std::string, v1::ParamValue>& params) {
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : params) keys.push_back(k);
+  std::sort(keys.begin(), keys.end());
+  std::vector<std::string> parts;
+  for (const auto& k : keys) {
+    const auto& v = params.at(k);
+    parts.push_back(absl::StrCat(k, "=",
+                                 v.has_double_value()
+                                     ? FormatNumber(v.double_value())
+                                     : ParamValueToString(v)));
+  }
+  return absl::StrJoin(parts, " ");
+}
+
+std::string FormatTable(const std::vector<std::string>& header,
+                        const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(header.size());
+  for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size() && i < width.size(); ++i) {
+      width[i] = std::max(width[i], row[i].size());
+    }
+  }
+  std::string out;
+  auto line = [&](const std::vector<std::string>& cells) {
+    for (size_t i = 0; i < cells.size(); ++i) {
+      out += cells[i];
+      if (i + 1 < cells.size()) {
+        const size_t w = i < width.size() ? width[i] : cells[i].size();
+        out += std::string(w - cells[i].size() + 2, ' ');
+      }
+    }
+    out += "\n";
+  };
+  line(header);
+  for (const auto& row : rows) line(row);
+  return out;
+}
+
+std::string FormatStudies(const std::vector<v1::Study>& studies) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& s : studies) {
+    rows.push_back(
+        {s.name(), StudyStateName(s.state()),
+         absl::StrCat(s.trials_created(), "/", s.spec().budget().max_trials()),
+         absl::StrCat(
+             s.spec().objective().metric(), " (",
+             s.spec().objective().goal() == v1::MAXIMIZE ? "max" : "min", ")"),
+         FormatTime(s.create_time())});
+  }
+  return FormatTable({"STUDY", "STATE", "TRIALS", "OBJECTIVE", "CREATED"},
+                     rows);
+}
+
+std::string FormatStudy(const v1::Study& s) {
+  const auto& spec = s.spec();
+  std::string out;
+  absl::StrAppend(&out, "study:       ", s.name(), "\n");
+  absl::StrAppend(&out, "state:       ", StudyStateName(s.state()), "\n");
+  absl::StrAppend(&out, "objective:   ", spec.objective().metric(), " (",
+                  v1::Goal_Name(spec.objective().goal()), ")\n");
+  absl::StrAppend(&out, "searcher:    ",
+                  KindName(spec.searcher(), spec.searcher().kind_case()), "\n");
+  absl::StrAppend(&out, "scheduler:   ",
+                  KindName(spec.scheduler(), spec.scheduler().kind_case()),
+                  "\n");
+  absl::StrAppend(&out, "trials:      ", s.trials_created(), " of ",
+                  spec.budget().max_trials(), " created (", Counts(s),
+                  "), at most ", spec.budget().max_parallel_trials(),
+                  " at once\n");
+  absl::StrAppend(&out, "created:     ", FormatTime(s.create_time()), "\n");
+  out += "parameters:\n";
+  for (const auto& p : spec.search_space()) {
+    absl::StrAppend(&out, "  ", p.name(), ": ", Domain(p));
+    for (const auto& [parent, values] : p.when()) {
+      std::vector<std::string> vs;
+      for (const auto& v : values.values()) {
+        vs.push_back(v.has_string_value() ? v.string_value()
+                                          : FormatNumber(v.number_value()));
+      }
+      absl::StrAppend(&out, "  when ", parent, " in {", absl::StrJoin(vs, ", "),
+                      "}");
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string FormatTrials(const std::vector<v1::Trial>& trials) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& t : trials) {
+    rows.push_back({std::to_string(t.number()), v1::TrialState_Name(t.state()),
+                    Value(t),
+                    t.last_step() < 0 ? "-" : std::to_string(t.last_step()),
+                    FormatParams(t.params())});
+  }
+  return FormatTable({"TRIAL", "STATE", "VALUE", "STEP", "PARAMS"}, rows);
+}
+
+std::string FormatTrial(const v1::Trial& t, const std::string& metric) {
+  std::string out;
+  absl::StrAppend(&out, "trial:    ", t.number(), " of ", t.study(), "\n");
+  absl::StrAppend(&out, "state:    ", v1::TrialState_Name(t.state()), "\n");
+  absl::StrAppend(&out, "value:    ", Value(t), " (", metric, ")\n");
+  absl::StrAppend(&out, "params:   ", FormatParams(t.params()), "\n");
+  absl::StrAppend(&out, "started:  ", FormatTime(t.start_time()), "\n");
+  absl::StrAppend(&out, "ended:    ", FormatTime(t.end_time()), "\n");
+  if (!t.client_id().empty()) {
+    absl::StrAppend(&out, "client:   ", t.client_id(), "\n");
+  }
+  if (!t.checkpoint().empty()) {
+    absl::StrAppend(&out, "checkpoint: ", t.checkpoint(), "\n");
+  }
+  if (!t.error().empty()) absl::StrAppend(&out, "error:    ", t.error(), "\n");
+  if (!t.final_metrics().empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [k, v] : t.final_metrics()) {
+      parts.push_back(absl::StrCat(k, "=", FormatNumber(v)));
+    }
+    std::sort(parts.begin(), parts.end());
+    absl::StrAppend(&out, "final:    ", absl::StrJoin(parts, " "), "\n");
+  }
+  if (t.metric_history().empty()) return out;
+  std::vector<std::string> names;
+  for (const auto& point : t.metric_history()) {
+    for (const auto& [k, v] : point.metrics()) {
+      if (std::find(names.begin(), names.end(), k) == names.end()) {
+        names.push_back(k);
+      }
+    }
+  }
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> header = {"STEP"};
+  header.insert(header.end(), names.begin(), names.end());
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& point : t.metric_history()) {
+    std::vector<std::string> row = {std::to_string(point.step())};
+    for (const auto& n : names) {
+      auto it = point.metrics().find(n);
+      row.push_back(it == point.metrics().end() ? "-"
+                                                : FormatNumber(it->second));
+    }
+    rows.push_back(std::move(row));
+  }
+  return absl::StrCat(out, "history:\n", FormatTable(header, rows));
+}
+
+std::string ProgressLine(const v1::StudyEvent& event) {
+  const v1::Study& s = event.study();
+  auto count = [&](const char* state) {
+    auto it = s.trial_counts().find(state);
+    return it == s.trial_counts().end() ? 0 : it->second;
+  };
+  const int max_trials = std::max(1, s.spec().budget().max_trials());
+  const int finished = count("COMPLETED") + count("STOPPED") + count("FAILED");
+  const int bar_width = 30;
+  const int filled = std::min(bar_width, finished * bar_width / max_trials);
+  std::string line = absl::StrCat(
+      "[", std::string(filled, '#'), std::string(bar_width - filled, '.'), "] ",
+      finished, "/", max_trials, " done, ", count("RUNNING"), " running, ",
+      count("PENDING"), " pending");
+  if (event.has_best_trial()) {
+    absl::StrAppend(&line, " | best ", s.spec().objective().metric(), "=",
+                    Value(event.best_trial()), " (trial ",
+                    event.best_trial().number(), ": ",
+                    FormatParams(event.best_trial().params()), ")");
+  }
+  return line;
+}
+
+std::string FormatSchedule(const std::vector<ScheduleSegment>& segments) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& s : segments) {
+    rows.push_back({absl::StrCat(s.from, "-", s.to), std::to_string(s.trial),
+                    FormatParams(s.params)});
+  }
+  return FormatTable({"STEPS", "TRIAL", "PARAMS"}, rows);
+}
+
+std::string ReplayFile(const std::string& study, int64_t number,
+                       const v1::StudySpec& spec) {
+  return absl::StrCat("# Replays trial ", number, " of ", study,
+                      ": its PBT schedule in one trial.\n", ToJson(spec), "\n");
+}
+
+std::string FormatEvaluation(int64_t number, const std::string& checkpoint,
+                             const google::protobuf::Struct& metrics) {
+  std::string out =
+      absl::StrFormat("trial %d  checkpoint %s\n", number, checkpoint.c_str());
+  for (const auto& [metric, value] : metrics.fields()) {
+    if (value.has_number_value() && metric != "trial") {
+      absl::StrAppendFormat(&out, "  %-16s %.6g\n", metric.c_str(),
+                            value.number_value());
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::TrialState>> ParseTrialStates(
+    const std::string& text) {
+  std::vector<v1::TrialState> states;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    v1::TrialState s;
+    std::string upper = absl::AsciiStrToUpper(std::string(part));
+    if (!v1::TrialState_Parse(upper, &s) || s == v1::TRIAL_STATE_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--state: unknown trial state '", std::string(part),
+          "'; use PENDING, RUNNING, COMPLETED, STOPPED, PAUSED or FAILED"));
+    }
+    states.push_back(s);
+  }
+  return states;
+}
+
+}  // namespace dial::client
