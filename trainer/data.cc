@@ -183,13 +183,13 @@ void Prefetcher::ProduceBatches() {
   }
 }
 
-Batch Prefetcher::Next() {
+absl::StatusOr<Batch> Prefetcher::Next() {
   std::unique_lock<std::mutex> lock(mu_);
   if (queue_.empty()) {
     const auto start = std::chrono::steady_clock::now();
     cv_.wait(lock, [&] { return !queue_.empty() || !error_.empty(); });
     if (queue_.empty()) {
-      throw std::runtime_error("input pipeline: " + error_);
+      return absl::InternalError("input pipeline: " + error_);
     }
     wait_seconds_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)

@@ -1,6 +1,8 @@
 // Internals of the trainer shared by its LibTorch translation units and
 // their tests: data and the input pipeline (data.cc), models (models.cc),
-// and mixed precision (amp.cc). This header includes <torch/torch.h>, so
+// sums over GPUs (nccl.cc) and mixed precision (amp.cc); replicas.h,
+// evaluation.h and checkpoint_io.h build on them. This header includes
+// <torch/torch.h>, so
 // only trainer/ and tests/trainer include it; the public API (trainer.h)
 // stays torch-free. Thread-safety is stated per class.
 #pragma once
@@ -14,7 +16,9 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/trainer_knobs.h"
 
@@ -64,9 +68,9 @@ class Prefetcher {
   Prefetcher& operator=(const Prefetcher&) = delete;
 
   // The batch of the next step (first_step, first_step + 1, ...); never
-  // call it past last_step. Throws std::runtime_error when the producer
-  // failed (the trainer turns LibTorch exceptions into a status).
-  Batch Next();
+  // call it past last_step. INTERNAL, with LibTorch's message, when the
+  // producer failed.
+  absl::StatusOr<Batch> Next();
   // Seconds Next() has spent blocked since the last call to this.
   double TakeWaitSeconds();
 
@@ -124,26 +128,24 @@ class NormReluPoolImpl : public torch::nn::Module {
 };
 TORCH_MODULE(NormReluPool);
 
-// ------------------------------------------------------------- trainer.cc
-
-// Replicas for `replicas: 0` on the CPU with `threads` threads: one per
-// thread (at least 32 examples each) unless the model has batch norm,
-// which a split batch would change; then 1.
-int64_t CpuReplicas(const TrainerConfig& c, int threads);
-
 // ---------------------------------------------------------------- nccl.cc
 
 // Sums tensors[r][i] over the replicas r in place: every replica ends with
-// the total.
+// the total. Called from one thread at a time.
 class AllReduce {
  public:
   virtual ~AllReduce() = default;
-  virtual void Sum(std::vector<std::vector<torch::Tensor>>& tensors) = 0;
+  // INTERNAL when the tensors do not suit the reduction (another replica
+  // count, device, shape, layout or a type it cannot sum; checked before
+  // anything is summed) or the reduction itself fails.
+  virtual absl::Status Sum(
+      std::vector<std::vector<torch::Tensor>>& tensors) = 0;
 };
 
 // An NCCL all-reduce over CUDA devices 0 .. devices - 1 (replica r on
-// device r). Defined only in builds with DIAL_WITH_NCCL.
-std::unique_ptr<AllReduce> MakeNcclAllReduce(int devices);
+// device r). INTERNAL when NCCL cannot set up its communicators (the
+// trainer then sums in-process). Defined only in builds with DIAL_WITH_NCCL.
+absl::StatusOr<std::unique_ptr<AllReduce>> MakeNcclAllReduce(int devices);
 
 // ----------------------------------------------------------------- amp.cc
 

@@ -4,7 +4,7 @@
 // checkpoints through the CheckpointStore layout, resumes exactly from a
 // checkpoint, and hands each evaluation to a ReportSink that answers with the
 // scheduler's decision. This header is torch-free; LibTorch stays in
-// trainer.cc. Not thread-safe: one Train call per process at a time.
+// trainer/*.cc. Not thread-safe: one Train call per process at a time.
 #pragma once
 
 #include <atomic>

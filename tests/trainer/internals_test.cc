@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "storage/checkpoint_store.h"
 #include "tests/trainer/test_util.h"
 #include "trainer/internal.h"
+#include "trainer/replicas.h"
 
 namespace dial::trainer {
 namespace {
@@ -248,6 +251,50 @@ TEST(CpuReplicasTest, OnePerThreadUnlessBatchNorm) {
   EXPECT_EQ(CpuReplicas(c, 2), 1);  // norm: batch
   c.norm = "layer";
   EXPECT_EQ(CpuReplicas(c, 2), 2);
+}
+
+// A replica's job that throws (LibTorch does) comes back as a status from
+// every replica's thread, the caller's first; the pool runs on afterwards.
+TEST(ReplicaPoolTest, AJobsExceptionBecomesAStatus) {
+  for (int replicas : {1, 3}) {
+    SCOPED_TRACE(replicas);
+    ReplicaPool pool(replicas, 1);
+    std::vector<int> ran(static_cast<size_t>(replicas), 0);
+    EXPECT_TRUE(pool.Run([&](int r) { ++ran[static_cast<size_t>(r)]; }).ok());
+    EXPECT_THAT(ran, ::testing::Each(1));
+
+    absl::Status status = pool.Run([&](int r) {
+      if (r == replicas - 1) {
+        (void)torch::ones({2}).view({3});  // c10::Error: a bad shape
+      }
+    });
+    EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+    EXPECT_THAT(std::string(status.message()),
+                ::testing::HasSubstr("libtorch"));
+
+    status = pool.Run([&](int r) {
+      TORCH_CHECK(r != 0, "first");  // throws c10::Error, as LibTorch does
+      TORCH_CHECK(false, "other");
+    });
+    EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("first"));
+
+    EXPECT_TRUE(pool.Run([&](int r) { ++ran[static_cast<size_t>(r)]; }).ok());
+    EXPECT_THAT(ran, ::testing::Each(2));
+  }
+}
+
+// The in-process sum leaves the same total on every replica.
+TEST(ReplicaSumTest, EveryReplicaGetsTheTotal) {
+  std::vector<std::vector<torch::Tensor>> tensors;
+  for (int r = 0; r < 3; ++r) {
+    tensors.push_back(
+        {torch::full({2}, double(r + 1)), torch::full({1, 2}, 10.0 * (r + 1))});
+  }
+  ASSERT_TRUE(SumAcross(nullptr, tensors).ok());
+  for (const auto& per_replica : tensors) {
+    EXPECT_TRUE(torch::equal(per_replica[0], torch::full({2}, 6.0)));
+    EXPECT_TRUE(torch::equal(per_replica[1], torch::full({1, 2}, 60.0)));
+  }
 }
 
 // A tiny regression trained with the scaler: an inf injected into the

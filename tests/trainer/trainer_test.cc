@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_split.h"
 #include "storage/checkpoint_store.h"
@@ -416,6 +417,24 @@ TEST(TrainerConfigTest, UnusableCombinationsFailWithTheReason) {
         "at least 8x8");
   fails(Knobs({{"synthetic_features", 30}}, {{"model", "resnet"}}),
         "square images");
+  fails(Knobs({}, {{"schedule", "2:{\"lr\":0.1};oops"}}),
+        "schedule entry 2 'oops'");
+}
+
+// The `schedule` knob (what `dialctl study replay` writes): the knobs of
+// entry STEP train every step after STEP.
+TEST(TrainerScheduleTest, ScheduledKnobsTakeEffectAfterTheirStep) {
+  TrainerConfig c = Config(
+      Knobs({{"steps", 4}, {"eval_every", 1}, {"batch_size", 32}, {"lr", 0.1}},
+            {{"lr_schedule", "constant"},
+             {"schedule", "2:{\"lr\":0.05};3:{\"lr\":0.02}"}}));
+  Recorder sink;
+  auto result = Train(c, RunContext{}, sink);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(sink.reports.size(), 4u);
+  std::vector<double> lrs;
+  for (const auto& r : sink.reports) lrs.push_back(r.metrics.at("lr"));
+  EXPECT_THAT(lrs, ::testing::ElementsAre(0.1, 0.1, 0.05, 0.02));
 }
 
 TEST(LearningRateTest, SchedulesGiveTheDocumentedRates) {
