@@ -1,8 +1,7 @@
 #include "client/lineage.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include "absl/strings/str_cat.h"
+#include "common/knob_schedule.h"
 #include "google/protobuf/struct.pb.h"
 
 namespace dial::client {
@@ -51,9 +50,12 @@ absl::StatusOr<std::vector<ScheduleSegment>> PbtSchedule(
 }
 
 std::string KnobSchedule(const std::vector<ScheduleSegment>& segments) {
-  std::string schedule;
+  dial::KnobSchedule schedule;
   for (const auto& s : segments) {
-    google::protobuf::Struct knobs;
+    // An empty segment shares its start with the next: the later one wins,
+    // as dial-train always read it.
+    google::protobuf::Struct& knobs = schedule[s.from];
+    knobs.Clear();
     for (const auto& [k, v] : s.params) {
       if (v.has_string_value()) {
         (*knobs.mutable_fields())[k].set_string_value(v.string_value());
@@ -62,11 +64,14 @@ std::string KnobSchedule(const std::vector<ScheduleSegment>& segments) {
             v.has_double_value() ? v.double_value() : double(v.int_value()));
       }
     }
-    std::string json;
-    (void)google::protobuf::util::MessageToJsonString(knobs, &json);
-    absl::StrAppend(&schedule, schedule.empty() ? "" : ";", s.from, ":", json);
   }
-  return schedule;
+  // Encoding fails only for a negative step or a non-finite number, which a
+  // lineage cannot hold (steps count up from 0; params lie within the
+  // spec's finite bounds). Should it ever, the reason stands in for the
+  // schedule, so dial-train refuses the replay naming it instead of
+  // training some other schedule.
+  auto text = EncodeKnobSchedule(schedule);
+  return text.ok() ? *text : std::string(text.status().message());
 }
 
 absl::StatusOr<v1::StudySpec> ReplaySpec(
