@@ -166,10 +166,13 @@ TEST_F(OutboxTest, AParkedLongPollsAnswerMayCallTheCore) {
       });
   // The study's first PENDING trial is handed to the parked call by the
   // suggestion thread.
-  ASSERT_TRUE(core_
-                  ->CreateStudy(Spec("budget: {max_trials: 1}\n"
-                                     "trial: {trainer: {dataset: synthetic}}"))
-                  .ok());
+  auto spec = ParseStudySpec(
+      "name: s\nobjective: {metric: acc, goal: MAXIMIZE}\n"
+      "search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]\n"
+      "budget: {max_trials: 1}\ntrial: {trainer: {dataset: synthetic}}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto created = core_->CreateStudy(*spec);
+  ASSERT_TRUE(created.ok()) << created.status();
   auto result = answered.get_future();
   ASSERT_EQ(result.wait_for(kBound), std::future_status::ready);
   auto [assigned, running] = result.get();
