@@ -13,6 +13,7 @@
 #include "searchers/searcher.h"
 #include "storage/memory_study_store.h"
 #include "storage/sqlite_study_store.h"
+#include "storage/testing/temp_dir.h"
 
 namespace dial::scheduler {
 namespace {
@@ -438,11 +439,8 @@ TEST(CoreSuggestionThreadTest, ASlowSearcherNeverBlocksReports) {
 }
 
 TEST(CoreRestartTest, ARestartedCoreResumesEveryStudy) {
-  const std::string db =
-      (fs::temp_directory_path() /
-       ("dial-core-restart-" + std::to_string(::getpid()) + ".db"))
-          .string();
-  fs::remove(db);
+  const storage::testing::ScopedTempDir dir("core-restart");  // outlives all
+  const std::string db = dir.File("dial.db");
   FakeClock clock;
   std::vector<std::string> before;
   {
@@ -494,7 +492,6 @@ TEST(CoreRestartTest, ARestartedCoreResumesEveryStudy) {
     ASSERT_TRUE((*core)->CompleteTrial("s", t.number(), M(5), "").ok());
   }
   EXPECT_EQ((*core)->GetStudy("s")->state(), v1::STUDY_COMPLETED);
-  fs::remove(db);
 }
 
 }  // namespace

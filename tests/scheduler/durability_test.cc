@@ -14,143 +14,12 @@
 #include "scheduler/core.h"
 #include "searchers/searcher.h"
 #include "storage/checkpoint_store.h"
-#include "storage/memory_study_store.h"
+#include "storage/testing/faulty_study_store.h"
+#include "storage/testing/temp_dir.h"
 #include "tests/scheduler/test_util.h"
 
 namespace dial::scheduler {
 namespace {
-
-// A MemoryStudyStore with group commit driven by the test: writes apply at
-// once and are numbered; Commit() makes those applied so far durable;
-// Lose() loses them as a failed commit does (the lost handler runs, then
-// their waiters hear UNAVAILABLE) and refuses writes until Recover(). The
-// lost writes stay in memory: tests here look at what is written after.
-class GroupCommitStore : public storage::MemoryStudyStore,
-                         public storage::Durability {
- public:
-  absl::Status CreateStudy(const v1::Study& study) override {
-    return Write([&] { return MemoryStudyStore::CreateStudy(study); });
-  }
-  absl::Status UpdateStudy(const v1::Study& study) override {
-    return Write([&] { return MemoryStudyStore::UpdateStudy(study); });
-  }
-  absl::Status DeleteStudy(const std::string& name) override {
-    return Write([&] { return MemoryStudyStore::DeleteStudy(name); });
-  }
-  absl::Status PutTrial(const v1::Trial& trial) override {
-    return Write([&] { return MemoryStudyStore::PutTrial(trial); });
-  }
-  absl::Status RecordReport(const v1::Trial& trial,
-                            const v1::MetricPoint& point) override {
-    return Write([&] { return MemoryStudyStore::RecordReport(trial, point); });
-  }
-  absl::Status PutWorker(const v1::Worker& worker) override {
-    return Write([&] { return MemoryStudyStore::PutWorker(worker); });
-  }
-  absl::StatusOr<std::vector<v1::Trial>> ListTrials(
-      const std::string& study, const storage::TrialQuery& query) override {
-    {
-      absl::MutexLock lock(&mu_);
-      if (study == unreadable_) {
-        return absl::UnavailableError(absl::StrCat("cannot read ", study));
-      }
-    }
-    return MemoryStudyStore::ListTrials(study, query);
-  }
-
-  storage::Durability* durability() override { return this; }
-  uint64_t WrittenSeq() const override {
-    absl::MutexLock lock(&mu_);
-    return written_;
-  }
-  void WhenDurable(uint64_t seq,
-                   std::function<void(absl::Status)> done) override {
-    absl::Status status;
-    {
-      absl::MutexLock lock(&mu_);
-      if (seq > answered_) {
-        waiters_.push_back({seq, std::move(done)});
-        return;
-      }
-      for (const auto& [first, last] : lost_) {
-        if (seq > first && seq <= last) status = Lost();
-      }
-    }
-    done(status);
-  }
-  void SetLostHandler(std::function<void()> handler) override {
-    absl::MutexLock lock(&mu_);
-    handler_ = std::move(handler);
-  }
-  void Recover() override {
-    absl::MutexLock lock(&mu_);
-    refusing_ = false;
-  }
-
-  void Commit() { Answer(absl::OkStatus()); }
-  void Lose() {
-    std::function<void()> handler;
-    {
-      absl::MutexLock lock(&mu_);
-      refusing_ = true;
-      handler = handler_;
-    }
-    if (handler) handler();
-    Answer(Lost());
-  }
-  // Writes fail (UNAVAILABLE) while set, without losing anything.
-  void FailWrites(bool fail) {
-    absl::MutexLock lock(&mu_);
-    failing_ = fail;
-  }
-  // ListTrials of this study fails (a reload then fails).
-  void MakeUnreadable(const std::string& study) {
-    absl::MutexLock lock(&mu_);
-    unreadable_ = study;
-  }
-
- private:
-  static absl::Status Lost() {
-    return absl::UnavailableError("the commit failed");
-  }
-  absl::Status Write(const std::function<absl::Status()>& write) {
-    absl::MutexLock lock(&mu_);
-    if (refusing_) return Lost();
-    if (failing_) return absl::UnavailableError("disk full");
-    absl::Status status = write();
-    if (status.ok()) ++written_;
-    return status;
-  }
-  // Answers every waiter up to the last write with `status`.
-  void Answer(const absl::Status& status) {
-    std::vector<std::function<void(absl::Status)>> answer;
-    {
-      absl::MutexLock lock(&mu_);
-      if (!status.ok()) lost_.push_back({answered_, written_});
-      answered_ = written_;
-      for (auto it = waiters_.begin(); it != waiters_.end();) {
-        if (it->first > answered_) {
-          ++it;
-          continue;
-        }
-        answer.push_back(std::move(it->second));
-        it = waiters_.erase(it);
-      }
-    }
-    for (auto& done : answer) done(status);
-  }
-
-  mutable absl::Mutex mu_;
-  uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t answered_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::pair<uint64_t, uint64_t>> lost_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::pair<uint64_t, std::function<void(absl::Status)>>> waiters_
-      ABSL_GUARDED_BY(mu_);
-  std::function<void()> handler_ ABSL_GUARDED_BY(mu_);
-  bool refusing_ ABSL_GUARDED_BY(mu_) = false;
-  bool failing_ ABSL_GUARDED_BY(mu_) = false;
-  std::string unreadable_ ABSL_GUARDED_BY(mu_);
-};
 
 v1::StudySpec Spec(const std::string& name, const std::string& extra) {
   auto spec = ParseStudySpec(
@@ -173,7 +42,8 @@ class DurabilityTest : public ::testing::Test {
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
   }
-  GroupCommitStore store_;  // outlives the core
+  // Group commit driven by the test (Commit, Lose); outlives the core.
+  storage::testing::FaultyStudyStore store_{{/*group_commit=*/true}};
   std::unique_ptr<SchedulerCore> core_;
 };
 
@@ -203,10 +73,9 @@ TEST_F(DurabilityTest, AnAnswerWaitsForItsOwnWriteNotTheLatest) {
 // obsolete is durable: after a lost commit the reloaded trial may still
 // name it.
 TEST_F(DurabilityTest, RetentionWaitsForTheReportsCommit) {
-  const auto root = std::filesystem::temp_directory_path() /
-                    absl::StrCat("dial-durability-", ::getpid(), "-retention");
-  std::filesystem::remove_all(root);
-  auto checkpoints = storage::FileCheckpointStore::Create({root.string()});
+  storage::testing::ScopedTempDir root("durability");
+  auto checkpoints =
+      storage::FileCheckpointStore::Create({root.path().string()});
   ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
   SchedulerCoreOptions options;
   options.checkpoints = checkpoints->get();
@@ -264,7 +133,6 @@ TEST_F(DurabilityTest, RetentionWaitsForTheReportsCommit) {
   report(60, 0.3);
   store_.Commit();
   EXPECT_EQ(steps(), (std::vector<int64_t>{10, 20, 30, 40, 60}));
-  std::filesystem::remove_all(root);
 }
 
 // A searcher whose Suggest waits until the test lets it finish, then says

@@ -10,10 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/spec.h"
-#include "common/status.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "scheduler/core.h"
-#include "storage/memory_study_store.h"
+#include "storage/testing/faulty_study_store.h"
 
 namespace dial::scheduler {
 namespace {
@@ -21,115 +20,7 @@ namespace {
 using google::protobuf::util::MessageDifferencer;
 using ::testing::HasSubstr;
 
-// A StudyStore whose writes fail with UNAVAILABLE when told, the way
-// SqliteStudyStore's do when the disk is full; reads always work. It wraps a
-// MemoryStudyStore, so a failed write leaves it as it was.
-class FaultyStudyStore : public storage::StudyStore {
- public:
-  // The next `n` writes succeed and the ones after fail; -1: none fails.
-  void FailWritesAfter(int n) {
-    absl::MutexLock lock(&mu_);
-    allowed_ = n;
-  }
-  void FailWrites() { FailWritesAfter(0); }
-  void Heal() { FailWritesAfter(-1); }
-  int failed_writes() {
-    absl::MutexLock lock(&mu_);
-    return failed_;
-  }
-  storage::StudyStore& inner() { return *inner_; }
-
-  // Backup waits for `release` once `started` is notified, if set.
-  absl::Notification* backup_started = nullptr;
-  absl::Notification* backup_release = nullptr;
-
-  absl::Status CreateStudy(const v1::Study& study) override {
-    DIAL_RETURN_IF_ERROR(Write());
-    return inner_->CreateStudy(study);
-  }
-  absl::StatusOr<v1::Study> GetStudy(const std::string& name) override {
-    return inner_->GetStudy(name);
-  }
-  absl::StatusOr<std::vector<v1::Study>> ListStudies() override {
-    return inner_->ListStudies();
-  }
-  absl::Status UpdateStudy(const v1::Study& study) override {
-    DIAL_RETURN_IF_ERROR(Write());
-    return inner_->UpdateStudy(study);
-  }
-  absl::Status DeleteStudy(const std::string& name) override {
-    DIAL_RETURN_IF_ERROR(Write());
-    return inner_->DeleteStudy(name);
-  }
-  absl::Status PutTrial(const v1::Trial& trial) override {
-    DIAL_RETURN_IF_ERROR(Write());
-    return inner_->PutTrial(trial);
-  }
-  absl::StatusOr<v1::Trial> GetTrial(const std::string& study,
-                                     int64_t number) override {
-    return inner_->GetTrial(study, number);
-  }
-  absl::StatusOr<std::vector<v1::Trial>> ListTrials(
-      const std::string& study, const storage::TrialQuery& query) override {
-    return inner_->ListTrials(study, query);
-  }
-  absl::Status RecordReport(const v1::Trial& trial,
-                            const v1::MetricPoint& point) override {
-    DIAL_RETURN_IF_ERROR(Write());
-    return inner_->RecordReport(trial, point);
-  }
-  absl::StatusOr<std::vector<v1::MetricPoint>> GetMetricHistory(
-      const std::string& study, int64_t number) override {
-    return inner_->GetMetricHistory(study, number);
-  }
-  absl::Status PutCheckpoint(const storage::CheckpointRecord& record) override {
-    DIAL_RETURN_IF_ERROR(Write());
-    return inner_->PutCheckpoint(record);
-  }
-  absl::StatusOr<std::vector<storage::CheckpointRecord>> ListCheckpoints(
-      const std::string& study, int64_t number) override {
-    return inner_->ListCheckpoints(study, number);
-  }
-  absl::Status DeleteCheckpoint(const std::string& study, int64_t number,
-                                int64_t step) override {
-    DIAL_RETURN_IF_ERROR(Write());
-    return inner_->DeleteCheckpoint(study, number, step);
-  }
-  absl::Status PutWorker(const v1::Worker& worker) override {
-    DIAL_RETURN_IF_ERROR(Write());
-    return inner_->PutWorker(worker);
-  }
-  absl::StatusOr<std::vector<v1::Worker>> ListWorkers() override {
-    return inner_->ListWorkers();
-  }
-  absl::StatusOr<int64_t> Backup(const std::string& path) override {
-    if (backup_started && !backup_started->HasBeenNotified()) {
-      backup_started->Notify();
-    }
-    if (backup_release) backup_release->WaitForNotification();
-    return static_cast<int64_t>(path.size());
-  }
-
- private:
-  absl::Status Write() {
-    absl::MutexLock lock(&mu_);
-    if (allowed_ < 0) return absl::OkStatus();
-    if (allowed_ > 0) {
-      --allowed_;
-      return absl::OkStatus();
-    }
-    ++failed_;
-    return absl::UnavailableError(
-        "database /fake/dial.db: database or disk is full; free disk space "
-        "and retry");
-  }
-
-  std::unique_ptr<storage::StudyStore> inner_ =
-      storage::MemoryStudyStore::Create();
-  absl::Mutex mu_;
-  int allowed_ ABSL_GUARDED_BY(mu_) = -1;
-  int failed_ ABSL_GUARDED_BY(mu_) = 0;
-};
+using storage::testing::FaultyStudyStore;
 
 v1::StudySpec AskTellSpec(int max_trials) {
   auto spec = ParseStudySpec(
@@ -338,8 +229,7 @@ TEST_F(StorageFaultsTest, AWorkerRunStudyIsToppedUpOnceTheStoreHeals) {
 
 TEST_F(StorageFaultsTest, BackupsRunOneAtATimeOffTheCallersThread) {
   absl::Notification started, release;
-  store_.backup_started = &started;
-  store_.backup_release = &release;
+  store_.GateBackups(&started, &release);
   std::promise<absl::StatusOr<int64_t>> first;
   core_->BackupDatabaseAsync("/backups/a.db", [&](absl::StatusOr<int64_t> r) {
     first.set_value(std::move(r));

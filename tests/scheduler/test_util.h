@@ -3,16 +3,15 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "scheduler/core.h"
 #include "searchers/searcher.h"
+#include "storage/testing/temp_dir.h"
 
 namespace dial::scheduler {
 
@@ -35,23 +34,13 @@ inline searchers::Metrics Metric(const std::string& name, double v) {
   return m;
 }
 
-// A fresh directory per test (dir_), removed afterwards, and a database
-// path in it (path_).
+// A fresh directory per test (dir_), removed afterwards with everything in
+// it, and a database path in it (path_).
 class DbDirTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("dial-", info->test_suite_name(), "-", ::getpid(), "-",
-                        info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    path_ = (dir_ / "dial.db").string();
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::filesystem::path dir_;
-  std::string path_;
+  storage::testing::ScopedTempDir temp_{"scheduler"};
+  const std::filesystem::path dir_ = temp_.path();
+  const std::string path_ = temp_.File("dial.db");
 };
 
 }  // namespace dial::scheduler
