@@ -138,7 +138,7 @@ void SchedulerCore::ApplyEffects() {
     } else if (!outbox_.doomed.empty()) {
       std::vector<std::string> doomed;
       doomed.swap(outbox_.doomed);
-      DeleteWhenDurable(std::move(doomed));
+      DeleteWhenDurable(std::move(doomed), Written());
     } else {
       return;
     }
@@ -162,12 +162,12 @@ void SchedulerCore::ScheduleFill(const std::string& name) {
   suggestions_.Enqueue({[this, entry] { FillPending(entry); }, nullptr});
 }
 
-void SchedulerCore::DeleteWhenDurable(std::vector<std::string> ids) {
+void SchedulerCore::DeleteWhenDurable(std::vector<std::string> ids,
+                                      WriteTicket ticket) {
   if (checkpoints_ == nullptr) return;
-  suggestions_.Enqueue({[this, ids = std::move(ids), ticket = Written()] {
-                          DeleteCheckpoints(ids, ticket);
-                        },
-                        nullptr});
+  suggestions_.Enqueue(
+      {[this, ids = std::move(ids), ticket] { DeleteCheckpoints(ids, ticket); },
+       nullptr});
 }
 
 void SchedulerCore::DeleteCheckpoints(const std::vector<std::string>& ids,
@@ -244,13 +244,14 @@ absl::Status SchedulerCore::Load() {
       workers_.Adopt(trial.worker_id(), {trial.study(), trial.number()});
     }
     if (checkpoints_ && entry->study.spec().trial().has_trainer()) {
-      // Checkpoints written before the restart are reclaimed too.
+      // Checkpoints written before the restart are reclaimed too. What a
+      // load reads is committed: no write to wait for (after a lost commit,
+      // the latest ticket is a lost one).
       DIAL_ASSIGN_OR_RETURN(auto records,
                             store_->ListCheckpoints(entry->name()));
-      for (auto& id :
-           retention_.Restore(entry->study, records, entry->trials)) {
-        outbox_.doomed.push_back(std::move(id));
-      }
+      DeleteWhenDurable(
+          retention_.Restore(entry->study, records, entry->trials),
+          WriteTicket{});
     }
     outbox_.fills.insert(entry->name());
     studies_.Add(std::move(entry));

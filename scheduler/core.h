@@ -242,9 +242,10 @@ class SchedulerCore {
   // Asks the suggestion thread to top up a worker-run study's PENDING
   // trials (see FillPending).
   void ScheduleFill(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Deletes checkpoints on the suggestion thread once every write so far
-  // is durable: were one lost, the reloaded study would still name them.
-  void DeleteWhenDurable(std::vector<std::string> ids)
+  // Deletes checkpoints on the suggestion thread once `ticket` is durable:
+  // were the write that made them obsolete lost, the reloaded study would
+  // still name them.
+  void DeleteWhenDurable(std::vector<std::string> ids, WriteTicket ticket)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Suggestion thread: waits for `ticket`, then deletes `ids` from the
   // checkpoint store and the store's index.

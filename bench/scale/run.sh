@@ -14,6 +14,11 @@
 #                        already there is reused (not populated again) and
 #                        kept. Default: a fresh one, removed after.
 #   SCALE_PYTHON         Python with Optuna 3.1 (default /usr/bin/python3)
+#   SCALE_BASELINE       another dial-scheduler binary (e.g. built from an
+#                        older commit): the max-rate and paced runs are
+#                        repeated against it, interleaved with this build's,
+#                        and the summary gives this build's figures as a
+#                        ratio of the baseline's
 set -uo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -68,7 +73,21 @@ log "build $build, quick=${SCALE_QUICK:-0}"
 load=(--workers=200 --clients=8 --steps=81 --seconds="$seconds"
   --trial_scheduler=asha --json)
 run dial_max "$bench" --mode=load "${load[@]}"
+if [[ -n "${SCALE_BASELINE:-}" ]]; then
+  log "baseline scheduler: $SCALE_BASELINE"
+  run base_max "$bench" --mode=load "${load[@]}" \
+    --scheduler_binary="$SCALE_BASELINE"
+fi
 run dial_paced "$bench" --mode=load "${load[@]}" --rate=2000
+if [[ -n "${SCALE_BASELINE:-}" ]]; then
+  run base_paced "$bench" --mode=load "${load[@]}" --rate=2000 \
+    --scheduler_binary="$SCALE_BASELINE"
+  # A second round in the other order, so neither binary always runs
+  # first on a warm or cold machine.
+  run base_max2 "$bench" --mode=load "${load[@]}" \
+    --scheduler_binary="$SCALE_BASELINE"
+  run dial_max2 "$bench" --mode=load "${load[@]}"
+fi
 run dial_asktell "$bench" --mode=asktell --clients=32 --trials="$dial_trials" --json
 run optuna_reports "$python" bench/scale/optuna_scale.py --mode reports \
   --workers 4 --seconds "$seconds" --json
@@ -119,6 +138,28 @@ print(f"report p99  Dial max rate {fmt(get(dmax, 'ReportProgress', 'p99_ms'), 2)
       f" Optuna {fmt(get(orep, 'p99_ms'), 2)} ms")
 print(f"scheduler   max rate: {fmt(get(dmax, 'scheduler_cpu_s'), 1)} CPU s,"
       f" peak RSS {fmt(get(dmax, 'scheduler_peak_mb'))} MB")
+base, base2, dmax2 = load("base_max"), load("base_max2"), load("dial_max2")
+bpaced = load("base_paced")
+if base:
+    def mean(*xs):
+        xs = [x for x in xs if x is not None]
+        return sum(xs) / len(xs) if xs else None
+    a_rps = mean(d_rps, get(dmax2, "reports_per_s"))
+    b_rps = mean(get(base, "reports_per_s"), get(base2, "reports_per_s"))
+    a_p99 = mean(get(dmax, "ReportProgress", "p99_ms"),
+                 get(dmax2, "ReportProgress", "p99_ms"))
+    b_p99 = mean(get(base, "ReportProgress", "p99_ms"),
+                 get(base2, "ReportProgress", "p99_ms"))
+    ap = get(dpaced, "ReportProgress", "p99_ms")
+    bp = get(bpaced, "ReportProgress", "p99_ms")
+    print(f"vs baseline max rate: reports/s {fmt(a_rps)} vs {fmt(b_rps)}"
+          f" ({'n/a' if not a_rps or not b_rps else f'{a_rps / b_rps:.2f}'}x),"
+          f" p99 {fmt(a_p99, 2)} vs {fmt(b_p99, 2)} ms"
+          f" ({'n/a' if not a_p99 or not b_p99 else f'{a_p99 / b_p99:.2f}'}x)"
+          f"  [runs: {fmt(d_rps)}, {fmt(get(dmax2, 'reports_per_s'))} vs"
+          f" {fmt(get(base, 'reports_per_s'))}, {fmt(get(base2, 'reports_per_s'))}]")
+    print(f"vs baseline paced 2000/s: p99 {fmt(ap, 2)} vs {fmt(bp, 2)} ms"
+          f" ({'n/a' if not ap or not bp else f'{ap / bp:.2f}'}x)")
 if large:
     if large.get("populated"):
         print(f"large       populated {large['trials']:,} trials x {large['rows']}"
