@@ -126,5 +126,34 @@ TEST_F(CheckpointStoreTest, DeleteRemovesWholeCheckpoint) {
   EXPECT_TRUE(store_->Verify("s/2/2").ok());
 }
 
+// The one parser of checkpoint ids: a trial's own and a copy's, and
+// nothing else.
+TEST(CheckpointIdTest, ParseIdTakesIdsApart) {
+  auto own = CheckpointStore::ParseId("study/3/200");
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(own->study, "study");
+  EXPECT_EQ(own->trial, 3);
+  EXPECT_EQ(own->step, 200);
+  EXPECT_FALSE(own->is_copy());
+  EXPECT_EQ(CheckpointStore::MakeId(own->study, own->trial, own->step),
+            "study/3/200");
+
+  auto copy = CheckpointStore::ParseId("study/4/from-3-200");
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ(copy->trial, 4);
+  EXPECT_EQ(copy->step, 200);
+  EXPECT_EQ(copy->source_trial, 3);
+  EXPECT_TRUE(copy->is_copy());
+
+  for (const char* bad :
+       {"", "study", "study/3", "study/3/200/x", "study/-1/2", "study/3/-2",
+        "study/03/2", "study/3/2.5", "study/x/2", "study/3/from-3",
+        "study/3/to-1-2", "study/3/from--1-2"}) {
+    EXPECT_EQ(CheckpointStore::ParseId(bad).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
 }  // namespace
 }  // namespace dial::storage
