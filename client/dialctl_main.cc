@@ -27,6 +27,7 @@
 #include "client/format.h"
 #include "client/lineage.h"
 #include "common/flags.h"
+#include "common/process.h"
 #include "common/spec.h"
 #include "common/trial_protocol.h"
 
@@ -275,37 +276,28 @@ int TrialsLineage(DialClient& client, const Args& args) {
 // through. FAILED_PRECONDITION when it exits non-zero.
 absl::StatusOr<std::string> RunAndCapture(
     const std::vector<std::string>& argv) {
-  int out[2];
-  if (pipe(out) != 0) return absl::InternalError("pipe failed");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, out[0]);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid;
-  const int err =
-      posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(out[1]);
-  if (err != 0) {
-    close(out[0]);
-    return absl::NotFoundError(
-        absl::StrCat("cannot run ", argv[0], ": ", std::strerror(err)));
+  auto out = dial::MakePipe();
+  if (!out.ok()) return absl::InternalError("pipe failed");
+  dial::SpawnOptions options;
+  options.argv = argv;
+  options.stdout_fd = dial::ChildFd::Fd(out->write.get());
+  auto pid = dial::Spawn(options);
+  out->write.reset();
+  if (!pid.ok()) {
+    return absl::IsInvalidArgument(pid.status())
+               ? pid.status()
+               : absl::NotFoundError(pid.status().message());
   }
   std::string text;
   char buf[4096];
-  for (ssize_t n; (n = read(out[0], buf, sizeof(buf))) != 0;) {
+  for (ssize_t n; (n = read(out->read.get(), buf, sizeof(buf))) != 0;) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;
     text.append(buf, static_cast<size_t>(n));
   }
-  close(out[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  out->read.reset();
+  auto status = dial::WaitForExit(*pid);
+  if (!status.ok() || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(argv[0], " failed (see its message above)"));
   }

@@ -51,7 +51,8 @@ struct WorkerOptions {
   absl::Duration outage_limit = absl::Minutes(30);
   // Audit log of acknowledged reports (one line each); empty: none.
   std::string ack_log;
-  // Time for the outage limit; null: real time. Not owned.
+  // Time for the outage limit; null: real time. Not owned. (`grace` and a
+  // trial's timeout_s stay real time: they bound a real process.)
   const Clock* clock = nullptr;
   // How the worker waits (backoff, heartbeat periods); null: real time.
   // Not owned. A test gives a fake clock and sleeper that share one time.
