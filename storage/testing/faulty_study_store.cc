@@ -1,6 +1,7 @@
 #include "storage/testing/faulty_study_store.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace dial::storage::testing {
 namespace {
@@ -53,6 +54,10 @@ void FaultyStudyStore::Lose() {
     absl::MutexLock lock(&mu_);
     refusing_ = true;
     handler = handler_;
+    for (const auto& [study, trial, step] : uncommitted_) {
+      inner_->DeleteCheckpoint(study, trial, step).IgnoreError();
+    }
+    uncommitted_.clear();
   }
   if (handler) handler();
   Answer(Lost());
@@ -64,6 +69,7 @@ void FaultyStudyStore::Answer(const absl::Status& status) {
     absl::MutexLock lock(&mu_);
     if (!status.ok()) lost_.push_back({answered_, written_});
     answered_ = written_;
+    uncommitted_.clear();
     for (auto it = waiters_.begin(); it != waiters_.end();) {
       if (it->first > answered_) {
         ++it;
@@ -127,7 +133,12 @@ absl::StatusOr<std::vector<v1::MetricPoint>> FaultyStudyStore::GetMetricHistory(
 }
 
 absl::Status FaultyStudyStore::PutCheckpoint(const CheckpointRecord& record) {
-  return Write([&] { return inner_->PutCheckpoint(record); });
+  DIAL_RETURN_IF_ERROR(Write([&] { return inner_->PutCheckpoint(record); }));
+  absl::MutexLock lock(&mu_);
+  if (options_.group_commit) {
+    uncommitted_.emplace_back(record.study, record.trial, record.step);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<CheckpointRecord>> FaultyStudyStore::ListCheckpoints(

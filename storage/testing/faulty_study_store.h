@@ -11,7 +11,9 @@
 //    once and are numbered; Commit() makes those applied so far durable;
 //    Lose() loses them as a failed commit does (the lost handler runs, then
 //    their waiters hear UNAVAILABLE) and refuses writes until Recover(). The
-//    lost writes stay in memory.
+//    lost writes stay in memory, except checkpoint index rows added since
+//    the last Commit(), which go as SQLite's rollback takes them (the core
+//    restores retention from the index when it reloads).
 // Thread-safe (one mutex; never held while calling the lost handler or a
 // waiter).
 #pragma once
@@ -20,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -112,6 +115,9 @@ class FaultyStudyStore : public StudyStore, public Durability {
   // Group commit.
   uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t answered_ ABSL_GUARDED_BY(mu_) = 0;
+  // Checkpoint index rows added since the last commit: (study, trial, step).
+  std::vector<std::tuple<std::string, int64_t, int64_t>> uncommitted_
+      ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<uint64_t, uint64_t>> lost_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<uint64_t, std::function<void(absl::Status)>>> waiters_
       ABSL_GUARDED_BY(mu_);
