@@ -70,10 +70,21 @@ torch::nn::Conv2d Conv(int64_t in, int64_t out, int64_t kernel,
 
 // conv-norm-relu-conv-norm plus the input (projected by a strided 1x1
 // conv when the shape changes), then relu: the basic block of ResNet.
+//
+// The projection subsamples the input and then runs a unit-stride 1x1
+// conv: the same function as the strided conv, computed without it. On x86
+// CPUs LibTorch 1.13's oneDNN (2.6) copies a strided 1x1 conv's input to
+// unit stride in a scratch buffer, and its weight gradient writes past that
+// buffer when the input is channels-last with fewer channels than a SIMD
+// block (8 floats with AVX2, likely 16 with AVX-512): heap corruption
+// that aborts training whenever `channels` (or 2x `channels`) is below
+// that width. A 1-wide average pool takes every stride-th pixel exactly
+// and keeps the gradient channels-last; it costs no measurable time.
 class ResidualBlockImpl : public torch::nn::Module {
  public:
   ResidualBlockImpl(int64_t in, int64_t out, int64_t stride,
-                    const std::string& norm) {
+                    const std::string& norm)
+      : stride_(stride) {
     main_ = register_module("main", torch::nn::Sequential());
     main_->push_back(Conv(in, out, 3, stride));
     main_->push_back(Norm(norm, out));
@@ -82,17 +93,20 @@ class ResidualBlockImpl : public torch::nn::Module {
     main_->push_back(Norm(norm, out));
     shortcut_ = register_module("shortcut", torch::nn::Sequential());
     if (stride != 1 || in != out) {
-      shortcut_->push_back(Conv(in, out, 1, stride));
+      shortcut_->push_back(Conv(in, out, 1));  // after subsampling by stride
       shortcut_->push_back(Norm(norm, out));
     } else {
       shortcut_->push_back(torch::nn::Identity());
     }
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    return torch::relu(main_->forward(x) + shortcut_->forward(x));
+    const torch::Tensor sampled =
+        stride_ == 1 ? x : torch::avg_pool2d(x, /*kernel_size=*/1, stride_);
+    return torch::relu(main_->forward(x) + shortcut_->forward(sampled));
   }
 
  private:
+  int64_t stride_;
   torch::nn::Sequential main_{nullptr}, shortcut_{nullptr};
 };
 TORCH_MODULE(ResidualBlock);

@@ -240,6 +240,51 @@ TEST(NormReluPoolTest, NchwInputNanAndFallback) {
   EXPECT_FALSE(p.fused->Fusable(x.to(torch::kBFloat16)));
 }
 
+// A ResNet block that halves the resolution projects its input with a
+// unit-stride 1x1 conv after subsampling (models.cc says why): the block
+// computes the standard block's strided 1x1 projection, gradients too,
+// against a reference with oneDNN off. Its 4 channels-last input channels
+// are the case whose strided weight gradient corrupted the heap.
+TEST(ResNetTest, ProjectionComputesTheStrided1x1Conv) {
+  torch::manual_seed(11);
+  TrainerConfig c =
+      Config(Knobs({{"synthetic_features", 64}, {"channels", 4}, {"blocks", 1}},
+                   {{"model", "resnet"}}));
+  auto net = BuildModel(c, 64, 10, at::detail::createCPUGenerator());
+  ASSERT_TRUE(net.ok()) << net.status();
+  // Unflatten, channels-last, stem conv, norm and ReLU, then a block per
+  // stage: the second stage's goes from 4 channels at 8x8 to 8 at 4x4.
+  torch::nn::AnyModule& block = *((*net)->begin() + 6);
+  auto children = block.ptr()->named_children();
+  auto main = children["main"]->as<torch::nn::SequentialImpl>();
+  auto shortcut = children["shortcut"]->as<torch::nn::SequentialImpl>();
+  ASSERT_TRUE(main && shortcut);
+  auto conv = shortcut->ptr(0)->as<torch::nn::Conv2dImpl>();
+  auto norm = shortcut->ptr(1)->as<torch::nn::BatchNorm2dImpl>();
+  ASSERT_TRUE(conv && norm);
+
+  auto x = torch::randn({32, 4, 8, 8})
+               .contiguous(torch::MemoryFormat::ChannelsLast)
+               .requires_grad_(true);
+  auto y = block.forward(x);
+  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{32, 8, 4, 4}));
+  auto g = torch::randn_like(y);
+  auto grads = torch::autograd::grad({(y * g).sum()}, {x, conv->weight});
+
+  const bool mkldnn = at::globalContext().userEnabledMkldnn();
+  at::globalContext().setUserEnabledMkldnn(false);
+  auto xr = x.detach().contiguous().requires_grad_(true);
+  auto wr = conv->weight.detach().contiguous().requires_grad_(true);
+  auto yr = torch::relu(main->forward(xr) +
+                        norm->forward(torch::conv2d(xr, wr, {}, /*stride=*/2)));
+  auto ref = torch::autograd::grad({(yr * g).sum()}, {xr, wr});
+  at::globalContext().setUserEnabledMkldnn(mkldnn);
+
+  ExpectClose(y, yr, "output");
+  ExpectClose(grads[0], ref[0], "input gradient");
+  ExpectClose(grads[1], ref[1], "projection weight gradient");
+}
+
 // `replicas: 0` on the CPU: one replica per thread for models without
 // batch norm, each with at least 32 examples; one with batch norm.
 TEST(CpuReplicasTest, OnePerThreadUnlessBatchNorm) {
