@@ -4,7 +4,6 @@
 // from client/format.h, the PBT lineage and replay logic from
 // client/lineage.h.
 #include <google/protobuf/util/json_util.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 

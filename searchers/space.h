@@ -54,9 +54,4 @@ class SearchSpace {
   std::vector<v1::ParameterSpec> params_;
 };
 
-// ParamValueToString lives in common/params.h. This alias keeps
-// `searchers::ParamValueToString` callers outside searchers/ (tests/scheduler,
-// tests/e2e) compiling; drop it once they call dial::ParamValueToString.
-using ::dial::ParamValueToString;
-
 }  // namespace dial::searchers

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "client/client.h"
+#include "common/params.h"
 #include "searchers/searcher.h"
 #include "searchers/space.h"
 #include "tests/e2e/subprocess.h"
@@ -18,7 +19,7 @@ using client::DialClient;
 
 std::string Key(const searchers::Params& p) {
   std::map<std::string, std::string> sorted;
-  for (const auto& [k, v] : p) sorted[k] = searchers::ParamValueToString(v);
+  for (const auto& [k, v] : p) sorted[k] = ParamValueToString(v);
   std::string key;
   for (const auto& [k, v] : sorted) key += k + "=" + v + ";";
   return key;

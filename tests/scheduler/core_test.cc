@@ -9,6 +9,7 @@
 #include <future>
 
 #include "absl/synchronization/notification.h"
+#include "common/params.h"
 #include "common/spec.h"
 #include "searchers/searcher.h"
 #include "storage/memory_study_store.h"
@@ -375,7 +376,7 @@ TEST_F(CoreTest, WatchersSeeEveryChangeAndTheEnd) {
 
 std::string Key(const searchers::Params& p) {
   std::map<std::string, std::string> sorted;
-  for (const auto& [k, v] : p) sorted[k] = searchers::ParamValueToString(v);
+  for (const auto& [k, v] : p) sorted[k] = ParamValueToString(v);
   std::string key;
   for (const auto& [k, v] : sorted) key += k + "=" + v + ";";
   return key;

@@ -49,33 +49,46 @@ class OutboxTest : public ::testing::Test {
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
   }
+  // An ask/tell study with trials 0 and 1 RUNNING, and a watcher that
+  // blocks on its first event after the snapshot until `release_`; then
+  // trial 0's report, on a thread of its own, delivers that event.
+  // Returns once the watcher is blocked: that thread holds the delivery.
+  void BlockDeliveryInAWatcher() {
+    ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 3}")).ok());
+    auto asked = core_->SuggestTrials("s", 2, "c");
+    ASSERT_TRUE(asked.ok() && asked->trials.size() == 2) << asked.status();
+    auto id = core_->Watch("s", [this](const v1::StudyEvent& e) {
+      if (e.kind() == v1::StudyEvent::SNAPSHOT || entered_.HasBeenNotified()) {
+        return;
+      }
+      entered_.Notify();
+      release_.WaitForNotification();
+    });
+    ASSERT_TRUE(id.ok());
+    blocking_watch_ = *id;
+    delivering_ = std::async(std::launch::async, [this] {
+      return core_->ReportIntermediate("s", 0, 1, Loss(1), "").status();
+    });
+    ASSERT_TRUE(entered_.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  }
+  void TearDown() override {
+    if (!release_.HasBeenNotified()) release_.Notify();
+    if (delivering_.valid()) delivering_.wait();
+    if (blocking_watch_) core_->Unwatch(blocking_watch_);
+  }
+
   FakeClock clock_;
   std::unique_ptr<storage::StudyStore> store_;
   std::unique_ptr<SchedulerCore> core_;
+  absl::Notification entered_, release_;
+  std::future<absl::Status> delivering_;
+  int64_t blocking_watch_ = 0;
 };
 
 // A watcher that blocks holds up only the thread delivering to it: other
 // calls, reads and writes, go on meanwhile.
 TEST_F(OutboxTest, AWatcherThatBlocksHoldsNoLock) {
-  ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 3}")).ok());
-  auto asked = core_->SuggestTrials("s", 2, "c");
-  ASSERT_TRUE(asked.ok() && asked->trials.size() == 2) << asked.status();
-
-  absl::Notification entered, release;
-  auto id = core_->Watch("s", [&](const v1::StudyEvent& e) {
-    if (e.kind() == v1::StudyEvent::SNAPSHOT || entered.HasBeenNotified()) {
-      return;
-    }
-    entered.Notify();
-    release.WaitForNotification();
-  });
-  ASSERT_TRUE(id.ok());
-
-  // This report's event reaches the watcher, which blocks its thread.
-  auto blocked = std::async(std::launch::async, [&] {
-    return core_->ReportIntermediate("s", 0, 1, Loss(1), "").status();
-  });
-  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_NO_FATAL_FAILURE(BlockDeliveryInAWatcher());
 
   // Meanwhile the core answers everything else.
   auto others = std::async(std::launch::async, [&] {
@@ -88,36 +101,19 @@ TEST_F(OutboxTest, AWatcherThatBlocksHoldsNoLock) {
   ASSERT_EQ(others.wait_for(kBound), std::future_status::ready)
       << "a call waited for the blocked watcher: the lock was held";
   EXPECT_EQ(others.get(), v1::COMPLETED);
-  EXPECT_EQ(blocked.wait_for(std::chrono::milliseconds(0)),
+  EXPECT_EQ(delivering_.wait_for(std::chrono::milliseconds(0)),
             std::future_status::timeout);
 
-  release.Notify();
-  ASSERT_EQ(blocked.wait_for(kBound), std::future_status::ready);
-  EXPECT_TRUE(blocked.get().ok());
-  core_->Unwatch(*id);
+  release_.Notify();
+  ASSERT_EQ(delivering_.wait_for(kBound), std::future_status::ready);
+  EXPECT_TRUE(delivering_.get().ok());
 }
 
 // Events queued while another thread is delivering reach a new watcher
 // after its snapshot, in order, and the snapshot shows the state before
 // them.
 TEST_F(OutboxTest, TheSnapshotComesBeforeEveryLaterEvent) {
-  ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 3}")).ok());
-  auto asked = core_->SuggestTrials("s", 2, "c");
-  ASSERT_TRUE(asked.ok() && asked->trials.size() == 2) << asked.status();
-
-  absl::Notification entered, release;
-  auto first = core_->Watch("s", [&](const v1::StudyEvent& e) {
-    if (e.kind() == v1::StudyEvent::SNAPSHOT || entered.HasBeenNotified()) {
-      return;
-    }
-    entered.Notify();
-    release.WaitForNotification();
-  });
-  ASSERT_TRUE(first.ok());
-  auto delivering = std::async(std::launch::async, [&] {
-    return core_->ReportIntermediate("s", 0, 1, Loss(1), "").status();
-  });
-  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_NO_FATAL_FAILURE(BlockDeliveryInAWatcher());
 
   // The delivering thread is held: everything below is queued behind it.
   absl::Mutex mu;
@@ -132,9 +128,9 @@ TEST_F(OutboxTest, TheSnapshotComesBeforeEveryLaterEvent) {
     absl::MutexLock lock(&mu);
     EXPECT_TRUE(seen.empty()) << "delivered past the blocked watcher";
   }
-  release.Notify();
-  ASSERT_EQ(delivering.wait_for(kBound), std::future_status::ready);
-  ASSERT_TRUE(delivering.get().ok());
+  release_.Notify();
+  ASSERT_EQ(delivering_.wait_for(kBound), std::future_status::ready);
+  ASSERT_TRUE(delivering_.get().ok());
 
   absl::MutexLock lock(&mu);
   ASSERT_EQ(seen.size(), 2u);
@@ -143,7 +139,6 @@ TEST_F(OutboxTest, TheSnapshotComesBeforeEveryLaterEvent) {
   EXPECT_EQ(seen[1].kind(), v1::StudyEvent::TRIAL_FINISHED);
   EXPECT_EQ(seen[1].trial().number(), 1);
   EXPECT_EQ(seen[1].study().trial_counts().at("COMPLETED"), 1);
-  core_->Unwatch(*first);
   core_->Unwatch(*second);
 }
 

@@ -372,6 +372,31 @@ class RetentionTest : public WorkerCoreTest {
     last_ = core_->ReportProgress(r);
     ASSERT_TRUE(last_.ok()) << last_.status();
   }
+  // A PBT study of four trials on `worker`: at step 10 trial 0 (the worst)
+  // exploits trial 3's checkpoint w/3/10, then trial 3 moves on to steps 13
+  // and 16, which leave w/3/10 neither its best nor its latest.
+  void ExploitTrial3sCheckpoint(const std::string& worker,
+                                std::vector<Assignment>* members) {
+    auto spec = ParseStudySpec(R"(
+name: w
+objective: {metric: acc, goal: MAXIMIZE}
+search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]
+scheduler: {pbt: {perturbation_interval: 10, quantile: 0.25, seed: 1}}
+checkpoints: {keep_best: 1}
+budget: {max_trials: 4, max_parallel_trials: 4}
+trial: {trainer: {dataset: synthetic}})");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    Create(*spec);
+    for (int i = 0; i < 4; ++i) members->push_back(*Acquire(worker));
+    Report(worker, (*members)[1], 10, 0.5);
+    Report(worker, (*members)[2], 10, 0.6);
+    Report(worker, (*members)[3], 10, 0.8);
+    Report(worker, (*members)[0], 10, 0.1);
+    ASSERT_EQ(last_->action(), v1::Decision::EXPLOIT);
+    ASSERT_EQ(last_->source_checkpoint(), "w/3/10");
+    Report(worker, (*members)[3], 13, 0.95);
+    Report(worker, (*members)[3], 16, 0.85);
+  }
   std::vector<int64_t> Steps(int64_t trial) {
     core_->WaitIdle();  // deletions run on the suggestion thread
     return *checkpoints_->ListSteps("w", trial);
@@ -394,30 +419,11 @@ TEST_F(RetentionTest, KeepsTheLatestAndTheBestN) {
 }
 
 TEST_F(RetentionTest, ACheckpointAnExploitCopiesIsPinnedUntilCopied) {
-  auto spec = ParseStudySpec(R"(
-name: w
-objective: {metric: acc, goal: MAXIMIZE}
-search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]
-scheduler: {pbt: {perturbation_interval: 10, quantile: 0.25, seed: 1}}
-checkpoints: {keep_best: 1}
-budget: {max_trials: 4, max_parallel_trials: 4}
-trial: {trainer: {dataset: synthetic}})");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  Create(*spec);
   const std::string w = Register("a");
   std::vector<Assignment> members;
-  for (int i = 0; i < 4; ++i) members.push_back(*Acquire(w));
-  // Step 10: trial 0 is the worst and copies trial 3's checkpoint w/3/10.
-  Report(w, members[1], 10, 0.5);
-  Report(w, members[2], 10, 0.6);
-  Report(w, members[3], 10, 0.8);
-  Report(w, members[0], 10, 0.1);
-  ASSERT_EQ(last_->action(), v1::Decision::EXPLOIT);
-  ASSERT_EQ(last_->source_checkpoint(), "w/3/10");
-  // Trial 3 moves on; by policy w/3/10 is neither its best nor its latest...
-  Report(w, members[3], 13, 0.95);
-  Report(w, members[3], 16, 0.85);
-  // ...but trial 0 has not reported since the exploit: it stays.
+  ASSERT_NO_FATAL_FAILURE(ExploitTrial3sCheckpoint(w, &members));
+  // By policy w/3/10 can go, but trial 0 has not reported since the
+  // exploit: it stays.
   EXPECT_EQ(Steps(3), (std::vector<int64_t>{10, 13, 16}));
   // Trial 0 reports again (its worker copied the checkpoint): released.
   Report(w, members[0], 20, 0.9);
@@ -433,27 +439,9 @@ trial: {trainer: {dataset: synthetic}})");
 // restart: a pin of an exploit not yet copied holds, and once released the
 // checkpoint written before the restart is reclaimed.
 TEST_F(RetentionTest, CheckpointsFromBeforeARestartAreReclaimedAfterIt) {
-  auto spec = ParseStudySpec(R"(
-name: w
-objective: {metric: acc, goal: MAXIMIZE}
-search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]
-scheduler: {pbt: {perturbation_interval: 10, quantile: 0.25, seed: 1}}
-checkpoints: {keep_best: 1}
-budget: {max_trials: 4, max_parallel_trials: 4}
-trial: {trainer: {dataset: synthetic}})");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  Create(*spec);
   const std::string w = Register("a");
   std::vector<Assignment> members;
-  for (int i = 0; i < 4; ++i) members.push_back(*Acquire(w));
-  Report(w, members[1], 10, 0.5);
-  Report(w, members[2], 10, 0.6);
-  Report(w, members[3], 10, 0.8);
-  Report(w, members[0], 10, 0.1);
-  ASSERT_EQ(last_->action(), v1::Decision::EXPLOIT);
-  ASSERT_EQ(last_->source_checkpoint(), "w/3/10");
-  Report(w, members[3], 13, 0.95);
-  Report(w, members[3], 16, 0.85);
+  ASSERT_NO_FATAL_FAILURE(ExploitTrial3sCheckpoint(w, &members));
   ASSERT_EQ(Steps(3), (std::vector<int64_t>{10, 13, 16}));
 
   Restart();
@@ -461,7 +449,6 @@ trial: {trainer: {dataset: synthetic}})");
   // Still pinned: trial 0 has not copied it yet.
   EXPECT_EQ(Steps(3), (std::vector<int64_t>{10, 13, 16}));
   // Its worker (the same id, back after the restart) reports again.
-  members[0].trial = *core_->GetTrial("w", 0);
   Report(w, members[0], 20, 0.9);
   EXPECT_EQ(Steps(3), (std::vector<int64_t>{13, 16}));
   // And the index forgets what was deleted.
