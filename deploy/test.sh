@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds Dial and runs every test, then fuzzes the spec parser for 20 s.
+# Builds Dial and runs every test, fuzzes the spec parser for 20 s, then
+# runs the tests that need no trainer again under ASan + UBSan.
 # This is the README's test command, and .ci/run calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,3 +17,9 @@ ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 --timeout 600
 # A short libFuzzer run over the spec parser (docs/testing.md); its own
 # clang build in build-fuzz/, common/ and the protos only.
 deploy/fuzz.sh 20
+# Everything but the trainer again under AddressSanitizer + UBSan, in
+# build-asan/ (about 20 minutes on 2 cores; DIAL_SKIP_SANITIZE=1 skips it
+# for a quick local run, CI never does).
+if [ "${DIAL_SKIP_SANITIZE:-0}" = 0 ]; then
+  deploy/sanitize.sh asan
+fi
