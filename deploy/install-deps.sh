@@ -17,6 +17,9 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev
   libeigen3-dev libnlopt-dev libtorch-dev libgtest-dev libgmock-dev
   libbenchmark-dev
+  # TLS and token hashing (OpenSSL's libcrypto), the development CA
+  # (deploy/dev-ca.sh) and the network-namespace tests (ip netns)
+  libssl-dev openssl iproute2
   # LibTorch calls the system libblas.so.3: without OpenBLAS it runs on the
   # reference BLAS, about 20x slower.
   libopenblas0-pthread

@@ -1,0 +1,72 @@
+#include "common/grpc_channel.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/credentials.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/message_limits.h"
+#include "common/status.h"
+
+namespace dial {
+
+std::string TokenFromFlagOrEnv(const std::string& flag_value) {
+  if (!flag_value.empty()) return flag_value;
+  const char* env = std::getenv("DIAL_TOKEN");
+  return env ? env : "";
+}
+
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
+    const ConnectOptions& options, grpc::ChannelArguments args) {
+  if (options.target.empty()) {
+    return absl::InvalidArgumentError("scheduler address is empty");
+  }
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert and --tls-key: give both (a client certificate and its "
+        "key) or neither");
+  }
+  if (!options.tls_cert.empty() && options.tls_ca.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert: a client certificate needs --tls-ca (TLS) as well");
+  }
+  // The scheduler's limits: accept every response it may send, and refuse
+  // locally a request it would refuse.
+  args.SetMaxReceiveMessageSize(kMaxResponseBytes);
+  args.SetMaxSendMessageSize(kMaxRequestBytes);
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (options.tls_ca.empty()) {
+    credentials = grpc::InsecureChannelCredentials();
+  } else {
+    grpc::SslCredentialsOptions ssl;
+    DIAL_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadSmallFile(options.tls_ca));
+    if (!options.tls_cert.empty()) {
+      DIAL_ASSIGN_OR_RETURN(ssl.pem_cert_chain,
+                            ReadSmallFile(options.tls_cert));
+      DIAL_ASSIGN_OR_RETURN(ssl.pem_private_key,
+                            ReadSmallFile(options.tls_key));
+    }
+    if (!options.tls_server_name.empty()) {
+      args.SetSslTargetNameOverride(options.tls_server_name);
+    }
+    credentials = grpc::SslCredentials(ssl);
+  }
+  return grpc::CreateCustomChannel(options.target, credentials, args);
+}
+
+void Authorize(grpc::ClientContext& ctx, const std::string& token) {
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+}
+
+}  // namespace dial
