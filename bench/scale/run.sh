@@ -19,6 +19,11 @@
 #                        repeated against it, interleaved with this build's,
 #                        and the summary gives this build's figures as a
 #                        ratio of the baseline's
+#   SCALE_SECURITY=1     only the cost of security: the max-rate load (and the
+#                        paced one, and ask/tell) with security off and on
+#                        (TLS, client certificates, bearer tokens, from
+#                        deploy/dev-ca.sh), max-rate runs alternating
+#                        (off, on, on, off); prints both rates and on/off
 set -uo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -34,6 +39,10 @@ if [[ "${SCALE_QUICK:-0}" != 0 ]]; then
   seconds=5 dial_trials=2000 optuna_trials=500 large_trials=5000 tag=-quick
 else
   seconds=20 dial_trials=10000 optuna_trials=1000 large_trials=100000 tag=
+fi
+security=0
+if [[ "${SCALE_SECURITY:-0}" != 0 ]]; then
+  security=1 tag="-security$tag"
 fi
 large_args=(--large_trials="$large_trials")
 if [[ -n "${SCALE_LARGE_DB_DIR:-}" ]]; then
@@ -66,12 +75,103 @@ run() {
   fi
 }
 
+# SCALE_SECURITY: the same load with security off and on, and the ratio.
+security_runs() {
+  log "security off vs on (TLS + client certificates + tokens)"
+  if ! deploy/dev-ca.sh "$tmp/pki" >"$tmp/pki.txt" 2>&1; then
+    tee -a "$out" <"$tmp/pki.txt"
+    log "!!! deploy/dev-ca.sh failed"
+    return 1
+  fi
+  local secure=(--tls_dir="$tmp/pki")
+  run off_max "$bench" --mode=load "${load[@]}"
+  run on_max "$bench" --mode=load "${load[@]}" "${secure[@]}"
+  run on_max2 "$bench" --mode=load "${load[@]}" "${secure[@]}"
+  run off_max2 "$bench" --mode=load "${load[@]}"
+  run off_paced "$bench" --mode=load "${load[@]}" --rate=2000
+  run on_paced "$bench" --mode=load "${load[@]}" --rate=2000 "${secure[@]}"
+  run off_asktell "$bench" --mode=asktell --clients=32 \
+    --trials="$dial_trials" --json
+  run on_asktell "$bench" --mode=asktell --clients=32 \
+    --trials="$dial_trials" --json "${secure[@]}"
+  log ""
+  log "=== summary"
+  "$python" - "$tmp" <<'EOF' 2>&1 | tee -a "$out"
+import json, os, sys
+
+tmp = sys.argv[1]
+
+def load(name):
+    try:
+        with open(os.path.join(tmp, name + ".json")) as f:
+            text = f.read().strip()
+        return json.loads(text) if text else None
+    except (OSError, ValueError):
+        return None
+
+def get(d, *path):
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return None
+        d = d[p]
+    return d
+
+def mean(*xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+def fmt(x, digits=0):
+    return "n/a" if x is None else f"{x:,.{digits}f}"
+
+def fmt_ratio(a, b):
+    return "n/a" if a is None or not b else f"{a / b:.2f}"
+
+r = {n: load(n) for n in ["off_max", "on_max", "on_max2", "off_max2",
+                          "off_paced", "on_paced", "off_asktell",
+                          "on_asktell"]}
+rate = {n: get(r[n], "reports_per_s") for n in r}
+off = mean(rate["off_max"], rate["off_max2"])
+on = mean(rate["on_max"], rate["on_max2"])
+print(f"durable reports/s at max rate (200 workers + 8 clients, ASHA, mean of 2):"
+      f" security off {fmt(off)}, on {fmt(on)}, on/off {fmt_ratio(on, off)}"
+      f"  [off {fmt(rate['off_max'])}, {fmt(rate['off_max2'])};"
+      f" on {fmt(rate['on_max'])}, {fmt(rate['on_max2'])}]")
+p99 = {n: get(r[n], "ReportProgress", "p99_ms") for n in r}
+print(f"ReportProgress p99 at max rate: off"
+      f" {fmt(mean(p99['off_max'], p99['off_max2']), 2)} ms,"
+      f" on {fmt(mean(p99['on_max'], p99['on_max2']), 2)} ms")
+print(f"ReportProgress p99 paced at 2000/s: off {fmt(p99['off_paced'], 2)} ms,"
+      f" on {fmt(p99['on_paced'], 2)} ms")
+t_off = get(r["off_asktell"], "trials_per_s")
+t_on = get(r["on_asktell"], "trials_per_s")
+print(f"ask/tell trials/s (32 clients): off {fmt(t_off)}, on {fmt(t_on)},"
+      f" on/off {fmt_ratio(t_on, t_off)}")
+cpu = {n: get(r[n], "scheduler_cpu_s") for n in r}
+print(f"scheduler CPU s per max-rate run: off"
+      f" {fmt(mean(cpu['off_max'], cpu['off_max2']), 1)},"
+      f" on {fmt(mean(cpu['on_max'], cpu['on_max2']), 1)}")
+ok_ratio = on is not None and off and on / off >= 0.70
+ok_rate = on is not None and on >= 7000
+print(f"issue 16 targets: on/off >= 0.70: {'yes' if ok_ratio else 'NO'};"
+      f" on >= 7,000 reports/s: {'yes' if ok_rate else 'NO'}")
+EOF
+  if ((${#failed[@]})); then
+    log "FAILED: ${failed[*]}"
+  fi
+  log "results: $out"
+  ((${#failed[@]} == 0))
+}
+
 log "scale benchmark $(date -Iseconds) on $(hostname), $(nproc) CPUs"
 log "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
 log "build $build, quick=${SCALE_QUICK:-0}"
 
 load=(--workers=200 --clients=8 --steps=81 --seconds="$seconds"
   --trial_scheduler=asha --json)
+if ((security)); then
+  security_runs
+  exit
+fi
 run dial_max "$bench" --mode=load "${load[@]}"
 if [[ -n "${SCALE_BASELINE:-}" ]]; then
   log "baseline scheduler: $SCALE_BASELINE"

@@ -19,6 +19,14 @@
 // ListTrials pages, GetBestTrials, GetTrial and WatchStudy's first event
 // against it, and runs a short ask/tell report load on that study.
 //
+// With --tls_dir (the output of deploy/dev-ca.sh) the same load runs with
+// security on: the started scheduler serves TLS, requires client
+// certificates (--tls-client-ca) and bearer tokens (--auth-tokens); the
+// simulated workers connect with the worker certificate and token and carry
+// each attempt's lease token, the ask/tell clients with the user certificate
+// and alice's token (mode large: the admin's, as its study has no owner).
+// bench/scale/run.sh with SCALE_SECURITY=1 compares the two.
+//
 // All calls are asynchronous (gRPC's callback API): a handful of threads
 // drive hundreds of simulated workers, so the generator leaves most of the
 // machine to the scheduler.
@@ -47,10 +55,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/grpc_channel.h"
 #include "common/spec.h"
 #include "dial/v1/service.grpc.pb.h"
 #include "google/protobuf/util/time_util.h"
@@ -67,6 +77,12 @@ ABSL_FLAG(std::string, scheduler_args, "",
 ABSL_FLAG(std::string, db_dir, "",
           "directory for its database (default: a "
           "fresh one under /tmp, removed after)");
+ABSL_FLAG(std::string, tls_dir, "",
+          "security on: a deploy/dev-ca.sh directory (certificates, "
+          "auth-tokens, tokens/NAME.token); empty: plaintext, no tokens");
+ABSL_FLAG(std::string, tls_user, "alice",
+          "with --tls_dir: whose token (tokens/NAME.token) the ask/tell "
+          "clients send (mode large always uses admin)");
 ABSL_FLAG(int32_t, workers, 100, "simulated worker daemons (mode load)");
 ABSL_FLAG(int32_t, clients, 4, "simulated ask/tell clients");
 ABSL_FLAG(double, rate, 0,
@@ -256,6 +272,8 @@ class InFlight {
 struct Shared {
   v1::StudyService::Stub* study = nullptr;
   v1::WorkerService::Stub* worker = nullptr;
+  // Bearer tokens of the ask/tell clients and of the workers; empty: none.
+  std::string study_token, worker_token;
   Stats stats;
   Timer timer;
   InFlight in_flight;
@@ -297,6 +315,9 @@ void Send(Shared& s, const std::string& kind,
           std::shared_ptr<Call<Req, Resp>> c, Method method,
           std::function<void(const grpc::Status&, Resp&)> then) {
   s.in_flight.Add();
+  // WorkerService requests name their worker; StudyService ones do not.
+  constexpr bool kWorkerCall = requires(const Req& r) { r.worker_id(); };
+  Authorize(c->ctx, kWorkerCall ? s.worker_token : s.study_token);
   c->ctx.set_deadline(std::chrono::system_clock::now() +
                       std::chrono::seconds(60));
   c->sent = Clock::now();
@@ -354,6 +375,7 @@ class SimWorker : public Paced<SimWorker> {
           self->study_ = resp.trial().study();
           self->trial_ = resp.trial().number();
           self->attempt_ = resp.attempt();
+          self->lease_token_ = resp.lease_token();
           self->step_ = resp.start_step();
           self->due_ = Clock::now();
           self->Next();
@@ -370,6 +392,7 @@ class SimWorker : public Paced<SimWorker> {
     c->req.set_study(study_);
     c->req.set_trial(trial_);
     c->req.set_attempt(attempt_);
+    c->req.set_lease_token(lease_token_);
     c->req.set_step(step_ + 1);
     (*c->req.mutable_metrics())["loss"] = Loss(trial_, step_ + 1);
     auto self = shared_from_this();
@@ -401,6 +424,7 @@ class SimWorker : public Paced<SimWorker> {
     c->req.set_study(study_);
     c->req.set_trial(trial_);
     c->req.set_attempt(attempt_);
+    c->req.set_lease_token(lease_token_);
     (*c->req.mutable_final_metrics())["loss"] = Loss(trial_, step_);
     auto self = shared_from_this();
     Send<v1::FinishTrialRequest, v1::FinishTrialResponse>(
@@ -421,6 +445,7 @@ class SimWorker : public Paced<SimWorker> {
   std::string study_;
   int64_t trial_ = 0;
   int32_t attempt_ = 0;
+  std::string lease_token_;
   int64_t step_ = 0;
 };
 
@@ -550,8 +575,10 @@ v1::StudySpec Spec(const std::string& name, bool worker_run,
   return *spec;
 }
 
-bool CreateStudy(v1::StudyService::Stub& stub, const v1::StudySpec& spec) {
+bool CreateStudy(v1::StudyService::Stub& stub, const std::string& token,
+                 const v1::StudySpec& spec) {
   grpc::ClientContext ctx;
+  Authorize(ctx, token);
   v1::CreateStudyRequest req;
   *req.mutable_spec() = spec;
   v1::CreateStudyResponse resp;
@@ -633,6 +660,12 @@ std::string StartScheduler(const std::filesystem::path& dir,
       "--listen=127.0.0.1:0",
       "--worker-lease-ms=60000",
       "--log-level=warn"};
+  if (const std::string tls = absl::GetFlag(FLAGS_tls_dir); !tls.empty()) {
+    args.push_back("--tls-cert=" + tls + "/server.crt");
+    args.push_back("--tls-key=" + tls + "/server.key");
+    args.push_back("--tls-client-ca=" + tls + "/ca.crt");
+    args.push_back("--auth-tokens=" + tls + "/auth-tokens");
+  }
   for (absl::string_view a : absl::StrSplit(absl::GetFlag(FLAGS_scheduler_args),
                                             ' ', absl::SkipEmpty())) {
     args.emplace_back(a);
@@ -663,11 +696,45 @@ std::pair<double, double> RssAndPeakMb(pid_t pid) {
   return {rss, peak};
 }
 
-std::shared_ptr<grpc::Channel> Connect(const std::string& address) {
-  grpc::ChannelArguments channel_args;
-  channel_args.SetMaxReceiveMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   channel_args);
+// How one kind of simulated peer reaches the scheduler: its channel and
+// the token its calls carry.
+struct Peer {
+  std::shared_ptr<grpc::Channel> channel;
+  std::string token;
+};
+
+// Reads --tls_dir/tokens/NAME.token; exits when it cannot.
+std::string TokenOf(const std::string& name) {
+  const std::string path =
+      absl::StrCat(absl::GetFlag(FLAGS_tls_dir), "/tokens/", name, ".token");
+  auto token = ReadSmallFile(path);
+  if (!token.ok()) {
+    std::fprintf(stderr, "%s\n", token.status().ToString().c_str());
+    std::exit(2);
+  }
+  return std::string(absl::StripAsciiWhitespace(*token));
+}
+
+// A channel to `address`: plaintext without --tls_dir; else TLS checked
+// against the dev CA, with the client certificate `cert` (worker or user)
+// and the token of `principal`. Exits when it cannot.
+Peer Connect(const std::string& address, const std::string& cert,
+             const std::string& principal) {
+  ConnectOptions options;
+  options.target = address;
+  const std::string dir = absl::GetFlag(FLAGS_tls_dir);
+  if (!dir.empty()) {
+    options.tls_ca = dir + "/ca.crt";
+    options.tls_cert = absl::StrCat(dir, "/", cert, ".crt");
+    options.tls_key = absl::StrCat(dir, "/", cert, ".key");
+    options.token = TokenOf(principal);
+  }
+  auto channel = MakeChannel(options, grpc::ChannelArguments());
+  if (!channel.ok()) {
+    std::fprintf(stderr, "channel: %s\n", channel.status().ToString().c_str());
+    std::exit(2);
+  }
+  return {*channel, options.token};
 }
 
 // ---- mode large ----
@@ -874,11 +941,14 @@ int RunLarge() {
                     ",\"startup_peak_mb\":", peak);
   }
 
-  auto channel = Connect(address);
-  auto study_stub = v1::StudyService::NewStub(channel);
+  // The big study was written without an owner: only an admin acts on it.
+  const Peer peer = Connect(address, "user", "admin");
+  const std::string& token = peer.token;
+  auto study_stub = v1::StudyService::NewStub(peer.channel);
   int64_t total = 0;  // trials in the study now
   {
     grpc::ClientContext ctx;
+    Authorize(ctx, token);
     v1::GetStudyRequest req;
     req.set_study(kLargeStudy);
     v1::GetStudyResponse resp;
@@ -907,6 +977,7 @@ int RunLarge() {
   auto list_page = [&](int64_t after) -> Read {
     return [&, after] {
       grpc::ClientContext ctx;
+      Authorize(ctx, token);
       v1::ListTrialsRequest req;
       req.set_study(kLargeStudy);
       req.set_page_size(100);
@@ -932,6 +1003,7 @@ int RunLarge() {
       list_page(std::max<int64_t>(-1, total - 101)),
       [&] {
         grpc::ClientContext ctx;
+        Authorize(ctx, token);
         v1::GetBestTrialsRequest req;
         req.set_study(kLargeStudy);
         req.set_count(10);
@@ -940,6 +1012,7 @@ int RunLarge() {
       },
       [&] {
         grpc::ClientContext ctx;
+        Authorize(ctx, token);
         v1::GetTrialRequest req;
         req.set_study(kLargeStudy);
         req.set_trial(
@@ -952,6 +1025,7 @@ int RunLarge() {
       [&] {
         // Time to the first event (the SNAPSHOT), then hang up.
         grpc::ClientContext ctx;
+        Authorize(ctx, token);
         v1::WatchStudyRequest req;
         req.set_study(kLargeStudy);
         auto reader = study_stub->WatchStudy(&ctx, req);
@@ -978,6 +1052,7 @@ int RunLarge() {
   if (load_seconds > 0 && clients > 0) {
     Shared s;
     s.study = study_stub.get();
+    s.study_token = token;
     s.steps = rows;
     s.asktell_study = kLargeStudy;
     std::vector<std::shared_ptr<SimClient>> sim;
@@ -1049,13 +1124,18 @@ int Main() {
     if (address.empty()) return 1;
   }
 
-  auto channel = Connect(address);
-  auto study_stub = v1::StudyService::NewStub(channel);
-  auto worker_stub = v1::WorkerService::NewStub(channel);
+  // Two channels, in both modes, so that security on and off differ only
+  // in the channels' credentials and the tokens.
+  const Peer user = Connect(address, "user", absl::GetFlag(FLAGS_tls_user));
+  const Peer worker = Connect(address, "worker", "worker");
+  auto study_stub = v1::StudyService::NewStub(user.channel);
+  auto worker_stub = v1::WorkerService::NewStub(worker.channel);
 
   Shared s;
   s.study = study_stub.get();
   s.worker = worker_stub.get();
+  s.study_token = user.token;
+  s.worker_token = worker.token;
   s.steps = absl::GetFlag(FLAGS_steps);
   const int workers = mode == "load" ? absl::GetFlag(FLAGS_workers) : 0;
   const int clients = absl::GetFlag(FLAGS_clients);
@@ -1068,14 +1148,15 @@ int Main() {
   s.worker_study = "scale-workers";
   s.asktell_study = absl::GetFlag(FLAGS_asktell_study);
   const int64_t big = 1000000;
-  if (workers > 0 && !CreateStudy(*study_stub, Spec(s.worker_study, true, kind,
-                                                    s.steps, big, workers))) {
+  if (workers > 0 &&
+      !CreateStudy(*study_stub, s.study_token,
+                   Spec(s.worker_study, true, kind, s.steps, big, workers))) {
     return 1;
   }
   const bool asktell = mode == "asktell";
   if (clients > 0 &&
       !CreateStudy(
-          *study_stub,
+          *study_stub, s.study_token,
           Spec(s.asktell_study, false, asktell ? "fifo" : kind,
                asktell ? 1 : s.steps,
                asktell ? absl::GetFlag(FLAGS_trials) : big, clients))) {
@@ -1085,6 +1166,7 @@ int Main() {
   std::vector<std::shared_ptr<SimWorker>> sim_workers;
   for (int i = 0; i < workers; ++i) {
     grpc::ClientContext ctx;
+    Authorize(ctx, s.worker_token);
     v1::RegisterWorkerRequest req;
     req.set_host(absl::StrCat("sim-", i));
     req.mutable_resources()->set_slots(1);
@@ -1104,10 +1186,11 @@ int Main() {
         asktell ? &quota : nullptr));
   }
 
-  std::string json =
-      absl::StrCat("{\"mode\":\"", mode, "\",\"workers\":", workers,
-                   ",\"clients\":", clients, ",\"rate\":", rate,
-                   ",\"scheduler\":\"", kind, "\"");
+  std::string json = absl::StrCat(
+      "{\"mode\":\"", mode,
+      "\",\"secure\":", absl::GetFlag(FLAGS_tls_dir).empty() ? "false" : "true",
+      ",\"workers\":", workers, ",\"clients\":", clients, ",\"rate\":", rate,
+      ",\"scheduler\":\"", kind, "\"");
   const double cpu0 =
       scheduler.pid() > 0 ? CpuAndPeakMb(scheduler.pid()).first : 0;
   double elapsed = 0;
