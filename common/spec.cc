@@ -4,9 +4,11 @@
 #include <google/protobuf/util/json_util.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -387,6 +389,38 @@ absl::Status ValidateEnvName(const std::string& name) {
   return absl::OkStatus();
 }
 
+// Finding: large labels pushed GetStudy and ListStudies answers over
+// gRPC's 64 MiB message limit. Keys also stay under YAML's 1024-character
+// implicit keys, so the JSON of any valid spec reads back as a spec.
+absl::Status ValidateLabels(const v1::StudySpec& spec,
+                            const SpecLimits& limits) {
+  if (spec.labels_size() > limits.max_labels) {
+    return Invalid("labels", absl::StrCat("at most ", limits.max_labels,
+                                          " labels, got ", spec.labels_size()));
+  }
+  const size_t max_key = std::min(limits.max_label_key_bytes, kMaxKeyLength);
+  size_t total = 0;
+  for (const auto& [key, value] : spec.labels()) {
+    if (key.empty() || key.size() > max_key) {
+      return Invalid("labels",
+                     absl::StrCat("keys must be 1-", max_key, " characters"));
+    }
+    if (value.size() > limits.max_label_value_bytes) {
+      return Invalid(
+          "labels." + absl::CHexEscape(key),
+          absl::StrCat("values must be at most ", limits.max_label_value_bytes,
+                       " bytes, got ", value.size()));
+    }
+    total += key.size() + value.size();
+  }
+  if (total > limits.max_label_bytes) {
+    return Invalid("labels",
+                   absl::StrCat("keys and values must total at most ",
+                                limits.max_label_bytes, " bytes, got ", total));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckGridPoints(const std::string& field, int32_t points,
                              const char* zero) {
   if (points < 0 || points == 1 || points > kMaxGridPoints) {
@@ -550,7 +584,31 @@ absl::StatusOr<v1::StudySpec> LoadStudySpecFile(const std::string& path) {
   return ParseStudySpec(buffer.str());
 }
 
+SpecLimits SpecLimits::None() {
+  SpecLimits none;
+  none.max_spec_bytes = std::numeric_limits<size_t>::max();
+  none.max_labels = std::numeric_limits<int>::max();
+  none.max_label_key_bytes = kMaxKeyLength;  // a rule, not a cap: see above
+  none.max_label_value_bytes = std::numeric_limits<size_t>::max();
+  none.max_label_bytes = std::numeric_limits<size_t>::max();
+  none.max_parallel_trials = std::numeric_limits<int32_t>::max();
+  return none;
+}
+
 absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
+  return ValidateStudySpec(spec, SpecLimits{});
+}
+
+absl::Status ValidateStudySpec(const v1::StudySpec& spec,
+                               const SpecLimits& limits) {
+  // First, before any work in proportion to the spec. Finding: a 1 MB spec
+  // was copied into every event of every watcher.
+  const size_t bytes = spec.ByteSizeLong();
+  if (bytes > limits.max_spec_bytes) {
+    return Invalid("spec",
+                   absl::StrCat("must be at most ", limits.max_spec_bytes,
+                                " bytes (serialized), got ", bytes));
+  }
   DIAL_RETURN_IF_ERROR(ValidateName("name", spec.name()));
   if (spec.objective().metric().empty()) {
     return Invalid("objective.metric", "is required");
@@ -608,12 +666,7 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
     index[p.name()] = i;
   }
 
-  for (const auto& [key, value] : spec.labels()) {
-    if (key.empty() || key.size() > kMaxKeyLength) {
-      return Invalid("labels", absl::StrCat("keys must be 1-", kMaxKeyLength,
-                                            " characters"));
-    }
-  }
+  DIAL_RETURN_IF_ERROR(ValidateLabels(spec, limits));
 
   const auto& budget = spec.budget();
   if (budget.max_trials() < 1 || budget.max_trials() > 1000000) {
@@ -624,9 +677,18 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
   if (budget.max_parallel_trials() < 0 ||
       budget.max_parallel_trials() > budget.max_trials()) {
     return Invalid("budget.max_parallel_trials",
-                   absl::StrCat("must be between 0 (= max_trials) and "
-                                "max_trials (",
-                                budget.max_trials(), "), got ",
+                   absl::StrCat("must be between 0 (= min(max_trials, ",
+                                limits.default_parallel_trials,
+                                ")) and max_trials (", budget.max_trials(),
+                                "), got ", budget.max_parallel_trials()));
+  }
+  // Finding: a 58-byte spec with max_trials 10^6 and no
+  // max_parallel_trials made 700k PENDING rows; 0 no longer means
+  // max_trials, and an explicit value is capped.
+  if (budget.max_parallel_trials() > limits.max_parallel_trials) {
+    return Invalid("budget.max_parallel_trials",
+                   absl::StrCat("must be at most ", limits.max_parallel_trials,
+                                " (the scheduler's limit), got ",
                                 budget.max_parallel_trials()));
   }
   if (budget.max_failures_per_trial() < 0 ||
@@ -810,6 +872,11 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec) {
 }
 
 void FillSpecDefaults(uint64_t seed, v1::StudySpec& spec) {
+  FillSpecDefaults(seed, spec, SpecLimits{});
+}
+
+void FillSpecDefaults(uint64_t seed, v1::StudySpec& spec,
+                      const SpecLimits& limits) {
   auto* searcher = spec.mutable_searcher();
   if (searcher->kind_case() == v1::SearcherSpec::KIND_NOT_SET) {
     searcher->mutable_random();
@@ -833,7 +900,9 @@ void FillSpecDefaults(uint64_t seed, v1::StudySpec& spec) {
     spec.mutable_scheduler()->mutable_fifo();
   }
   if (spec.budget().max_parallel_trials() == 0) {
-    spec.mutable_budget()->set_max_parallel_trials(spec.budget().max_trials());
+    spec.mutable_budget()->set_max_parallel_trials(std::max(
+        1,
+        std::min(spec.budget().max_trials(), limits.default_parallel_trials)));
   }
 }
 

@@ -21,12 +21,45 @@ absl::StatusOr<v1::StudySpec> ParseStudySpec(absl::string_view text);
 // Reads and parses a spec file. NOT_FOUND if it cannot be read.
 absl::StatusOr<v1::StudySpec> LoadStudySpecFile(const std::string& path);
 
-// Checks the rules of docs/spec.md. INVALID_ARGUMENT "<field>: <reason>".
+// The size caps on a spec (docs/limits.md), so that a few bytes of request
+// cannot buy unbounded memory or rows. The scheduler holds them in its
+// Limits (scheduler/limits.h); these are the documented defaults. Caps
+// apply to new input (CreateStudy, UpdateStudy), not to specs already
+// stored, so lowering one never strands a study (see None()).
+struct SpecLimits {
+  // The spec's serialized (protobuf) size.
+  size_t max_spec_bytes = 256 * 1024;
+  // spec.labels: how many, each key (also bounded by YAML's 1024-character
+  // implicit keys), each value, and all keys and values together.
+  int max_labels = 64;
+  size_t max_label_key_bytes = 128;
+  size_t max_label_value_bytes = 1024;
+  size_t max_label_bytes = 16 * 1024;
+  // budget.max_parallel_trials: what 0 means (min(max_trials, this)) and
+  // the most an explicit value may ask for. Each open trial of a
+  // worker-run study is a row and a queue entry.
+  int32_t default_parallel_trials = 16;
+  int32_t max_parallel_trials = 1024;
+
+  // No caps: the rules of docs/spec.md alone. For specs already stored,
+  // which passed the caps in force when they were written.
+  static SpecLimits None();
+};
+
+// Checks the rules of docs/spec.md and the caps of `limits`.
+// INVALID_ARGUMENT "<field>: <reason>".
+absl::Status ValidateStudySpec(const v1::StudySpec& spec,
+                               const SpecLimits& limits);
+// With the default caps (SpecLimits{}).
 absl::Status ValidateStudySpec(const v1::StudySpec& spec);
 
 // Fills what the user may leave out (random searcher, FIFO scheduler,
-// max_parallel_trials = max_trials) and replaces seed 0 by `seed`, so the
-// stored spec alone reproduces the study.
+// max_parallel_trials = min(max_trials, limits.default_parallel_trials))
+// and replaces seed 0 by `seed`, so the stored spec alone reproduces the
+// study.
+void FillSpecDefaults(uint64_t seed, v1::StudySpec& spec,
+                      const SpecLimits& limits);
+// With the default limits (SpecLimits{}).
 void FillSpecDefaults(uint64_t seed, v1::StudySpec& spec);
 
 // Names of studies and parameters: 1-64 characters of [A-Za-z0-9._-],

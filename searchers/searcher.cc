@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/params.h"
@@ -13,8 +15,6 @@
 
 namespace dial::searchers {
 namespace {
-
-constexpr int64_t kMaxEnumerated = 1000000;
 
 std::vector<v1::ParamValue> GridValues(const SearchSpace& space, int i,
                                        int default_points) {
@@ -75,49 +75,58 @@ std::vector<v1::ParamValue> GridValues(const SearchSpace& space, int i,
   return values;
 }
 
-struct GridWalk {
-  const SearchSpace& space;
-  const std::vector<std::vector<v1::ParamValue>>& values;
-  std::vector<bool> is_parent;  // some later parameter's condition names it
-  std::vector<Params>* out;
-  int64_t limit;
+// Counts saturate at GridSearcher::kMaxSize (2^62), so a sum of two never
+// overflows.
+int64_t SatAdd(int64_t a, int64_t b) {
+  return a > GridSearcher::kMaxSize - b ? GridSearcher::kMaxSize : a + b;
+}
 
-  // Leaves below parameter i, capped at kMaxEnumerated + 1.
-  int64_t Count(int i, Params& params) const {
-    if (i == space.size()) return 1;
-    if (!space.IsActive(i, params)) return Count(i + 1, params);
-    const auto& name = space.param(i).name();
-    int64_t total = 0;
-    if (!is_parent[i]) {
-      params[name] = values[i][0];
-      total = int64_t(values[i].size()) * Count(i + 1, params);
-      params.erase(name);
-    } else {
-      for (const auto& v : values[i]) {
-        params[name] = v;
-        total += Count(i + 1, params);
-        if (total > kMaxEnumerated) break;
-      }
-      params.erase(name);
+int64_t SatMul(int64_t a, int64_t b) {
+  if (a == 0 || b == 0) return 0;
+  return a > GridSearcher::kMaxSize / b ? GridSearcher::kMaxSize : a * b;
+}
+
+// A seeded bijection of [0, n) that needs no memory per element: a
+// balanced four-round Feistel network over the smallest even number of bits
+// that covers n, with cycle walking (apply again until the result is below
+// n). The domain is less than 4n, so a walk takes under four rounds on
+// average; it ends because the cycle through x returns to x < n.
+class IndexPermutation {
+ public:
+  IndexPermutation(int64_t n, uint64_t seed) : n_(static_cast<uint64_t>(n)) {
+    int bits = 1;
+    while ((uint64_t{1} << bits) < n_) ++bits;
+    half_ = (bits + 1) / 2;
+    for (int r = 0; r < kRounds; ++r) {
+      keys_[r] = SplitMix64(seed ^ SplitMix64(static_cast<uint64_t>(r)));
     }
-    return std::min(total, kMaxEnumerated + 1);
   }
 
-  void Enumerate(int i, Params& params) const {
-    if (int64_t(out->size()) >= limit) return;
-    if (i == space.size()) {
-      out->push_back(params);
-      return;
-    }
-    if (!space.IsActive(i, params)) return Enumerate(i + 1, params);
-    const auto& name = space.param(i).name();
-    for (const auto& v : values[i]) {
-      params[name] = v;
-      Enumerate(i + 1, params);
-      if (int64_t(out->size()) >= limit) break;
-    }
-    params.erase(name);
+  int64_t operator()(int64_t x) const {
+    uint64_t v = static_cast<uint64_t>(x);
+    do {
+      v = Encrypt(v);
+    } while (v >= n_);
+    return static_cast<int64_t>(v);
   }
+
+ private:
+  static constexpr int kRounds = 4;
+
+  uint64_t Encrypt(uint64_t v) const {
+    const uint64_t mask = (uint64_t{1} << half_) - 1;
+    uint64_t left = v >> half_, right = v & mask;
+    for (int r = 0; r < kRounds; ++r) {
+      const uint64_t next = left ^ (SplitMix64(right ^ keys_[r]) & mask);
+      left = right;
+      right = next;
+    }
+    return (left << half_) | right;
+  }
+
+  uint64_t n_;
+  int half_ = 1;
+  uint64_t keys_[kRounds] = {};
 };
 
 }  // namespace
@@ -136,61 +145,175 @@ absl::StatusOr<Params> RandomSearcher::Suggest(
   return space_.Sample(rng);
 }
 
+// The grid without its points. The parameters from a node on, up to the
+// next active parameter that a condition names (its `branch`), are a plain
+// mixed-radix number; each value of the branch parameter opens a child
+// node, so only conditions make more than one node.
+struct GridSearcher::Grid {
+  struct Node {
+    std::vector<int> radix;  // active parameters before `branch`, in order
+    int branch = -1;         // -1: none, the node ends the point
+    // Per value of `branch`: the points of its child and of those before.
+    std::vector<int64_t> cumulative;
+    std::vector<int32_t> children;
+    int64_t size = 0;  // points of this node: product of radices x tail
+    int64_t tail() const { return cumulative.empty() ? 1 : cumulative.back(); }
+  };
+
+  std::vector<std::string> names;
+  std::vector<std::vector<v1::ParamValue>> values;
+  std::vector<Node> nodes;  // nodes[0] is the root
+  int64_t used = 0;         // min(size, max_trials)
+  std::optional<IndexPermutation> shuffle;
+
+  int64_t size() const { return nodes[0].size; }
+
+  // The point at `index` (< size()) in lexicographic order. Digits are
+  // taken from the least significant end, so saturated counts above the
+  // index never enter the arithmetic: index < kMaxSize <= the true count.
+  Params Point(int64_t index) const {
+    Params params;
+    int32_t id = 0;
+    while (true) {
+      const Node& node = nodes[id];
+      const int64_t within = index % node.tail();
+      int64_t rest = index / node.tail();
+      for (auto it = node.radix.rbegin(); it != node.radix.rend(); ++it) {
+        const auto& list = values[*it];
+        const int64_t n = static_cast<int64_t>(list.size());
+        params[names[*it]] = list[rest % n];
+        rest /= n;
+      }
+      if (node.branch < 0) return params;
+      const size_t c = std::upper_bound(node.cumulative.begin(),
+                                        node.cumulative.end(), within) -
+                       node.cumulative.begin();
+      params[names[node.branch]] = values[node.branch][c];
+      index = within - (c > 0 ? node.cumulative[c - 1] : 0);
+      id = node.children[c];
+    }
+  }
+};
+
+namespace {
+
+// Builds the branch nodes depth-first, counting the parameters it scans
+// against kMaxBranchWork: conditions nested on many values could otherwise
+// make exponentially many branches.
+class BranchBuilder {
+ public:
+  BranchBuilder(const SearchSpace& space, const std::vector<bool>& is_parent,
+                GridSearcher::Grid& grid)
+      : space_(space), is_parent_(is_parent), grid_(grid) {}
+
+  absl::StatusOr<int32_t> Build(int first, Params& params) {
+    const auto id = static_cast<int32_t>(grid_.nodes.size());
+    grid_.nodes.emplace_back();
+    GridSearcher::Grid::Node node;
+    int k = first;
+    for (; k < space_.size(); ++k) {
+      if (++work_ > GridSearcher::kMaxBranchWork) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "searcher.grid: the conditional parameters branch into too many "
+            "combinations to count (more than ",
+            GridSearcher::kMaxBranchWork,
+            " parameter visits); put fewer values on the parameters that "
+            "conditions name"));
+      }
+      if (!space_.IsActive(k, params)) continue;
+      if (is_parent_[k]) break;
+      node.radix.push_back(k);
+    }
+    int64_t tail = 1;
+    if (k < space_.size()) {
+      node.branch = k;
+      tail = 0;
+      const std::string& name = grid_.names[k];
+      for (const auto& v : grid_.values[k]) {
+        params[name] = v;
+        DIAL_ASSIGN_OR_RETURN(const int32_t child, Build(k + 1, params));
+        tail = SatAdd(tail, grid_.nodes[child].size);
+        node.cumulative.push_back(tail);
+        node.children.push_back(child);
+      }
+      params.erase(name);
+    }
+    node.size = tail;
+    for (int r : node.radix) {
+      node.size = SatMul(node.size, int64_t(grid_.values[r].size()));
+    }
+    grid_.nodes[id] = std::move(node);
+    return id;
+  }
+
+ private:
+  const SearchSpace& space_;
+  const std::vector<bool>& is_parent_;
+  GridSearcher::Grid& grid_;
+  int64_t work_ = 0;
+};
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<GridSearcher>> GridSearcher::Create(
     const v1::StudySpec& spec) {
   DIAL_ASSIGN_OR_RETURN(SearchSpace space, SearchSpace::Create(spec));
-  const auto& grid = spec.searcher().grid();
-  const int default_points = grid.default_points() ? grid.default_points() : 5;
-  std::vector<std::vector<v1::ParamValue>> values;
+  const auto& grid_spec = spec.searcher().grid();
+  const int default_points =
+      grid_spec.default_points() ? grid_spec.default_points() : 5;
+  auto grid = std::make_unique<Grid>();
   std::vector<bool> is_parent(space.size(), false);
+  int64_t listed = 0;
   for (int i = 0; i < space.size(); ++i) {
-    values.push_back(GridValues(space, i, default_points));
+    grid->names.push_back(space.param(i).name());
+    grid->values.push_back(GridValues(space, i, default_points));
+    listed += static_cast<int64_t>(grid->values.back().size());
+    if (listed > kMaxValues) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "searcher.grid: the parameters' grids hold more than ", kMaxValues,
+          " values together; lower grid_points or default_points"));
+    }
     for (const auto& [parent, unused] : space.param(i).when()) {
       for (int j = 0; j < i; ++j) {
         if (space.param(j).name() == parent) is_parent[j] = true;
       }
     }
   }
-  const int64_t max_trials = spec.budget().max_trials();
-  std::vector<Params> points;
-  GridWalk walk{space, values, is_parent, &points, 0};
   Params scratch;
-  const int64_t size = walk.Count(0, scratch);
-  const std::string size_text = size > kMaxEnumerated
-                                    ? absl::StrCat("more than ", kMaxEnumerated)
-                                    : absl::StrCat(size);
-  if (grid.exhaustive() && size != max_trials) {
+  DIAL_RETURN_IF_ERROR(
+      BranchBuilder(space, is_parent, *grid).Build(0, scratch).status());
+  const int64_t size = grid->size();
+  const int64_t max_trials = spec.budget().max_trials();
+  if (grid_spec.exhaustive() && size != max_trials) {
+    const std::string size_text = size >= kMaxSize
+                                      ? absl::StrCat("at least ", kMaxSize)
+                                      : absl::StrCat(size);
     return absl::InvalidArgumentError(absl::StrCat(
         "searcher.grid.exhaustive: the grid has ", size_text,
         " points but budget.max_trials is ", max_trials,
         "; set max_trials to the grid size or change grid_points"));
   }
-  if (grid.shuffle() && size > kMaxEnumerated) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("searcher.grid.shuffle: the grid has ", size_text,
-                     " points, too many to shuffle; lower grid_points"));
+  grid->used = std::min(size, max_trials);
+  if (grid_spec.shuffle() && size > 0) {
+    grid->shuffle.emplace(size, grid_spec.seed());
   }
-  walk.limit = grid.shuffle() ? size : std::min(size, max_trials);
-  walk.Enumerate(0, scratch);
-  if (grid.shuffle()) {
-    // Fisher-Yates with our own draws: the same order on every platform.
-    std::mt19937_64 rng(SplitMix64(grid.seed()));
-    for (size_t i = points.size(); i > 1; --i) {
-      std::swap(points[i - 1], points[rng() % i]);
-    }
-    if (int64_t(points.size()) > max_trials) points.resize(max_trials);
-  }
-  return std::unique_ptr<GridSearcher>(
-      new GridSearcher(std::move(points), size));
+  return std::unique_ptr<GridSearcher>(new GridSearcher(std::move(grid)));
 }
+
+GridSearcher::GridSearcher(std::unique_ptr<const Grid> grid)
+    : grid_(std::move(grid)) {}
+
+GridSearcher::~GridSearcher() = default;
+
+int64_t GridSearcher::grid_size() const { return grid_->size(); }
 
 absl::StatusOr<Params> GridSearcher::Suggest(
     int64_t number, const std::vector<Params>& pending) {
-  if (number < 0 || number >= int64_t(points_.size())) {
+  if (number < 0 || number >= grid_->used) {
     return absl::OutOfRangeError(absl::StrCat(
-        "grid exhausted: all ", points_.size(), " points were suggested"));
+        "grid exhausted: all ", grid_->used, " points were suggested"));
   }
-  return points_[number];
+  return grid_->Point(grid_->shuffle ? (*grid_->shuffle)(number) : number);
 }
 
 std::vector<int64_t> RungSteps(const v1::StudySpec& spec) {

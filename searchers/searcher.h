@@ -110,23 +110,44 @@ class RandomSearcher : public Searcher {
 // spaced in their scale; ints: every value or `grid_points` of them;
 // categorical and discrete: every value). Conditional parameters branch only
 // where active, so no point repeats.
+//
+// Points are never materialised: point k is decoded from its index in
+// mixed radix over the parameters' value lists (first parameter slowest),
+// so a grid of 2^40 points costs memory in proportion to its parameters'
+// value lists, not its points. A conditional parameter's values each open a
+// branch; the branches are counted once at Create, within a work cap.
+// `shuffle` maps trial numbers to grid indices through a seeded bijection
+// (a Feistel network with cycle walking) instead of materialising a
+// shuffled list.
 class GridSearcher : public Searcher {
  public:
+  // Sizes of a grid are counted up to this (2^62); a larger grid reports
+  // this size and is visited (and shuffled) within its first kMaxSize
+  // points.
+  static constexpr int64_t kMaxSize = int64_t{1} << 62;
+  // All parameters' value lists together hold at most this many values.
+  static constexpr int64_t kMaxValues = 100000;
+  // Conditional branches: parameters scanned over all branches, at most.
+  static constexpr int64_t kMaxBranchWork = 1000000;
+
   // INVALID_ARGUMENT if `exhaustive` is set and the grid size differs from
-  // max_trials, or if the grid is too large to enumerate with `shuffle`.
+  // max_trials, or if the value lists or conditional branches exceed the
+  // caps above.
   static absl::StatusOr<std::unique_ptr<GridSearcher>> Create(
       const v1::StudySpec& spec);
+  ~GridSearcher() override;
   using Searcher::Suggest;
   absl::StatusOr<Params> Suggest(int64_t number,
                                  const std::vector<Params>& pending) override;
   bool UsesPending() const override { return false; }
-  int64_t grid_size() const { return grid_size_; }
+  // The number of points, at most kMaxSize.
+  int64_t grid_size() const;
+
+  struct Grid;  // the value lists and the branch tree (searcher.cc)
 
  private:
-  GridSearcher(std::vector<Params> points, int64_t grid_size)
-      : points_(std::move(points)), grid_size_(grid_size) {}
-  std::vector<Params> points_;
-  int64_t grid_size_;
+  explicit GridSearcher(std::unique_ptr<const Grid> grid);
+  std::unique_ptr<const Grid> grid_;
 };
 
 // The searcher named by spec.searcher (defaults must be filled in).

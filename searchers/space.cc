@@ -39,7 +39,9 @@ std::string ConditionString(const google::protobuf::Value& v) {
 }  // namespace
 
 absl::StatusOr<SearchSpace> SearchSpace::Create(const v1::StudySpec& spec) {
-  auto status = ValidateStudySpec(spec);
+  // The rules without the size caps: a stored spec passed the caps in
+  // force when it was written, and a lower cap must not strand it.
+  auto status = ValidateStudySpec(spec, SpecLimits::None());
   if (!status.ok()) return status;
   return SearchSpace(std::vector<v1::ParameterSpec>(spec.search_space().begin(),
                                                     spec.search_space().end()));

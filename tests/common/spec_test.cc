@@ -6,6 +6,8 @@
 #include <limits>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 namespace dial {
 namespace {
 
@@ -425,6 +427,96 @@ TEST(SpecTest, DefaultsFixSeedAndParallelism) {
   EXPECT_EQ(spec->searcher().random().seed(), 42u);
   EXPECT_TRUE(spec->scheduler().has_fifo());
   EXPECT_EQ(spec->budget().max_parallel_trials(), 10);
+}
+
+// Finding: a 58-byte spec with max_trials 10^6 and no max_parallel_trials
+// (which meant max_trials) made 700k PENDING rows. 0 now means
+// min(max_trials, default_parallel_trials), and an explicit value is capped.
+TEST(SpecTest, ParallelismDefaultIsSmallAndCapped) {
+  auto spec =
+      ParseStudySpec(std::string(kBase) +
+                     "budget: {max_trials: 1000000}\n"
+                     "search_space: [{name: x, float: {min: 0, max: 1}}]");
+  ASSERT_TRUE(spec.ok());
+  v1::StudySpec filled = *spec;
+  FillSpecDefaults(1, filled);
+  EXPECT_EQ(filled.budget().max_parallel_trials(), 16);
+  SpecLimits limits;
+  limits.default_parallel_trials = 3;
+  filled = *spec;
+  FillSpecDefaults(1, filled, limits);
+  EXPECT_EQ(filled.budget().max_parallel_trials(), 3);
+
+  spec->mutable_budget()->set_max_parallel_trials(1024);
+  EXPECT_TRUE(ValidateStudySpec(*spec).ok()) << ValidateStudySpec(*spec);
+  spec->mutable_budget()->set_max_parallel_trials(1025);
+  EXPECT_THAT(ValidateStudySpec(*spec).message(),
+              HasSubstr("budget.max_parallel_trials: must be at most 1024"));
+  limits.max_parallel_trials = 2000;
+  EXPECT_TRUE(ValidateStudySpec(*spec, limits).ok());
+  // Specs already stored are not held to the caps.
+  spec->mutable_budget()->set_max_parallel_trials(1000000);
+  EXPECT_TRUE(ValidateStudySpec(*spec, SpecLimits::None()).ok());
+}
+
+// Finding: a study with a 1 MB spec, copied into every event of four
+// watchers, took the scheduler from 25 MB to 596 MB; large labels pushed
+// answers over gRPC's 64 MiB limit. Specs and labels have size caps, and
+// the error names the field and the reason.
+TEST(SpecTest, SpecAndLabelSizesAreCapped) {
+  auto parsed =
+      ParseStudySpec(std::string(kBase) +
+                     "budget: {max_trials: 10}\n"
+                     "search_space: [{name: x, float: {min: 0, max: 1}}]");
+  ASSERT_TRUE(parsed.ok());
+  const v1::StudySpec base = *parsed;
+  auto refused = [&](auto change, const SpecLimits& limits = SpecLimits{}) {
+    v1::StudySpec s = base;
+    change(s);
+    return std::string(ValidateStudySpec(s, limits).message());
+  };
+  // 1 MB in one categorical value.
+  EXPECT_THAT(refused([](v1::StudySpec& s) {
+                s.add_search_space()->set_name("c");
+                s.mutable_search_space(1)->mutable_categorical()->add_values(
+                    std::string(1 << 20, 'v'));
+              }),
+              HasSubstr("spec: must be at most 262144 bytes (serialized)"));
+  EXPECT_THAT(refused([](v1::StudySpec& s) {
+                for (int i = 0; i < 65; ++i) {
+                  (*s.mutable_labels())["k" + std::to_string(i)] = "v";
+                }
+              }),
+              HasSubstr("labels: at most 64 labels, got 65"));
+  EXPECT_THAT(refused([](v1::StudySpec& s) {
+                (*s.mutable_labels())["team"] = std::string(1025, 'v');
+              }),
+              HasSubstr("labels.team: values must be at most 1024 bytes"));
+  EXPECT_THAT(refused([](v1::StudySpec& s) {
+                for (int i = 0; i < 20; ++i) {
+                  (*s.mutable_labels())["k" + std::to_string(i)] =
+                      std::string(1000, 'v');
+                }
+              }),
+              HasSubstr("labels: keys and values must total at most 16384"));
+  // At the caps: fine.
+  EXPECT_EQ(refused([](v1::StudySpec& s) {
+              for (int i = 0; i < 16; ++i) {
+                (*s.mutable_labels())[absl::StrCat("k", i)] =
+                    std::string(1000, 'v');
+              }
+            }),
+            "");
+  // Caps come from the limits the scheduler was given.
+  SpecLimits small;
+  small.max_spec_bytes = 64;
+  EXPECT_THAT(
+      refused([](v1::StudySpec& s) { s.set_name(std::string(60, 'n')); },
+              small),
+      HasSubstr("spec: must be at most 64 bytes"));
+  EXPECT_EQ(refused([](v1::StudySpec& s) { s.set_name(std::string(60, 'n')); },
+                    SpecLimits::None()),
+            "");
 }
 
 TEST(SpecTest, NamesArePathSafe) {
