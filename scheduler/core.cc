@@ -4,12 +4,14 @@
 #include <cmath>
 #include <random>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/spec.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
+#include "scheduler/access_checks.h"
 #include "scheduler/request_checks.h"
 #include "spdlog/spdlog.h"
 
@@ -20,6 +22,8 @@ constexpr int32_t kMaxPageSize = 1000;
 constexpr int32_t kDefaultPageSize = 100;
 constexpr int32_t kMaxSuggest = 1000;
 constexpr size_t kMaxClientId = 256;
+constexpr int32_t kDefaultHistoryPage = 1000;
+constexpr int32_t kMaxHistoryPage = 10000;
 
 // Waits for `done`-style answers on this thread.
 template <typename T>
@@ -56,6 +60,7 @@ SchedulerCore::SchedulerCore(const SchedulerCoreOptions& options)
     : store_(options.store),
       durability_(options.store->durability()),
       checkpoints_(options.checkpoints),
+      options_(options),
       clock_(options.clock ? options.clock : &real_clock_),
       loader_(
           options.store,
@@ -259,7 +264,43 @@ absl::Status SchedulerCore::Load() {
   return absl::OkStatus();
 }
 
-Reply<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec) {
+absl::StatusOr<StudyEntry*> SchedulerCore::FindFor(const auth::Principal& who,
+                                                   const std::string& name,
+                                                   Access access) {
+  DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(name));
+  const std::string& owner = entry->study.owner();
+  if (access == Access::kRead ? who.can_read(owner) : who.can_write(owner)) {
+    return entry;
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      auth::RoleName(who.role), " '", who.name, "' may not ",
+      access == Access::kRead ? "read" : "change", " study '", name,
+      "' (owned by '", owner, "')"));
+}
+
+void SchedulerCore::Audit(const auth::Principal& who, const std::string& action,
+                          const std::string& study, const std::string& detail) {
+  v1::AuditEvent event;
+  *event.mutable_time() = lifecycle_.Now();
+  event.set_principal(who.anonymous ? "(no authentication)" : who.name);
+  event.set_role(std::string(auth::RoleName(who.role)));
+  event.set_action(action);
+  event.set_study(study);
+  event.set_detail(detail);
+  absl::Status status = store_->AppendAudit(event);
+  if (!status.ok()) {
+    spdlog::error("audit log: cannot record {} of '{}' by '{}': {}", action,
+                  study, who.name, status.ToString());
+  }
+}
+
+Reply<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec,
+                                            const auth::Principal& who) {
+  if (who.role != auth::Role::kUser && who.role != auth::Role::kAdmin) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(auth::RoleName(who.role), " '", who.name,
+                     "' may not create studies (users and admins may)"));
+  }
   absl::Status valid = ValidateStudySpec(spec);
   if (!valid.ok()) return valid;
   std::random_device rd;
@@ -273,6 +314,7 @@ Reply<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec) {
   if (!trial_scheduler.ok()) return trial_scheduler.status();
   entry->trial_scheduler = std::move(*trial_scheduler);
   entry->study.set_name(spec.name());
+  entry->study.set_owner(who.name);
   *entry->study.mutable_spec() = std::move(spec);
   entry->study.set_state(v1::STUDY_ACTIVE);
   *entry->study.mutable_create_time() = lifecycle_.Now();
@@ -283,7 +325,20 @@ Reply<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec) {
       return absl::AlreadyExistsError(
           absl::StrCat("study '", entry->name(), "' already exists"));
     }
+    if (!who.anonymous) {
+      int32_t owned = 0;
+      for (const auto& [name, other] : studies_.all()) {
+        owned += other->study.owner() == who.name;
+      }
+      if (owned >= options_.max_studies_per_owner) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "'", who.name, "' owns ", owned,
+            " studies, the most allowed (--max-studies-per-owner); delete "
+            "finished ones first"));
+      }
+    }
     DIAL_RETURN_IF_ERROR(store_->CreateStudy(entry->study));
+    Audit(who, "CreateStudy", entry->name(), "");
     outbox_.fills.insert(entry->name());
     v1::Study created = entry->WithCounts();
     studies_.Add(std::move(entry));
@@ -291,35 +346,69 @@ Reply<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec) {
   });
 }
 
-Reply<v1::Study> SchedulerCore::GetStudy(const std::string& name) {
+Reply<v1::Study> SchedulerCore::GetStudy(const std::string& name,
+                                         const auth::Principal& who) {
   return Locked<v1::Study>([&]() -> absl::StatusOr<v1::Study> {
-    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(name));
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, FindFor(who, name, Access::kRead));
     return entry->WithCounts();
   });
 }
 
-Reply<std::vector<v1::Study>> SchedulerCore::ListStudies() {
-  return Locked<std::vector<v1::Study>>(
-      [&]() -> absl::StatusOr<std::vector<v1::Study>> {
-        std::vector<v1::Study> out;
-        for (const auto& [name, entry] : studies_.all()) {
-          out.push_back(entry->WithCounts());
-        }
-        std::sort(out.begin(), out.end(),
-                  [](const v1::Study& a, const v1::Study& b) {
-                    using google::protobuf::util::TimeUtil;
-                    return TimeUtil::TimestampToMilliseconds(a.create_time()) <
-                           TimeUtil::TimestampToMilliseconds(b.create_time());
-                  });
-        return out;
-      });
+Reply<StudyPage> SchedulerCore::ListStudies(const auth::Principal& who,
+                                            int32_t page_size,
+                                            const std::string& page_token) {
+  if (page_size < 0 || page_size > kMaxPageSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size: must be between 0 (default ", kDefaultPageSize,
+                     ") and ", kMaxPageSize));
+  }
+  if (page_size == 0) page_size = kDefaultPageSize;
+  // Oldest first; the token is the last study's (create time, name).
+  using Key = std::pair<int64_t, std::string>;
+  auto key_of = [](const v1::Study& s) {
+    return Key(google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+                   s.create_time()),
+               s.name());
+  };
+  Key after(INT64_MIN, "");
+  if (!page_token.empty()) {
+    const size_t slash = page_token.find('/');
+    if (slash == std::string::npos ||
+        !absl::SimpleAtoi(page_token.substr(0, slash), &after.first)) {
+      return absl::InvalidArgumentError(
+          "page_token: not a token returned by ListStudies");
+    }
+    after.second = page_token.substr(slash + 1);
+  }
+  return Locked<StudyPage>([&]() -> absl::StatusOr<StudyPage> {
+    std::vector<std::pair<Key, const StudyEntry*>> readable;
+    for (const auto& [name, entry] : studies_.all()) {
+      if (!who.can_read(entry->study.owner())) continue;
+      Key key = key_of(entry->study);
+      if (key > after) readable.emplace_back(std::move(key), entry.get());
+    }
+    std::sort(readable.begin(), readable.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    StudyPage page;
+    for (const auto& [key, entry] : readable) {
+      if (int32_t(page.studies.size()) == page_size) {
+        const Key& last = key_of(page.studies.back());
+        page.next_page_token = absl::StrCat(last.first, "/", last.second);
+        break;
+      }
+      page.studies.push_back(entry->WithCounts());
+    }
+    return page;
+  });
 }
 
 Reply<v1::Study> SchedulerCore::UpdateStudy(const std::string& name,
                                             int32_t max_trials,
-                                            int32_t max_parallel_trials) {
+                                            int32_t max_parallel_trials,
+                                            const auth::Principal& who) {
   return Locked<v1::Study>([&]() -> absl::StatusOr<v1::Study> {
-    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(name));
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
+                          FindFor(who, name, Access::kWrite));
     if (entry->study.state() == v1::STUDY_STOPPED) {
       return absl::FailedPreconditionError(
           absl::StrCat("study '", name, "' is stopped"));
@@ -353,6 +442,10 @@ Reply<v1::Study> SchedulerCore::UpdateStudy(const std::string& name,
         int64_t(entry->trials.size()) < spec.budget().max_trials();
     if (reopen) updated.set_state(v1::STUDY_ACTIVE);
     DIAL_RETURN_IF_ERROR(store_->UpdateStudy(updated));
+    Audit(who, "UpdateStudy", name,
+          absl::StrCat("max_trials=", spec.budget().max_trials(),
+                       " max_parallel_trials=",
+                       spec.budget().max_parallel_trials()));
     entry->study = std::move(updated);
     entry->exhausted = false;  // rediscovered on the next suggestion
     suggestions_.Enqueue(
@@ -382,9 +475,11 @@ Reply<v1::Study> SchedulerCore::UpdateStudy(const std::string& name,
   });
 }
 
-Reply<v1::Study> SchedulerCore::StopStudy(const std::string& name) {
+Reply<v1::Study> SchedulerCore::StopStudy(const std::string& name,
+                                          const auth::Principal& who) {
   return Locked<v1::Study>([&]() -> absl::StatusOr<v1::Study> {
-    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(name));
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
+                          FindFor(who, name, Access::kWrite));
     if (entry->study.state() != v1::STUDY_ACTIVE) return entry->WithCounts();
     std::vector<v1::Trial> stopped;
     for (const auto& [number, trial] : entry->trials) {
@@ -398,15 +493,19 @@ Reply<v1::Study> SchedulerCore::StopStudy(const std::string& name) {
       DIAL_RETURN_IF_ERROR(lifecycle_.SaveTrial(*entry, trial));
     }
     DIAL_RETURN_IF_ERROR(lifecycle_.SaveStudyState(*entry, v1::STUDY_STOPPED));
+    Audit(who, "StopStudy", name, "");
     lifecycle_.Emit(*entry, v1::StudyEvent::STUDY_FINISHED, nullptr);
     return entry->WithCounts();
   });
 }
 
-StatusReply SchedulerCore::DeleteStudy(const std::string& name) {
+StatusReply SchedulerCore::DeleteStudy(const std::string& name,
+                                       const auth::Principal& who) {
   Reply<bool> reply = Locked<bool>([&]() -> absl::StatusOr<bool> {
-    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(name));
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
+                          FindFor(who, name, Access::kWrite));
     DIAL_RETURN_IF_ERROR(store_->DeleteStudy(name));
+    Audit(who, "DeleteStudy", name, "");
     lifecycle_.Emit(*entry, v1::StudyEvent::STUDY_FINISHED, nullptr);
     retention_.Forget(name);
     studies_.Remove(name);
@@ -417,7 +516,8 @@ StatusReply SchedulerCore::DeleteStudy(const std::string& name) {
 
 Reply<TrialPage> SchedulerCore::ListTrials(
     const std::string& name, const std::vector<v1::TrialState>& states,
-    int32_t page_size, const std::string& page_token) {
+    int32_t page_size, const std::string& page_token,
+    const auth::Principal& who) {
   if (page_size < 0 || page_size > kMaxPageSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("page_size: must be between 0 (default ", kDefaultPageSize,
@@ -431,7 +531,7 @@ Reply<TrialPage> SchedulerCore::ListTrials(
         "page_token: not a token returned by ListTrials");
   }
   return Locked<TrialPage>([&]() -> absl::StatusOr<TrialPage> {
-    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(name));
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, FindFor(who, name, Access::kRead));
     TrialPage page;
     for (auto it = entry->trials.upper_bound(after); it != entry->trials.end();
          ++it) {
@@ -449,11 +549,26 @@ Reply<TrialPage> SchedulerCore::ListTrials(
   });
 }
 
-Reply<v1::Trial> SchedulerCore::GetTrial(const std::string& name,
-                                         int64_t number) {
+Reply<v1::Trial> SchedulerCore::GetTrial(
+    const std::string& name, int64_t number, const auth::Principal& who,
+    int32_t history_page_size, const std::string& history_page_token,
+    std::string* next_history_page_token) {
+  if (history_page_size < 0 || history_page_size > kMaxHistoryPage) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "history_page_size: must be between 0 (default ", kDefaultHistoryPage,
+        ") and ", kMaxHistoryPage));
+  }
+  if (history_page_size == 0) history_page_size = kDefaultHistoryPage;
+  int64_t after_step = -1;
+  if (!history_page_token.empty() &&
+      (!absl::SimpleAtoi(history_page_token, &after_step) || after_step < 0)) {
+    return absl::InvalidArgumentError(
+        "history_page_token: not a token returned by GetTrial");
+  }
   Reply<v1::Trial> trial =
       Locked<v1::Trial>([&]() -> absl::StatusOr<v1::Trial> {
-        DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(name));
+        DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
+                              FindFor(who, name, Access::kRead));
         DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
         return *stored;
       });
@@ -464,12 +579,22 @@ Reply<v1::Trial> SchedulerCore::GetTrial(const std::string& name,
   auto history = store_->GetMetricHistory(name, number);
   if (!history.ok()) return Reply<v1::Trial>(history.status(), trial.ticket());
   v1::Trial out = *std::move(trial);
-  for (auto& point : *history) *out.add_metric_history() = std::move(point);
+  for (auto& point : *history) {
+    if (point.step() <= after_step) continue;
+    if (out.metric_history_size() == history_page_size) {
+      if (next_history_page_token) {
+        *next_history_page_token = std::to_string(
+            out.metric_history(out.metric_history_size() - 1).step());
+      }
+      break;
+    }
+    *out.add_metric_history() = std::move(point);
+  }
   return Reply<v1::Trial>(std::move(out), trial.ticket());
 }
 
 Reply<std::vector<v1::Trial>> SchedulerCore::GetBestTrials(
-    const std::string& name, int32_t count) {
+    const std::string& name, int32_t count, const auth::Principal& who) {
   if (count < 0 || count > kMaxPageSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("count: must be between 0 (= 1) and ", kMaxPageSize));
@@ -477,7 +602,8 @@ Reply<std::vector<v1::Trial>> SchedulerCore::GetBestTrials(
   if (count == 0) count = 1;
   return Locked<std::vector<v1::Trial>>(
       [&]() -> absl::StatusOr<std::vector<v1::Trial>> {
-        DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(name));
+        DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
+                              FindFor(who, name, Access::kRead));
         std::vector<v1::Trial> out;
         for (auto it = entry->ranked.begin();
              it != entry->ranked.end() && int32_t(out.size()) < count; ++it) {
@@ -489,15 +615,17 @@ Reply<std::vector<v1::Trial>> SchedulerCore::GetBestTrials(
 
 Reply<Suggestion> SchedulerCore::SuggestTrials(const std::string& name,
                                                int32_t count,
-                                               const std::string& client_id) {
+                                               const std::string& client_id,
+                                               const auth::Principal& who) {
   return Await<Reply<Suggestion>>([&](SuggestCallback done) {
-    SuggestTrialsAsync(name, count, client_id, std::move(done));
+    SuggestTrialsAsync(name, count, client_id, std::move(done), who);
   });
 }
 
 void SchedulerCore::SuggestTrialsAsync(const std::string& name, int32_t count,
                                        const std::string& client_id,
-                                       SuggestCallback done) {
+                                       SuggestCallback done,
+                                       const auth::Principal& who) {
   if (count < 0 || count > kMaxSuggest) {
     return done(absl::InvalidArgumentError(
         absl::StrCat("count: must be between 0 (= 1) and ", kMaxSuggest)));
@@ -511,7 +639,7 @@ void SchedulerCore::SuggestTrialsAsync(const std::string& name, int32_t count,
   absl::Status refused;
   {
     Lock lock(this, &ticket);
-    auto found = studies_.Find(name);
+    auto found = FindFor(who, name, Access::kWrite);
     if (!found.ok()) {
       refused = found.status();
     } else if (stopping_) {
@@ -579,11 +707,15 @@ void SchedulerCore::Suggest(const std::shared_ptr<StudyEntry>& entry,
 
 Reply<v1::Decision> SchedulerCore::ReportIntermediate(
     const std::string& name, int64_t number, int64_t step,
-    const searchers::Metrics& metrics, const std::string& checkpoint) {
+    const searchers::Metrics& metrics, const std::string& checkpoint,
+    const auth::Principal& who) {
   absl::Status valid = CheckReport(step, metrics, checkpoint);
   if (!valid.ok()) return valid;
   return Locked<v1::Decision>([&]() -> absl::StatusOr<v1::Decision> {
-    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(name));
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
+                          FindFor(who, name, Access::kWrite));
+    DIAL_RETURN_IF_ERROR(CheckAskTell(*entry, number));
+    DIAL_RETURN_IF_ERROR(CheckCheckpointId(checkpoint, name, number));
     DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
     if (stored->state() != v1::RUNNING) {
       return NotRunning(*stored, "reports are taken only while RUNNING");
@@ -602,11 +734,14 @@ Reply<v1::Decision> SchedulerCore::ReportIntermediate(
 
 Reply<v1::Trial> SchedulerCore::CompleteTrial(
     const std::string& name, int64_t number,
-    const searchers::Metrics& final_metrics, const std::string& error) {
+    const searchers::Metrics& final_metrics, const std::string& error,
+    const auth::Principal& who) {
   absl::Status valid = CheckMetrics(final_metrics, "final_metrics");
   if (!valid.ok()) return valid;
   return Locked<v1::Trial>([&]() -> absl::StatusOr<v1::Trial> {
-    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(name));
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
+                          FindFor(who, name, Access::kWrite));
+    DIAL_RETURN_IF_ERROR(CheckAskTell(*entry, number));
     DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
     const bool stopped_open = stored->state() == v1::STOPPED &&
                               stored->final_metrics().empty() &&
@@ -648,9 +783,10 @@ Reply<v1::Trial> SchedulerCore::CompleteTrial(
 }
 
 Reply<int64_t> SchedulerCore::Watch(const std::string& name,
-                                    WatchCallback callback) {
+                                    WatchCallback callback,
+                                    const auth::Principal& who) {
   return Locked<int64_t>([&]() -> absl::StatusOr<int64_t> {
-    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(name));
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, FindFor(who, name, Access::kRead));
     v1::StudyEvent snapshot;
     snapshot.set_kind(v1::StudyEvent::SNAPSHOT);
     *snapshot.mutable_study() = entry->WithCounts();
@@ -762,8 +898,30 @@ void SchedulerCore::FillPending(const std::shared_ptr<StudyEntry>& entry) {
 }
 
 void SchedulerCore::BackupDatabaseAsync(
-    const std::string& path,
-    std::function<void(absl::StatusOr<int64_t>)> done) {
+    const std::string& name,
+    std::function<void(absl::StatusOr<std::pair<std::string, int64_t>>)> done,
+    const auth::Principal& who) {
+  if (!who.is_admin()) {
+    return done(absl::PermissionDeniedError(
+        absl::StrCat(auth::RoleName(who.role), " '", who.name,
+                     "' may not back up the database (admins may)")));
+  }
+  if (options_.backup_dir.empty()) {
+    return done(absl::FailedPreconditionError(
+        "backups are off: start the scheduler with --backup-dir=DIR"));
+  }
+  const bool plain_name =
+      !name.empty() && name.size() <= 255 && name[0] != '.' &&
+      std::all_of(name.begin(), name.end(), [](char c) {
+        return absl::ascii_isalnum(c) || c == '.' || c == '-' || c == '_';
+      });
+  if (!plain_name) {
+    return done(absl::InvalidArgumentError(absl::StrCat(
+        "path: '", name.substr(0, 256),
+        "' must be a file name in the scheduler's --backup-dir (letters, "
+        "digits, '.', '-', '_'; not starting with '.')")));
+  }
+  const std::string path = absl::StrCat(options_.backup_dir, "/", name);
   absl::Status refused;
   std::thread previous;
   {
@@ -778,19 +936,24 @@ void SchedulerCore::BackupDatabaseAsync(
       previous = std::move(backup_thread_);  // finished: joined below
       // Its own thread: a copy takes as long as the database is large, and
       // the store's backup needs neither the core's lock nor the store's.
-      backup_thread_ = std::thread([this, path, done = std::move(done)] {
+      backup_thread_ = std::thread([this, path, who, done = std::move(done)] {
         absl::StatusOr<int64_t> bytes = store_->Backup(path);
         if (bytes.ok()) {
           spdlog::info("database backed up to {} ({} bytes)", path, *bytes);
-        } else if (!absl::IsInvalidArgument(bytes.status())) {
+        } else if (!absl::IsInvalidArgument(bytes.status()) &&
+                   !absl::IsAlreadyExists(bytes.status())) {
           spdlog::warn("backup to {} failed: {}", path,
                        bytes.status().ToString());
         }
         {
           Lock lock(this);
           backup_running_ = false;
+          Audit(who, "BackupDatabase", "",
+                bytes.ok() ? absl::StrCat(path, " (", *bytes, " bytes)")
+                           : absl::StrCat(path, ": ", bytes.status().ToString()));
         }
-        done(std::move(bytes));
+        if (!bytes.ok()) return done(bytes.status());
+        done(std::make_pair(path, *bytes));
       });
     }
   }
@@ -798,11 +961,45 @@ void SchedulerCore::BackupDatabaseAsync(
   if (!refused.ok()) done(refused);
 }
 
-absl::StatusOr<int64_t> SchedulerCore::BackupDatabase(const std::string& path) {
-  return Await<absl::StatusOr<int64_t>>(
-      [&](std::function<void(absl::StatusOr<int64_t>)> done) {
-        BackupDatabaseAsync(path, std::move(done));
-      });
+absl::StatusOr<std::pair<std::string, int64_t>> SchedulerCore::BackupDatabase(
+    const std::string& name, const auth::Principal& who) {
+  using Result = absl::StatusOr<std::pair<std::string, int64_t>>;
+  return Await<Result>([&](std::function<void(Result)> done) {
+    BackupDatabaseAsync(name, std::move(done), who);
+  });
+}
+
+Reply<AuditPage> SchedulerCore::ListAuditEvents(const std::string& study,
+                                                int32_t page_size,
+                                                const std::string& page_token,
+                                                const auth::Principal& who) {
+  if (!who.is_admin()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(auth::RoleName(who.role), " '", who.name,
+                     "' may not read the audit log (admins may)"));
+  }
+  if (page_size < 0 || page_size > kMaxPageSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size: must be between 0 (default ", kDefaultPageSize,
+                     ") and ", kMaxPageSize));
+  }
+  if (page_size == 0) page_size = kDefaultPageSize;
+  int64_t before = 0;
+  if (!page_token.empty() &&
+      (!absl::SimpleAtoi(page_token, &before) || before <= 0)) {
+    return absl::InvalidArgumentError(
+        "page_token: not a token returned by ListAuditEvents");
+  }
+  // The store has its own lock; the core's is not needed.
+  auto events = store_->ListAudit(study, before, page_size + 1);
+  if (!events.ok()) return events.status();
+  AuditPage page;
+  page.events = std::move(*events);
+  if (int32_t(page.events.size()) > page_size) {
+    page.events.resize(page_size);
+    page.next_page_token = std::to_string(page.events.back().id());
+  }
+  return page;
 }
 
 }  // namespace dial::scheduler

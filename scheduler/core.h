@@ -40,6 +40,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "auth/principal.h"
 #include "common/clock.h"
 #include "dial/v1/service.pb.h"
 #include "scheduler/dispatcher.h"
@@ -73,6 +74,22 @@ struct SchedulerCoreOptions {
   SearcherFactory searcher_factory = nullptr;
   // Makes a study's trial scheduler; default searchers::CreateTrialScheduler.
   TrialSchedulerFactory trial_scheduler_factory = nullptr;
+  // BackupDatabase writes only new files in this directory; empty refuses
+  // every backup.
+  std::string backup_dir;
+  // Abuse limits (docs/security.md).
+  int32_t max_studies_per_owner = 1000;
+  int32_t max_workers_per_principal = 1000;
+};
+
+struct AuditPage {
+  std::vector<v1::AuditEvent> events;
+  std::string next_page_token;
+};
+
+struct StudyPage {
+  std::vector<v1::Study> studies;
+  std::string next_page_token;
 };
 
 struct TrialPage {
@@ -100,29 +117,47 @@ class SchedulerCore {
 
   // INVALID_ARGUMENT for a bad spec (field and reason), ALREADY_EXISTS for a
   // taken name, UNIMPLEMENTED for searchers/schedulers not built yet.
-  Reply<v1::Study> CreateStudy(v1::StudySpec spec);
+  Reply<v1::Study> CreateStudy(v1::StudySpec spec,
+                               const auth::Principal& who = auth::Anonymous());
   // NOT_FOUND for an unknown study (as every per-study call below).
-  Reply<v1::Study> GetStudy(const std::string& name);
-  Reply<std::vector<v1::Study>> ListStudies();
+  Reply<v1::Study> GetStudy(const std::string& name,
+                            const auth::Principal& who = auth::Anonymous());
+  // The studies `who` may read, oldest first, in pages (0: 100, at most
+  // 1000) after `page_token`.
+  Reply<StudyPage> ListStudies(const auth::Principal& who = auth::Anonymous(),
+                               int32_t page_size = 0,
+                               const std::string& page_token = "");
   // Changes budgets. INVALID_ARGUMENT below the trials already created;
   // FAILED_PRECONDITION on a stopped study. Raising max_trials of a
   // COMPLETED study makes it ACTIVE again.
   Reply<v1::Study> UpdateStudy(const std::string& name, int32_t max_trials,
-                               int32_t max_parallel_trials);
+                               int32_t max_parallel_trials,
+                               const auth::Principal& who = auth::Anonymous());
   // Stops suggesting; PENDING and PAUSED trials become STOPPED, RUNNING ones
   // get STOP at their next report.
-  Reply<v1::Study> StopStudy(const std::string& name);
-  StatusReply DeleteStudy(const std::string& name);
+  Reply<v1::Study> StopStudy(const std::string& name,
+                             const auth::Principal& who = auth::Anonymous());
+  StatusReply DeleteStudy(const std::string& name,
+                          const auth::Principal& who = auth::Anonymous());
 
   // Trials in number order; `page_token` from the previous page.
   Reply<TrialPage> ListTrials(const std::string& name,
                               const std::vector<v1::TrialState>& states,
-                              int32_t page_size, const std::string& page_token);
+                              int32_t page_size, const std::string& page_token,
+                              const auth::Principal& who = auth::Anonymous());
   // With metric history.
-  Reply<v1::Trial> GetTrial(const std::string& name, int64_t number);
+  // Its history in pages by step: at most history_page_size points (0:
+  // 1000, at most 10000) after the step in history_page_token; the next
+  // token in *next_history_page_token (empty on the last page).
+  Reply<v1::Trial> GetTrial(const std::string& name, int64_t number,
+                            const auth::Principal& who = auth::Anonymous(),
+                            int32_t history_page_size = 0,
+                            const std::string& history_page_token = "",
+                            std::string* next_history_page_token = nullptr);
   // COMPLETED trials, best objective first.
   Reply<std::vector<v1::Trial>> GetBestTrials(const std::string& name,
-                                              int32_t count);
+                                              int32_t count,
+                                              const auth::Principal& who = auth::Anonymous());
 
   // Ask: new RUNNING trials owned by `client_id`, or that client's open
   // trials if it has any. Returns fewer (or none) at max_parallel_trials;
@@ -130,10 +165,12 @@ class SchedulerCore {
   // once, on the suggestion thread (or at once for bad arguments), without
   // the core's lock; UNAVAILABLE if the core shuts down first.
   void SuggestTrialsAsync(const std::string& name, int32_t count,
-                          const std::string& client_id, SuggestCallback done);
+                          const std::string& client_id, SuggestCallback done,
+                          const auth::Principal& who = auth::Anonymous());
   // The same, waiting for the answer (not from the suggestion thread).
   Reply<Suggestion> SuggestTrials(const std::string& name, int32_t count,
-                                  const std::string& client_id);
+                                  const std::string& client_id,
+                                  const auth::Principal& who = auth::Anonymous());
   // Blocks until the suggestion thread has nothing queued or running
   // (e.g. the PENDING trials of a new worker-run study exist).
   void WaitIdle();
@@ -145,11 +182,13 @@ class SchedulerCore {
   Reply<v1::Decision> ReportIntermediate(const std::string& name,
                                          int64_t number, int64_t step,
                                          const searchers::Metrics& metrics,
-                                         const std::string& checkpoint);
+                                         const std::string& checkpoint,
+                                         const auth::Principal& who = auth::Anonymous());
   // Tell, at the end: final metrics (with the objective) or an error.
   Reply<v1::Trial> CompleteTrial(const std::string& name, int64_t number,
                                  const searchers::Metrics& final_metrics,
-                                 const std::string& error);
+                                 const std::string& error,
+                                 const auth::Principal& who = auth::Anonymous());
 
   // Subscribes to a study's events and returns the watch id. The first
   // event `callback` gets is the SNAPSHOT (study with counts, best trial),
@@ -158,29 +197,37 @@ class SchedulerCore {
   // snapshot for a study that is over). `callback` runs without the core's
   // lock, on whichever thread delivers (one at a time); it may be slow, but
   // holds up the other watchers meanwhile.
-  Reply<int64_t> Watch(const std::string& name, WatchCallback callback);
+  Reply<int64_t> Watch(const std::string& name, WatchCallback callback,
+                       const auth::Principal& who = auth::Anonymous());
   // Once it returns, the callback is not running and will not run again.
   void Unwatch(int64_t watch_id);
 
   // Workers. Every call from a worker renews its lease.
+  // Worker calls are for the worker role (and admins); a worker id speaks
+  // only for the principal that registered it (PERMISSION_DENIED).
   Reply<v1::RegisterWorkerResponse> RegisterWorker(
-      const std::string& host, const v1::WorkerResources& resources);
+      const std::string& host, const v1::WorkerResources& resources,
+      const auth::Principal& who = auth::Anonymous());
   // NOT_FOUND for an unknown or lost worker: it must register again.
   // Trials it is assigned but does not list go back to the queue.
-  Reply<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
+  Reply<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request,
+                                         const auth::Principal& who = auth::Anonymous());
   // Calls `done` exactly once, without the core's lock: at once with a
   // trial (or an error), else when a fitting trial becomes PENDING, or with
   // nullopt once `wait` has passed. `alive` is asked (under the lock: it
   // must be cheap) before a parked call is given a trial.
   void AcquireTrial(const std::string& worker_id, int32_t free_gpus,
                     absl::Duration wait, std::function<bool()> alive,
-                    AcquireCallback done);
+                    AcquireCallback done, const auth::Principal& who = auth::Anonymous());
   // FAILED_PRECONDITION when the attempt is stale (the trial was given to
   // another attempt or worker); the worker must then kill the process.
   // A step already recorded (a resumed attempt replaying) is acknowledged
   // without being written again.
-  Reply<v1::Decision> ReportProgress(const v1::ReportProgressRequest& request);
-  StatusReply FinishTrial(const v1::FinishTrialRequest& request);
+  // Both need the attempt's lease token (FAILED_PRECONDITION otherwise).
+  Reply<v1::Decision> ReportProgress(const v1::ReportProgressRequest& request,
+                                     const auth::Principal& who = auth::Anonymous());
+  StatusReply FinishTrial(const v1::FinishTrialRequest& request,
+                          const auth::Principal& who = auth::Anonymous());
 
   // Writes a consistent copy of the database to `path` on this machine
   // while the core goes on serving; `done` gets its size in bytes. Codes as
@@ -188,10 +235,21 @@ class SchedulerCore {
   // UNAVAILABLE once the core shuts down. `done` is called once, without the
   // core's lock: at once for those two, else on a thread of the backup's
   // own. Not to be called from `done`.
-  void BackupDatabaseAsync(const std::string& path,
-                           std::function<void(absl::StatusOr<int64_t>)> done);
+  // Admin only. `name` is a file name in the backup directory that must not
+  // exist yet (INVALID_ARGUMENT for anything else, ALREADY_EXISTS if it
+  // does); `done` gets the copy's absolute path and size.
+  void BackupDatabaseAsync(
+      const std::string& name,
+      std::function<void(absl::StatusOr<std::pair<std::string, int64_t>>)>
+          done,
+      const auth::Principal& who = auth::Anonymous());
   // The same, waiting for the answer.
-  absl::StatusOr<int64_t> BackupDatabase(const std::string& path);
+  absl::StatusOr<std::pair<std::string, int64_t>> BackupDatabase(
+      const std::string& name, const auth::Principal& who = auth::Anonymous());
+  // The audit log, newest first (admin only).
+  Reply<AuditPage> ListAuditEvents(const std::string& study, int32_t page_size,
+                                   const std::string& page_token,
+                                   const auth::Principal& who = auth::Anonymous());
 
   // Calls `done` once every write up to `ticket` is durable (OK), or once
   // one of them is lost (UNAVAILABLE; the core has then reloaded from the
@@ -268,10 +326,26 @@ class SchedulerCore {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status LoseWorker(const std::string& worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The study, if `who` may read it (kRead) or change it (kWrite); NOT_FOUND
+  // or PERMISSION_DENIED.
+  enum class Access { kRead, kWrite };
+  absl::StatusOr<StudyEntry*> FindFor(const auth::Principal& who,
+                                      const std::string& name, Access access)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PERMISSION_DENIED unless `who` is a worker (or an admin) and, for
+  // `worker_id`, the principal that registered it.
+  absl::Status CheckWorker(const auth::Principal& who,
+                           const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records an action in the audit log; a failure to write it is logged.
+  void Audit(const auth::Principal& who, const std::string& action,
+             const std::string& study, const std::string& detail)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   storage::StudyStore* const store_;
   storage::Durability* const durability_;  // null: durable on return
   storage::CheckpointStore* const checkpoints_;
+  const SchedulerCoreOptions options_;
   RealClock real_clock_;
   const Clock* const clock_;
   const StudyLoader loader_;

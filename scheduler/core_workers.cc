@@ -7,13 +7,26 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "scheduler/core.h"
+#include "scheduler/access_checks.h"
 #include "scheduler/request_checks.h"
 #include "spdlog/spdlog.h"
 
 namespace dial::scheduler {
 
+absl::Status SchedulerCore::CheckWorker(const auth::Principal& who,
+                                        const std::string& worker_id) {
+  if (who.role != auth::Role::kWorker && !who.is_admin()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(auth::RoleName(who.role), " '", who.name,
+                     "' may not call WorkerService (workers may)"));
+  }
+  if (worker_id.empty()) return absl::OkStatus();
+  return workers_.CheckOwner(worker_id, who.name, who.is_admin());
+}
+
 Reply<v1::RegisterWorkerResponse> SchedulerCore::RegisterWorker(
-    const std::string& host, const v1::WorkerResources& resources) {
+    const std::string& host, const v1::WorkerResources& resources,
+    const auth::Principal& who) {
   if (host.empty() || host.size() > 255) {
     return absl::InvalidArgumentError("host: must be 1-255 characters");
   }
@@ -23,7 +36,16 @@ Reply<v1::RegisterWorkerResponse> SchedulerCore::RegisterWorker(
   }
   return Locked<v1::RegisterWorkerResponse>(
       [&]() -> absl::StatusOr<v1::RegisterWorkerResponse> {
+        DIAL_RETURN_IF_ERROR(CheckWorker(who, ""));
+        if (!who.anonymous &&
+            workers_.CountOf(who.name) >= options_.max_workers_per_principal) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "'", who.name, "' has ", options_.max_workers_per_principal,
+              " registered workers, the most allowed "
+              "(--max-workers-per-principal)"));
+        }
         v1::Worker worker = workers_.Make(host, resources);
+        worker.set_principal(who.name);
         DIAL_RETURN_IF_ERROR(store_->PutWorker(worker));
         workers_.Add(worker);
         v1::RegisterWorkerResponse response;
@@ -34,9 +56,10 @@ Reply<v1::RegisterWorkerResponse> SchedulerCore::RegisterWorker(
 }
 
 Reply<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
-    const v1::HeartbeatRequest& request) {
+    const v1::HeartbeatRequest& request, const auth::Principal& who) {
   return Locked<v1::HeartbeatResponse>(
       [&]() -> absl::StatusOr<v1::HeartbeatResponse> {
+        DIAL_RETURN_IF_ERROR(CheckWorker(who, request.worker_id()));
         DIAL_RETURN_IF_ERROR(workers_.Touch(request.worker_id()));
         std::set<WorkerRegistry::TrialKey> running;
         for (const auto& r : request.running()) {
@@ -68,9 +91,11 @@ Reply<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
 void SchedulerCore::AcquireTrial(const std::string& worker_id,
                                  int32_t free_gpus, absl::Duration wait,
                                  std::function<bool()> alive,
-                                 AcquireCallback done) {
+                                 AcquireCallback done,
+                                 const auth::Principal& who) {
   Lock lock(this);
-  absl::Status touched = workers_.Touch(worker_id);
+  absl::Status touched = CheckWorker(who, worker_id);
+  if (touched.ok()) touched = workers_.Touch(worker_id);
   if (!touched.ok()) {
     return Dispatcher::Answer(outbox_, std::move(done), touched);
   }
@@ -93,16 +118,22 @@ void SchedulerCore::AcquireTrial(const std::string& worker_id,
 }
 
 Reply<v1::Decision> SchedulerCore::ReportProgress(
-    const v1::ReportProgressRequest& request) {
+    const v1::ReportProgressRequest& request, const auth::Principal& who) {
   absl::Status valid =
       CheckReport(request.step(), request.metrics(), request.checkpoint());
+  if (valid.ok()) {
+    valid = CheckCheckpointId(request.checkpoint(), request.study(),
+                              request.trial());
+  }
   if (!valid.ok()) return valid;
   return Locked<v1::Decision>([&]() -> absl::StatusOr<v1::Decision> {
+    DIAL_RETURN_IF_ERROR(CheckWorker(who, request.worker_id()));
     DIAL_RETURN_IF_ERROR(workers_.Touch(request.worker_id()));
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(request.study()));
-    DIAL_ASSIGN_OR_RETURN(v1::Trial * stored,
-                          lifecycle_.Fence(*entry, request.worker_id(),
-                                           request.trial(), request.attempt()));
+    DIAL_ASSIGN_OR_RETURN(
+        v1::Trial * stored,
+        lifecycle_.Fence(*entry, request.worker_id(), request.trial(),
+                         request.attempt(), request.lease_token()));
     // A retry of the report just answered (its reply was lost) gets the
     // same decision, even if that decision ended or paused the trial.
     auto last = entry->last_decision.find(request.trial());
@@ -129,15 +160,18 @@ Reply<v1::Decision> SchedulerCore::ReportProgress(
   });
 }
 
-StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request) {
+StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request,
+                                       const auth::Principal& who) {
   absl::Status valid = CheckMetrics(request.final_metrics(), "final_metrics");
   if (!valid.ok()) return valid;
   Reply<bool> reply = Locked<bool>([&]() -> absl::StatusOr<bool> {
+    DIAL_RETURN_IF_ERROR(CheckWorker(who, request.worker_id()));
     DIAL_RETURN_IF_ERROR(workers_.Touch(request.worker_id()));
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(request.study()));
-    DIAL_ASSIGN_OR_RETURN(v1::Trial * stored,
-                          lifecycle_.Fence(*entry, request.worker_id(),
-                                           request.trial(), request.attempt()));
+    DIAL_ASSIGN_OR_RETURN(
+        v1::Trial * stored,
+        lifecycle_.Fence(*entry, request.worker_id(), request.trial(),
+                         request.attempt(), request.lease_token()));
     v1::Trial trial = *stored;
     if (stored->state() == v1::STOPPED || stored->state() == v1::PAUSED) {
       // Stopped or paused by a decision; the process has now exited.

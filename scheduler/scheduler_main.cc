@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -24,8 +25,25 @@ ABSL_FLAG(std::string, checkpoint_root, "dial-checkpoints",
           "Checkpoint directory (local or a shared mount)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port to serve on; port 0 picks a free port");
-ABSL_FLAG(bool, allow_remote, false,
-          "Allow listening on a non-loopback address (no authentication yet)");
+ABSL_FLAG(std::string, auth_tokens, "",
+          "File of principals, one per line: '<role> <name> <sha256-hex of "
+          "the token>' (roles admin, user, worker, viewer); reloaded on "
+          "SIGHUP. Without it every caller is an anonymous admin and only "
+          "loopback addresses are allowed");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA: require client certificates signed by it (mTLS)");
+ABSL_FLAG(bool, insecure_allow_remote, false,
+          "Allow a plaintext non-loopback --listen (tokens travel in the "
+          "clear; a warning is logged at every start)");
+ABSL_FLAG(std::string, backup_dir, "",
+          "Directory BackupDatabase writes new files into (admins only); "
+          "empty: backups are off");
+ABSL_FLAG(int32_t, max_studies_per_owner, 1000,
+          "Studies one principal may own at a time");
+ABSL_FLAG(int32_t, max_workers_per_principal, 1000,
+          "Registered workers one principal may have at a time");
 ABSL_FLAG(bool, sync_full, true,
           "Fsync every commit fully (survives power loss); false survives "
           "process crashes only but commits faster");
@@ -55,7 +73,21 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  std::unique_ptr<dial::auth::TokenTable> tokens;
+  if (!absl::GetFlag(FLAGS_auth_tokens).empty()) {
+    auto loaded =
+        dial::auth::TokenTable::Load(absl::GetFlag(FLAGS_auth_tokens));
+    if (!loaded.ok()) {
+      spdlog::error("{}", loaded.status().ToString());
+      return 1;
+    }
+    tokens = std::move(*loaded);
+    spdlog::info("authentication on: {} principals from {}", tokens->size(),
+                 absl::GetFlag(FLAGS_auth_tokens));
+  }
 
   auto store = dial::storage::SqliteStudyStore::Create(
       {absl::GetFlag(FLAGS_db), absl::GetFlag(FLAGS_sync_full),
@@ -74,7 +106,25 @@ int main(int argc, char** argv) {
   options.store = store->get();
   options.checkpoints = checkpoints->get();
   options.listen = absl::GetFlag(FLAGS_listen);
-  options.allow_remote = absl::GetFlag(FLAGS_allow_remote);
+  options.tokens = tokens.get();
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  options.insecure_allow_remote = absl::GetFlag(FLAGS_insecure_allow_remote);
+  if (!absl::GetFlag(FLAGS_backup_dir).empty()) {
+    std::error_code ec;
+    const auto dir =
+        std::filesystem::canonical(absl::GetFlag(FLAGS_backup_dir), ec);
+    if (ec || !std::filesystem::is_directory(dir)) {
+      spdlog::error("--backup-dir: {} is not a directory",
+                    absl::GetFlag(FLAGS_backup_dir));
+      return 1;
+    }
+    options.backup_dir = dir.string();
+  }
+  options.max_studies_per_owner = absl::GetFlag(FLAGS_max_studies_per_owner);
+  options.max_workers_per_principal =
+      absl::GetFlag(FLAGS_max_workers_per_principal);
   options.worker_lease =
       absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
   auto server = dial::scheduler::SchedulerServer::Create(options);
@@ -88,8 +138,29 @@ int main(int argc, char** argv) {
   std::printf("dial-scheduler listening on %s\n", (*server)->address().c_str());
   std::fflush(stdout);
 
+  if (options.tls_cert.empty() &&
+      !dial::scheduler::IsLoopbackListen(options.listen)) {
+    spdlog::warn(
+        "serving {} in plaintext (--insecure-allow-remote): tokens and "
+        "trial data cross the network unencrypted",
+        (*server)->address());
+  }
   int signal = 0;
-  sigwait(&stop_signals, &signal);
+  while (true) {
+    sigwait(&stop_signals, &signal);
+    if (signal != SIGHUP) break;
+    if (!tokens) {
+      spdlog::info("SIGHUP: no --auth-tokens to reload");
+      continue;
+    }
+    absl::Status reloaded = tokens->Reload();
+    if (reloaded.ok()) {
+      spdlog::info("SIGHUP: {} principals reloaded", tokens->size());
+    } else {
+      spdlog::error("SIGHUP: keeping the previous tokens: {}",
+                    reloaded.ToString());
+    }
+  }
   spdlog::info("signal {}: shutting down", signal);
   (*server)->Shutdown();
   return 0;

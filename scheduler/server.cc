@@ -3,55 +3,108 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server.h>
+#include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_channel.h"
 #include "common/message_limits.h"
 #include "common/status.h"
 #include "scheduler/services.h"
 
 namespace dial::scheduler {
 
-absl::Status CheckListenAddress(const std::string& address, bool allow_remote) {
+bool IsLoopbackListen(const std::string& address) {
+  const std::string host = address.substr(0, address.rfind(':'));
+  return host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
+absl::Status CheckListenAddress(const std::string& address, bool authenticated,
+                                bool tls, bool insecure_allow_remote) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon + 1 == address.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--listen: '", address, "' must be host:port, e.g. 127.0.0.1:7070"));
   }
-  if (allow_remote) return absl::OkStatus();
+  if (IsLoopbackListen(address)) return absl::OkStatus();
   const std::string host = address.substr(0, colon);
-  if (host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0) {
-    return absl::OkStatus();
+  if (!authenticated) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen: '", host,
+        "' is not a loopback address: listening beyond this machine needs "
+        "--auth-tokens (and TLS, --tls-cert/--tls-key); see "
+        "docs/security.md"));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--listen: '", host,
-      "' is not a loopback address; Dial has no authentication yet, so "
-      "listening beyond this machine needs --allow-remote"));
+  if (!tls && !insecure_allow_remote) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen: '", host,
+        "' is not a loopback address: serve it with TLS (--tls-cert and "
+        "--tls-key), or accept plaintext tokens on the network with "
+        "--insecure-allow-remote"));
+  }
+  return absl::OkStatus();
 }
+
+namespace {
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
+    const SchedulerServerOptions& options) {
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert and --tls-key: give both or neither");
+  }
+  if (options.tls_cert.empty()) {
+    if (!options.tls_client_ca.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls-client-ca: client certificates need TLS (--tls-cert and "
+          "--tls-key)");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions ssl(
+      options.tls_client_ca.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  DIAL_ASSIGN_OR_RETURN(pair.cert_chain, ReadSmallFile(options.tls_cert));
+  DIAL_ASSIGN_OR_RETURN(pair.private_key, ReadSmallFile(options.tls_key));
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!options.tls_client_ca.empty()) {
+    DIAL_ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                          ReadSmallFile(options.tls_client_ca));
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
     const SchedulerServerOptions& options) {
-  DIAL_RETURN_IF_ERROR(
-      CheckListenAddress(options.listen, options.allow_remote));
+  DIAL_RETURN_IF_ERROR(CheckListenAddress(
+      options.listen, options.tokens != nullptr, !options.tls_cert.empty(),
+      options.insecure_allow_remote));
+  DIAL_ASSIGN_OR_RETURN(auto credentials, Credentials(options));
   std::unique_ptr<SchedulerServer> server(new SchedulerServer());
   SchedulerCoreOptions core_options;
   core_options.store = options.store;
   core_options.clock = options.clock;
   core_options.checkpoints = options.checkpoints;
   core_options.worker_lease = options.worker_lease;
+  core_options.backup_dir = options.backup_dir;
+  core_options.max_studies_per_owner = options.max_studies_per_owner;
+  core_options.max_workers_per_principal = options.max_workers_per_principal;
   DIAL_ASSIGN_OR_RETURN(server->core_, SchedulerCore::Create(core_options));
-  server->study_service_ =
-      std::make_unique<StudyServiceImpl>(server->core_.get());
-  server->worker_service_ =
-      std::make_unique<WorkerServiceImpl>(server->core_.get());
+  server->study_service_ = std::make_unique<StudyServiceImpl>(
+      server->core_.get(), options.tokens);
+  server->worker_service_ = std::make_unique<WorkerServiceImpl>(
+      server->core_.get(), options.tokens);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
-                           &server->port_);
+  builder.AddListeningPort(options.listen, credentials, &server->port_);
   builder.RegisterService(server->study_service_.get());
   builder.RegisterService(server->worker_service_.get());
   // Explicit limits (see common/message_limits.h): gRPC's defaults (4 MiB

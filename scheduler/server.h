@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "auth/token_table.h"
 #include "scheduler/core.h"
 #include "storage/checkpoint_store.h"
 #include "storage/study_store.h"
@@ -23,16 +24,30 @@ class WorkerServiceImpl;
 struct SchedulerServerOptions {
   storage::StudyStore* store = nullptr;   // required, not owned
   std::string listen = "127.0.0.1:7070";  // port 0 picks a free one
-  // Allow a non-loopback listen address. Off until authentication exists.
-  bool allow_remote = false;
+  // Principals by token (--auth-tokens); null: no authentication, every
+  // caller is the anonymous admin, and only loopback addresses are allowed.
+  // Not owned.
+  const auth::TokenTable* tokens = nullptr;
+  // PEM files: the server's certificate chain and key (TLS), and a CA that
+  // client certificates must chain to (mTLS: required when set).
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  // Allow a plaintext non-loopback listen address (tokens still required).
+  bool insecure_allow_remote = false;
   const Clock* clock = nullptr;
   absl::Duration worker_lease = absl::Seconds(10);
   storage::CheckpointStore* checkpoints = nullptr;  // for retention
+  // Core options passed through (backups, limits).
+  std::string backup_dir;
+  int32_t max_studies_per_owner = 1000;
+  int32_t max_workers_per_principal = 1000;
 };
 
 class SchedulerServer {
  public:
-  // INVALID_ARGUMENT for a remote address without allow_remote;
+  // INVALID_ARGUMENT for a listen address CheckListenAddress refuses or an
+  // incomplete TLS setup; NOT_FOUND for an unreadable PEM file;
   // UNAVAILABLE if the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<SchedulerServer>> Create(
       const SchedulerServerOptions& options);
@@ -57,8 +72,12 @@ class SchedulerServer {
   int port_ = 0;
 };
 
-// OK for loopback hosts (127.0.0.0/8, localhost, [::1]); INVALID_ARGUMENT
-// naming --allow-remote otherwise, unless allow_remote.
-absl::Status CheckListenAddress(const std::string& address, bool allow_remote);
+// OK for loopback hosts (127.0.0.0/8, localhost, [::1]). Any other host
+// needs authentication (`authenticated`: --auth-tokens) and, unless `tls`,
+// --insecure-allow-remote; INVALID_ARGUMENT naming the missing flag.
+absl::Status CheckListenAddress(const std::string& address, bool authenticated,
+                                bool tls, bool insecure_allow_remote);
+// True for loopback hosts.
+bool IsLoopbackListen(const std::string& address);
 
 }  // namespace dial::scheduler

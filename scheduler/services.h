@@ -1,5 +1,8 @@
-// gRPC adapters over SchedulerCore: each handler translates the request,
-// calls the core, converts the status with ToGrpcStatus and finishes. Uses
+// gRPC adapters over SchedulerCore: each handler authenticates the caller
+// (Authenticate: the bearer token's principal), translates the request,
+// calls the core with that principal, converts the status with ToGrpcStatus
+// and finishes; trials leave without their lease token, and without worker
+// and attempt details for non-admins (Redact). Uses
 // the callback API; unary handlers finish inline (bounded work: memory plus
 // one local transaction) and WatchStudy parks a write reactor that the core
 // feeds. Thread-safe: the core does the locking.
@@ -8,13 +11,26 @@
 #include <memory>
 
 #include "dial/v1/service.grpc.pb.h"
+#include "auth/token_table.h"
 #include "scheduler/core.h"
 
 namespace dial::scheduler {
 
+// The caller's principal: the anonymous admin when `tokens` is null (no
+// --auth-tokens); else the principal of the "authorization: Bearer <token>"
+// metadata, UNAUTHENTICATED when it is missing or unknown.
+absl::StatusOr<auth::Principal> Authenticate(
+    const auth::TokenTable* tokens, const grpc::ServerContextBase& ctx);
+
+// Clears what `who` may not see of a trial: the lease token always, the
+// worker and attempt unless an admin.
+void Redact(const auth::Principal& who, v1::Trial& trial);
+
 class StudyServiceImpl final : public v1::StudyService::CallbackService {
  public:
-  explicit StudyServiceImpl(SchedulerCore* core) : core_(core) {}
+  // `tokens` may be null (no authentication); not owned.
+  StudyServiceImpl(SchedulerCore* core, const auth::TokenTable* tokens)
+      : core_(core), tokens_(tokens) {}
 
   grpc::ServerUnaryReactor* CreateStudy(
       grpc::CallbackServerContext* ctx, const v1::CreateStudyRequest* request,
@@ -61,16 +77,22 @@ class StudyServiceImpl final : public v1::StudyService::CallbackService {
       grpc::CallbackServerContext* ctx,
       const v1::BackupDatabaseRequest* request,
       v1::BackupDatabaseResponse* response) override;
+  grpc::ServerUnaryReactor* ListAuditEvents(
+      grpc::CallbackServerContext* ctx,
+      const v1::ListAuditEventsRequest* request,
+      v1::ListAuditEventsResponse* response) override;
 
  private:
   SchedulerCore* core_;
+  const auth::TokenTable* tokens_;
 };
 
 // Worker daemons' API. AcquireTrial is a long poll: the reactor is parked
 // in the core until a trial is ready or the wait ends.
 class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
-  explicit WorkerServiceImpl(SchedulerCore* core) : core_(core) {}
+  WorkerServiceImpl(SchedulerCore* core, const auth::TokenTable* tokens)
+      : core_(core), tokens_(tokens) {}
   grpc::ServerUnaryReactor* RegisterWorker(
       grpc::CallbackServerContext* ctx,
       const v1::RegisterWorkerRequest* request,
@@ -91,6 +113,7 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
 
  private:
   SchedulerCore* core_;
+  const auth::TokenTable* tokens_;
 };
 
 }  // namespace dial::scheduler

@@ -1,7 +1,9 @@
 #include "scheduler/trial_lifecycle.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -12,6 +14,18 @@
 #include "storage/checkpoint_store.h"
 
 namespace dial::scheduler {
+namespace {
+
+// 128 random bits, hex: an attempt's lease token.
+std::string NewLeaseToken() {
+  std::random_device rd;
+  char text[33];
+  std::snprintf(text, sizeof(text), "%08x%08x%08x%08x", rd(), rd(), rd(),
+                rd());
+  return text;
+}
+
+}  // namespace
 
 absl::StatusOr<v1::Trial*> FindTrial(StudyEntry& entry, int64_t number) {
   auto it = entry.trials.find(number);
@@ -224,8 +238,15 @@ absl::Status TrialLifecycle::Requeue(StudyEntry& entry, v1::Trial trial) {
 absl::StatusOr<v1::Trial*> TrialLifecycle::Fence(StudyEntry& entry,
                                                  const std::string& worker_id,
                                                  int64_t number,
-                                                 int32_t attempt) {
+                                                 int32_t attempt,
+                                                 const std::string& lease_token) {
   DIAL_ASSIGN_OR_RETURN(v1::Trial * trial, FindTrial(entry, number));
+  if (trial->worker_id() == worker_id && trial->attempt() == attempt &&
+      !trial->lease_token().empty() && trial->lease_token() != lease_token) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "attempt ", attempt, " of trial ", number,
+        ": the lease token does not match the one this attempt was given"));
+  }
   if (trial->worker_id() != worker_id || trial->attempt() != attempt) {
     return absl::FailedPreconditionError(absl::StrCat(
         "attempt ", attempt, " of trial ", number, " on worker '", worker_id,
@@ -310,6 +331,7 @@ absl::StatusOr<std::optional<Assignment>> TrialLifecycle::Assign(
   trial.set_state(v1::RUNNING);
   trial.set_attempt(trial.attempt() + 1);
   trial.set_worker_id(worker_id);
+  trial.set_lease_token(NewLeaseToken());
   if (!trial.has_start_time()) *trial.mutable_start_time() = Now();
   DIAL_RETURN_IF_ERROR(SaveTrial(*best_entry, trial));
   p_.workers->Dispatched({trial.study(), trial.number()});

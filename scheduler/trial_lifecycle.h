@@ -66,11 +66,13 @@ class TrialLifecycle {
   absl::Status Finalize(StudyEntry& entry, v1::Trial trial);
   // Back to PENDING (or STOPPED if the study no longer runs trials).
   absl::Status Requeue(StudyEntry& entry, v1::Trial trial);
-  // The trial of a worker call, if `attempt` of `worker_id` still owns it;
-  // FAILED_PRECONDITION when the attempt is stale.
+  // The trial of a worker call, if `attempt` of `worker_id` still owns it
+  // and `lease_token` is the one that attempt was given;
+  // FAILED_PRECONDITION when the attempt is stale or the token wrong.
   absl::StatusOr<v1::Trial*> Fence(StudyEntry& entry,
                                    const std::string& worker_id, int64_t number,
-                                   int32_t attempt);
+                                   int32_t attempt,
+                                   const std::string& lease_token);
   // Ends the study (COMPLETED) once its budget is spent and nothing runs.
   absl::Status MaybeFinish(StudyEntry& entry);
   // MaybeFinish after a change that is already durable: a store error is

@@ -53,6 +53,27 @@ void WorkerRegistry::Forget(const std::string& worker_id) {
   workers_.erase(worker_id);
 }
 
+absl::Status WorkerRegistry::CheckOwner(const std::string& worker_id,
+                                        const std::string& principal,
+                                        bool admin) {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return Touch(worker_id);
+  v1::Worker& worker = it->second.worker;
+  if (worker.principal().empty()) worker.set_principal(principal);
+  if (admin || worker.principal() == principal) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("worker '", worker_id, "' was registered by '",
+                   worker.principal(), "', not by '", principal, "'"));
+}
+
+int WorkerRegistry::CountOf(const std::string& principal) const {
+  int n = 0;
+  for (const auto& [id, entry] : workers_) {
+    n += entry.worker.principal() == principal;
+  }
+  return n;
+}
+
 void WorkerRegistry::Adopt(const std::string& worker_id,
                            const TrialKey& trial) {
   Entry& w = workers_[worker_id];

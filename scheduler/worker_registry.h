@@ -34,6 +34,13 @@ class WorkerRegistry {
   void Add(const v1::Worker& worker);
   // Renews a lease. NOT_FOUND for an unknown or expired worker.
   absl::Status Touch(const std::string& worker_id);
+  // PERMISSION_DENIED unless `principal` registered `worker_id` (or
+  // `admin`). A worker adopted after a restart belongs to the first
+  // principal that speaks for it. NOT_FOUND for an unknown worker.
+  absl::Status CheckOwner(const std::string& worker_id,
+                          const std::string& principal, bool admin);
+  // How many registered workers `principal` has.
+  int CountOf(const std::string& principal) const;
   // Workers whose lease has run out.
   std::vector<std::string> Expired() const;
   void Forget(const std::string& worker_id);

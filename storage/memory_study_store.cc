@@ -175,4 +175,24 @@ absl::Status MemoryStudyStore::PutWorker(const v1::Worker& worker) {
   return absl::OkStatus();
 }
 
+absl::Status MemoryStudyStore::AppendAudit(const v1::AuditEvent& event) {
+  absl::MutexLock lock(&mu_);
+  audit_.push_back(event);
+  audit_.back().set_id(static_cast<int64_t>(audit_.size()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::AuditEvent>> MemoryStudyStore::ListAudit(
+    const std::string& study, int64_t before_id, int limit) {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::AuditEvent> out;
+  for (auto it = audit_.rbegin(); it != audit_.rend(); ++it) {
+    if (int(out.size()) >= limit) break;
+    if (before_id > 0 && it->id() >= before_id) continue;
+    if (!study.empty() && it->study() != study) continue;
+    out.push_back(*it);
+  }
+  return out;
+}
+
 }  // namespace dial::storage

@@ -38,6 +38,9 @@ class MemoryStudyStore : public StudyStore {
   absl::Status DeleteCheckpoint(const std::string& study, int64_t number,
                                 int64_t step) override;
   absl::Status PutWorker(const v1::Worker& worker) override;
+  absl::Status AppendAudit(const v1::AuditEvent& event) override;
+  absl::StatusOr<std::vector<v1::AuditEvent>> ListAudit(
+      const std::string& study, int64_t before_id, int limit) override;
 
  private:
   struct TrialData {
@@ -57,6 +60,7 @@ class MemoryStudyStore : public StudyStore {
   absl::Mutex mu_;
   std::map<std::string, StudyData> studies_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::Worker> workers_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::AuditEvent> audit_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dial::storage

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -36,17 +37,6 @@ absl::Status Fsync(const std::string& path, int flags) {
   ::close(fd);
   if (rc != 0) return BackupErrno(err, "cannot fsync " + path);
   return absl::OkStatus();
-}
-
-// Whether `path` is a regular file that starts with SQLite's header.
-bool IsSqliteFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return false;
-  char header[16];
-  const ssize_t n = ::read(fd, header, sizeof(header));
-  ::close(fd);
-  return n == sizeof(header) &&
-         std::memcmp(header, "SQLite format 3", sizeof(header)) == 0;
 }
 
 // Copies the committed snapshot of `source` into the empty file `target`
@@ -140,12 +130,8 @@ absl::StatusOr<int64_t> BackupDatabase(const std::string& live_path,
       return absl::InvalidArgumentError(absl::StrCat(
           "path: ", path, " is a directory; name the backup file in it"));
     }
-    if (!S_ISREG(st.st_mode) || !IsSqliteFile(target)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          path,
-          " exists and is not an SQLite database; refusing to replace "
-          "it"));
-    }
+    return absl::AlreadyExistsError(absl::StrCat(
+        path, " exists; a backup never replaces a file, name a new one"));
   }
 
   std::string temp =
@@ -158,9 +144,14 @@ absl::StatusOr<int64_t> BackupDatabase(const std::string& live_path,
   ::close(fd);
   absl::Status status = CopyDatabase(live_path, temp, target.string());
   if (status.ok()) status = Fsync(temp, O_RDONLY);
-  if (status.ok() && ::rename(temp.c_str(), target.c_str()) != 0) {
-    status = BackupErrno(
-        errno, absl::StrCat("cannot rename ", temp, " to ", target.string()));
+  // RENAME_NOREPLACE: a file that appeared at `target` meanwhile is kept.
+  if (status.ok() && ::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD,
+                                 target.c_str(), RENAME_NOREPLACE) != 0) {
+    status = errno == EEXIST
+                 ? absl::AlreadyExistsError(absl::StrCat(
+                       path, " exists; a backup never replaces a file"))
+                 : BackupErrno(errno, absl::StrCat("cannot rename ", temp,
+                                                   " to ", target.string()));
   }
   if (!status.ok()) {
     ::unlink(temp.c_str());

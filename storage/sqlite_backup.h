@@ -12,8 +12,8 @@ namespace dial::storage {
 
 // Copies the database `live_path` (absolute) to `path` under the contract of
 // StudyStore::Backup: written under a temporary name in the same directory,
-// fsynced, renamed over `path`; never `live_path` or its companion files under
-// any name; an existing file replaced only if it is an SQLite database.
+// fsynced, renamed to `path`; never `live_path` or its companion files under
+// any name; never over an existing file (ALREADY_EXISTS).
 // The copy has mode 0600. Returns its size in bytes.
 absl::StatusOr<int64_t> BackupDatabase(const std::string& live_path,
                                        const std::string& path);

@@ -25,6 +25,7 @@ v1::Study ReadStudy(const Statement& row) {
   study.set_state(static_cast<v1::StudyState>(row.Int(2)));
   *study.mutable_create_time() = FromMs(row.Int(3));
   *study.mutable_update_time() = FromMs(row.Int(4));
+  study.set_owner(row.Text(5));
   return study;
 }
 
@@ -33,7 +34,8 @@ void BindStudy(Statement& stmt, const v1::Study& study) {
       .BindBlob(2, study.spec().SerializeAsString())
       .Bind(3, int64_t{study.state()})
       .Bind(4, ToMs(study.create_time()))
-      .Bind(5, ToMs(study.update_time()));
+      .Bind(5, ToMs(study.update_time()))
+      .Bind(6, study.owner());
 }
 
 v1::Trial ReadTrial(const Statement& row, int64_t* trial_id) {
@@ -62,6 +64,7 @@ std::string TrialDetail(const v1::Trial& trial) {
   *detail.mutable_final_metrics() = trial.final_metrics();
   *detail.mutable_lineage() = trial.lineage();
   detail.set_checkpoint_step(trial.checkpoint_step());
+  detail.set_lease_token(trial.lease_token());
   return detail.SerializeAsString();
 }
 

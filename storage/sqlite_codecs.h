@@ -21,9 +21,9 @@ int64_t ToMs(const google::protobuf::Timestamp& t);
 google::protobuf::Timestamp FromMs(int64_t ms);
 
 // studies
-#define DIAL_STUDY_COLUMNS "name, spec, state, create_ms, update_ms"
+#define DIAL_STUDY_COLUMNS "name, spec, state, create_ms, update_ms, owner"
 v1::Study ReadStudy(const Statement& row);
-// ?1..?5 in DIAL_STUDY_COLUMNS order.
+// ?1..?6 in DIAL_STUDY_COLUMNS order.
 void BindStudy(Statement& stmt, const v1::Study& study);
 
 // trials, joined with studies (t, s)

@@ -73,6 +73,20 @@ CREATE TABLE workers(
     R"sql(
 ALTER TABLE checkpoints ADD COLUMN score REAL;
 )sql",
+    // 3: study owners (empty: created without authentication) and the
+    // audit log.
+    R"sql(
+ALTER TABLE studies ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+CREATE TABLE audit(
+  id INTEGER PRIMARY KEY,
+  time_ms INTEGER NOT NULL,
+  principal TEXT NOT NULL,
+  role TEXT NOT NULL,
+  action TEXT NOT NULL,
+  study TEXT NOT NULL,
+  detail TEXT NOT NULL);
+CREATE INDEX audit_by_study ON audit(study, id);
+)sql",
 };
 constexpr int kSchemaVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 

@@ -345,7 +345,7 @@ absl::Status SqliteStudyStore::CreateStudy(const v1::Study& study) {
   absl::MutexLock lock(&mu_);
   return Transaction([&]() -> absl::Status {
     DIAL_PREPARE(stmt, "INSERT INTO studies(" DIAL_STUDY_COLUMNS
-                       ") VALUES (?, ?, ?, ?, ?)");
+                       ") VALUES (?, ?, ?, ?, ?, ?)");
     BindStudy(stmt, study);
     absl::Status status = stmt.Run();
     if (absl::IsAlreadyExists(status)) {
@@ -672,6 +672,46 @@ absl::Status SqliteStudyStore::PutWorker(const v1::Worker& worker) {
     BindWorker(stmt, worker);
     return stmt.Run();
   });
+}
+
+absl::Status SqliteStudyStore::AppendAudit(const v1::AuditEvent& event) {
+  absl::MutexLock lock(&mu_);
+  return Transaction([&]() -> absl::Status {
+    DIAL_PREPARE(stmt,
+                 "INSERT INTO audit(time_ms, principal, role, action, study, "
+                 "detail) VALUES (?, ?, ?, ?, ?, ?)");
+    return stmt.Bind(1, ToMs(event.time()))
+        .Bind(2, event.principal())
+        .Bind(3, event.role())
+        .Bind(4, event.action())
+        .Bind(5, event.study())
+        .Bind(6, event.detail())
+        .Run();
+  });
+}
+
+absl::StatusOr<std::vector<v1::AuditEvent>> SqliteStudyStore::ListAudit(
+    const std::string& study, int64_t before_id, int limit) {
+  absl::MutexLock lock(&mu_);
+  DIAL_PREPARE(stmt,
+               "SELECT id, time_ms, principal, role, action, study, detail "
+               "FROM audit WHERE (?1 = '' OR study = ?1) AND (?2 <= 0 OR id "
+               "< ?2) ORDER BY id DESC LIMIT ?3");
+  stmt.Bind(1, study).Bind(2, before_id).Bind(3, int64_t{limit});
+  std::vector<v1::AuditEvent> out;
+  while (true) {
+    DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    v1::AuditEvent& event = out.emplace_back();
+    event.set_id(stmt.Int(0));
+    *event.mutable_time() = FromMs(stmt.Int(1));
+    event.set_principal(stmt.Text(2));
+    event.set_role(stmt.Text(3));
+    event.set_action(stmt.Text(4));
+    event.set_study(stmt.Text(5));
+    event.set_detail(stmt.Text(6));
+  }
+  return out;
 }
 
 }  // namespace dial::storage

@@ -81,6 +81,9 @@ class SqliteStudyStore : public StudyStore, public Durability {
   absl::Status DeleteCheckpoint(const std::string& study, int64_t number,
                                 int64_t step) override;
   absl::Status PutWorker(const v1::Worker& worker) override;
+  absl::Status AppendAudit(const v1::AuditEvent& event) override;
+  absl::StatusOr<std::vector<v1::AuditEvent>> ListAudit(
+      const std::string& study, int64_t before_id, int limit) override;
   // An online backup through a read-only connection of its own: in WAL mode
   // it sees one committed snapshot and blocks no writer. See
   // StudyStore::Backup for the contract; the copy has mode 0600.

@@ -120,16 +120,23 @@ class StudyStore {
 
   // Inserts or replaces a worker's record.
   virtual absl::Status PutWorker(const v1::Worker& worker) = 0;
+  // The audit log. AppendAudit stores `event` with the next id (its `id` is
+  // ignored); ListAudit returns events newest first: those of `study` (all
+  // when empty), with id < before_id (0: no bound), at most `limit`. The
+  // log outlives the studies it names.
+  virtual absl::Status AppendAudit(const v1::AuditEvent& event) = 0;
+  virtual absl::StatusOr<std::vector<v1::AuditEvent>> ListAudit(
+      const std::string& study, int64_t before_id, int limit) = 0;
 
   // Writes a consistent copy of everything committed to the file `path`
   // (absolute, on this machine) while the store stays in use, and returns
   // its size in bytes. The copy is written under a temporary name in the
-  // same directory, fsynced and renamed over `path`, so `path` never holds a
-  // partial copy, even after a crash. A file already at `path` is replaced
-  // only if it is an SQLite database (an earlier backup).
+  // same directory, fsynced and renamed to `path`, so `path` never holds a
+  // partial copy, even after a crash. A backup never replaces a file:
+  // ALREADY_EXISTS if `path` exists.
   // INVALID_ARGUMENT: `path` is relative, names a directory, or is the live
   // database or one of its companion files. FAILED_PRECONDITION: the
-  // directory does not exist, or `path` is some other kind of file.
+  // directory does not exist. ALREADY_EXISTS: `path` exists.
   // PERMISSION_DENIED: the directory is not writable. UNAVAILABLE: the copy
   // could not be written (disk full, I/O error); retry. UNIMPLEMENTED:
   // stores with nothing on disk.

@@ -155,6 +155,15 @@ absl::Status FaultyStudyStore::PutWorker(const v1::Worker& worker) {
   return Write([&] { return inner_->PutWorker(worker); });
 }
 
+absl::Status FaultyStudyStore::AppendAudit(const v1::AuditEvent& event) {
+  return Write([&] { return inner_->AppendAudit(event); });
+}
+
+absl::StatusOr<std::vector<v1::AuditEvent>> FaultyStudyStore::ListAudit(
+    const std::string& study, int64_t before_id, int limit) {
+  return inner_->ListAudit(study, before_id, limit);
+}
+
 absl::StatusOr<int64_t> FaultyStudyStore::Backup(const std::string& path) {
   absl::Notification* started;
   absl::Notification* release;

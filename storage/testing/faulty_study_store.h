@@ -87,6 +87,9 @@ class FaultyStudyStore : public StudyStore, public Durability {
   absl::Status DeleteCheckpoint(const std::string& study, int64_t number,
                                 int64_t step) override;
   absl::Status PutWorker(const v1::Worker& worker) override;
+  absl::Status AppendAudit(const v1::AuditEvent& event) override;
+  absl::StatusOr<std::vector<v1::AuditEvent>> ListAudit(
+      const std::string& study, int64_t before_id, int limit) override;
   absl::StatusOr<int64_t> Backup(const std::string& path) override;
 
   Durability* durability() override {

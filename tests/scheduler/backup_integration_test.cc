@@ -38,6 +38,7 @@ class BackupIntegrationTest : public ::testing::Test {
     SchedulerServerOptions options;
     options.store = store_.get();
     options.listen = "127.0.0.1:0";
+    options.backup_dir = (dir_ / "backups").string();
     auto server = SchedulerServer::Create(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -110,9 +111,11 @@ TEST_F(BackupIntegrationTest, ABackupTakenWhileClientsWriteIsAWholeDatabase) {
   }
   ASSERT_FALSE(failed.load());
 
-  const std::string path = (dir_ / "backups" / "dial-backup.db").string();
-  for (int i = 0; i < 3; ++i) {  // the later ones replace the earlier
-    auto backup = client_->BackupDatabase(path);
+  std::string path;
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = "dial-backup-" + std::to_string(i) + ".db";
+    path = (dir_ / "backups" / name).string();
+    auto backup = client_->BackupDatabase(name);
     ASSERT_TRUE(backup.ok()) << backup.status();
     EXPECT_EQ(backup->path(), path);
     EXPECT_EQ(backup->bytes(), static_cast<int64_t>(fs::file_size(path)));
@@ -121,17 +124,23 @@ TEST_F(BackupIntegrationTest, ABackupTakenWhileClientsWriteIsAWholeDatabase) {
   writer.join();
   EXPECT_GT(last_step.load(), 5);
 
-  // Refusals come back as codes a client acts on.
-  auto relative = client_->BackupDatabase("dial-backup.db");
-  EXPECT_EQ(relative.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(relative.status().message(), HasSubstr("absolute"));
-  auto live = client_->BackupDatabase(store_->path());
-  EXPECT_EQ(live.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(live.status().message(), HasSubstr("live database"));
-  EXPECT_EQ(client_->BackupDatabase((dir_ / "nowhere" / "b.db").string())
-                .status()
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
+  // Refusals come back as codes a client acts on. Issue 16 finding 2: a
+  // backup wrote anywhere (a copy in an arbitrary directory, an unrelated
+  // SQLite file replaced); now only new files in --backup-dir.
+  const std::string elsewhere = (dir_ / "elsewhere.db").string();
+  for (const std::string& bad :
+       {elsewhere, std::string("../elsewhere.db"), std::string("a/b.db"),
+        std::string(".hidden.db"), std::string("")}) {
+    auto refused = client_->BackupDatabase(bad);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+    EXPECT_THAT(refused.status().message(), HasSubstr("--backup-dir")) << bad;
+  }
+  EXPECT_FALSE(fs::exists(elsewhere));
+  const uintmax_t size_before = fs::file_size(path);
+  auto again = client_->BackupDatabase(fs::path(path).filename().string());
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(fs::file_size(path), size_before);
 
   // The copy opens as a database of its own, with the same studies and the
   // finished study's trials and reports as they are live.

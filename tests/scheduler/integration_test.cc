@@ -355,15 +355,27 @@ TEST_F(IntegrationTest, ConcurrentClientsNeverShareATrial) {
   EXPECT_EQ(client_->GetStudy("quad")->state(), v1::STUDY_COMPLETED);
 }
 
-TEST(ServerTest, RefusesRemoteAddressesWithoutAllowRemote) {
-  EXPECT_TRUE(CheckListenAddress("127.0.0.1:7070", false).ok());
-  EXPECT_TRUE(CheckListenAddress("localhost:0", false).ok());
-  EXPECT_TRUE(CheckListenAddress("[::1]:7070", false).ok());
-  auto status = CheckListenAddress("0.0.0.0:7070", false);
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), HasSubstr("--allow-remote"));
-  EXPECT_TRUE(CheckListenAddress("0.0.0.0:7070", true).ok());
-  EXPECT_FALSE(CheckListenAddress("nonsense", false).ok());
+TEST(ServerTest, RemoteAddressesNeedTokensAndTls) {
+  // Loopback needs nothing (the quickstart runs without tokens).
+  EXPECT_TRUE(CheckListenAddress("127.0.0.1:7070", false, false, false).ok());
+  EXPECT_TRUE(CheckListenAddress("localhost:0", false, false, false).ok());
+  EXPECT_TRUE(CheckListenAddress("[::1]:7070", false, false, false).ok());
+  // Beyond this machine: never without tokens, even with TLS or the
+  // insecure flag.
+  for (bool tls : {false, true}) {
+    for (bool insecure : {false, true}) {
+      auto status = CheckListenAddress("0.0.0.0:7070", false, tls, insecure);
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(status.message(), HasSubstr("--auth-tokens"));
+    }
+  }
+  // With tokens: TLS, or plaintext only when asked for by name.
+  auto plaintext = CheckListenAddress("10.0.0.1:7070", true, false, false);
+  EXPECT_EQ(plaintext.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plaintext.message(), HasSubstr("--insecure-allow-remote"));
+  EXPECT_TRUE(CheckListenAddress("10.0.0.1:7070", true, true, false).ok());
+  EXPECT_TRUE(CheckListenAddress("10.0.0.1:7070", true, false, true).ok());
+  EXPECT_FALSE(CheckListenAddress("nonsense", false, false, false).ok());
 }
 
 }  // namespace

@@ -57,6 +57,7 @@ class StorageFaultsTest : public ::testing::Test {
     options.store = &store_;
     options.clock = &clock_;
     options.tick = absl::ZeroDuration();
+    options.backup_dir = "/backups";
     auto core = SchedulerCore::Create(options);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = std::move(*core);
@@ -86,7 +87,7 @@ TEST_F(StorageFaultsTest, AskTellCallsChangeNothingUntilTheStoreHeals) {
   EXPECT_EQ(created.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(created.status().message(), HasSubstr("disk is full"));
   EXPECT_EQ(core_->GetStudy("s").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(core_->ListStudies()->empty());
+  EXPECT_TRUE(core_->ListStudies()->studies.empty());
   store_.Heal();
   ASSERT_TRUE(core_->CreateStudy(AskTellSpec(3)).ok());
 
@@ -230,37 +231,39 @@ TEST_F(StorageFaultsTest, AWorkerRunStudyIsToppedUpOnceTheStoreHeals) {
 TEST_F(StorageFaultsTest, BackupsRunOneAtATimeOffTheCallersThread) {
   absl::Notification started, release;
   store_.GateBackups(&started, &release);
-  std::promise<absl::StatusOr<int64_t>> first;
-  core_->BackupDatabaseAsync("/backups/a.db", [&](absl::StatusOr<int64_t> r) {
-    first.set_value(std::move(r));
-  });
+  using Copy = absl::StatusOr<std::pair<std::string, int64_t>>;
+  std::promise<Copy> first;
+  core_->BackupDatabaseAsync("a.db",
+                             [&](Copy r) { first.set_value(std::move(r)); });
   ASSERT_TRUE(started.WaitForNotificationWithTimeout(absl::Seconds(10)));
   // The core serves meanwhile, and refuses a second backup.
   EXPECT_TRUE(core_->CreateStudy(AskTellSpec(1)).ok());
-  EXPECT_EQ(core_->BackupDatabase("/backups/b.db").status().code(),
+  EXPECT_EQ(core_->BackupDatabase("b.db").status().code(),
             absl::StatusCode::kAborted);
   release.Notify();
   auto future = first.get_future();
   ASSERT_EQ(future.wait_for(std::chrono::seconds(10)),
             std::future_status::ready);
-  auto bytes = future.get();
-  ASSERT_TRUE(bytes.ok()) << bytes.status();
-  EXPECT_EQ(*bytes, 13);
+  auto copy = future.get();
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ(copy->first, "/backups/a.db");
+  EXPECT_EQ(copy->second, 13);
   // Once it has finished, the next one runs.
-  EXPECT_TRUE(core_->BackupDatabase("/backups/b.db").ok());
+  EXPECT_TRUE(core_->BackupDatabase("b.db").ok());
 
   // A store with nothing on disk says so.
   auto memory = storage::MemoryStudyStore::Create();
   SchedulerCoreOptions options;
   options.store = memory.get();
   options.tick = absl::ZeroDuration();
+  options.backup_dir = "/backups";
   auto core = SchedulerCore::Create(options);
   ASSERT_TRUE(core.ok());
-  EXPECT_EQ((*core)->BackupDatabase("/backups/c.db").status().code(),
+  EXPECT_EQ((*core)->BackupDatabase("c.db").status().code(),
             absl::StatusCode::kUnimplemented);
   // And a core that shuts down takes no more.
   (*core)->StopWaiting();
-  EXPECT_EQ((*core)->BackupDatabase("/backups/c.db").status().code(),
+  EXPECT_EQ((*core)->BackupDatabase("c.db").status().code(),
             absl::StatusCode::kUnavailable);
 }
 

@@ -304,12 +304,20 @@ TEST_F(SqliteFaultsTest, BackupIsACompleteCopyTakenWhileInUse) {
   EXPECT_EQ((*copy)->GetStudy("after").status().code(),
             absl::StatusCode::kNotFound);
 
-  // A second backup replaces the first, which was an SQLite database.
+  // A backup never replaces a file, not even an earlier backup (issue 16:
+  // BackupDatabase used to overwrite any SQLite file); a new name holds
+  // the later state.
   copy->reset();
-  ASSERT_TRUE(s.Backup(backup).ok());
+  EXPECT_EQ(s.Backup(backup).status().code(), absl::StatusCode::kAlreadyExists);
   copy = SqliteStudyStore::Create({backup});
   ASSERT_TRUE(copy.ok());
-  EXPECT_TRUE((*copy)->GetStudy("after").ok());
+  EXPECT_EQ((*copy)->GetStudy("after").status().code(),
+            absl::StatusCode::kNotFound);
+  const std::string second = (dir_ / "backup-2.db").string();
+  ASSERT_TRUE(s.Backup(second).ok());
+  auto later = SqliteStudyStore::Create({second});
+  ASSERT_TRUE(later.ok());
+  EXPECT_TRUE((*later)->GetStudy("after").ok());
 }
 
 TEST_F(SqliteFaultsTest, BackupRefusesBadPathsAndTheLiveDatabase) {
@@ -345,21 +353,36 @@ TEST_F(SqliteFaultsTest, BackupRefusesBadPathsAndTheLiveDatabase) {
   EXPECT_EQ(code(dir_.string()).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(code(dir_.string() + "/").code(),
             absl::StatusCode::kInvalidArgument);
-  // Some other file is never replaced.
+  // No file is ever replaced: neither some other file nor an unrelated
+  // SQLite database (issue 16 finding 2: a table `secrets` was replaced
+  // with Dial's tables).
   const fs::path notes = dir_ / "notes.txt";
   std::ofstream(notes) << "keep me";
   absl::Status other = code(notes.string());
-  EXPECT_EQ(other.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(other.message(), HasSubstr("not an SQLite database"));
+  EXPECT_EQ(other.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(other.message(), HasSubstr("never replaces"));
   EXPECT_EQ(fs::file_size(notes), 7u);
+  const fs::path secrets = dir_ / "secrets.db";
+  {
+    auto other_db = SqliteStudyStore::Create({secrets.string()});
+    ASSERT_TRUE(other_db.ok());
+    ASSERT_TRUE((*other_db)->CreateStudy(MakeStudy("secret")).ok());
+  }
+  EXPECT_EQ(code(secrets.string()).code(), absl::StatusCode::kAlreadyExists);
+  auto still = SqliteStudyStore::Create({secrets.string()});
+  ASSERT_TRUE(still.ok());
+  EXPECT_TRUE((*still)->GetStudy("secret").ok());
+  EXPECT_EQ((*still)->GetStudy("a").status().code(),
+            absl::StatusCode::kNotFound);
 
   EXPECT_EQ(MemoryStudyStore::Create()->Backup("/tmp/x.db").status().code(),
             absl::StatusCode::kUnimplemented);
   EXPECT_TRUE(s.GetStudy("a").ok());  // the live database is untouched
 }
 
-TEST_F(SqliteFaultsTest, ABackupThatCannotBeWrittenLeavesTheOldOneWhole) {
+TEST_F(SqliteFaultsTest, ABackupThatCannotBeWrittenLeavesNothingBehind) {
   const std::string backup = (dir_ / "backup.db").string();
+  const std::string second = (dir_ / "backup-2.db").string();
   {
     auto store = SqliteStudyStore::Create({path_});
     ASSERT_TRUE(store.ok());
@@ -376,14 +399,15 @@ TEST_F(SqliteFaultsTest, ABackupThatCannotBeWrittenLeavesTheOldOneWhole) {
     if (!store.ok()) return "open: " + store.status().ToString();
     c.Expect((*store)->ListStudies().ok(), "list before the limit");
     LimitFileSize(old_size + (64 << 10));
-    auto bytes = (*store)->Backup(backup);
+    auto bytes = (*store)->Backup(second);
     c.ExpectCode(bytes.status(), absl::StatusCode::kUnavailable, "Backup");
-    c.Expect(absl::StrContains(bytes.status().message(), backup),
+    c.Expect(absl::StrContains(bytes.status().message(), second),
              "the message names the backup: " + bytes.status().ToString());
     return c.failures;
   });
   EXPECT_EQ(report, "");
   EXPECT_EQ(fs::file_size(backup), old_size);
+  EXPECT_FALSE(fs::exists(second));
   for (const auto& e : fs::directory_iterator(dir_)) {
     EXPECT_THAT(e.path().filename().string(),
                 ::testing::Not(HasSubstr(".tmp-")));
