@@ -3,9 +3,49 @@
 #include <utility>
 
 namespace dial::scheduler {
+namespace {
+
+void StripTrial(v1::Trial& trial) {
+  trial.clear_metric_history();
+  trial.clear_lease_token();
+}
+
+}  // namespace
+
+v1::Study EventStudy(const v1::Study& study) {
+  v1::Study out;
+  out.set_name(study.name());
+  *out.mutable_spec()->mutable_objective() = study.spec().objective();
+  *out.mutable_spec()->mutable_budget() = study.spec().budget();
+  out.set_state(study.state());
+  if (study.has_create_time()) {
+    *out.mutable_create_time() = study.create_time();
+  }
+  if (study.has_update_time()) {
+    *out.mutable_update_time() = study.update_time();
+  }
+  *out.mutable_trial_counts() = study.trial_counts();
+  out.set_trials_created(study.trials_created());
+  out.set_owner(study.owner());
+  return out;
+}
+
+void StripForWatchers(v1::StudyEvent& event) {
+  if (event.has_study()) {
+    v1::StudySpec kept;
+    v1::StudySpec* spec = event.mutable_study()->mutable_spec();
+    if (spec->has_objective())
+      kept.mutable_objective()->Swap(spec->mutable_objective());
+    if (spec->has_budget()) kept.mutable_budget()->Swap(spec->mutable_budget());
+    spec->Swap(&kept);
+  }
+  if (event.has_trial()) StripTrial(*event.mutable_trial());
+  if (event.has_best_trial()) StripTrial(*event.mutable_best_trial());
+}
 
 int64_t EventHub::Add(const std::string& study, Callback callback,
                       v1::StudyEvent first) {
+  StripForWatchers(first);
   absl::MutexLock lock(&mu_);
   const int64_t id = next_id_++;
   watchers_[id] = {study,
@@ -40,6 +80,7 @@ void EventHub::Publish(const std::string& study, v1::StudyEvent event) {
   for (const auto& [id, watcher] : watchers_) {
     if (watcher.study != study) continue;
     if (!shared) {
+      StripForWatchers(event);
       shared = std::make_shared<const v1::StudyEvent>(std::move(event));
     }
     queue_.push_back({id, shared});

@@ -5,29 +5,50 @@
 
 namespace dial::scheduler {
 
-absl::Status CheckMetrics(const searchers::Metrics& metrics,
-                          const char* field) {
+// Finding: 100k metrics per report made GetTrial answers (history) exceed
+// gRPC's 64 MiB message limit; reports are capped in count and name length.
+absl::Status CheckMetrics(const searchers::Metrics& metrics, const char* field,
+                          const Limits& limits) {
+  if (metrics.size() > static_cast<size_t>(limits.max_metrics_per_report)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": at most ", limits.max_metrics_per_report,
+                     " metrics per report, got ", metrics.size()));
+  }
   for (const auto& [name, value] : metrics) {
-    if (name.empty() || name.size() > 128) {
+    if (name.empty() || name.size() > limits.max_metric_name_bytes) {
       return absl::InvalidArgumentError(
-          absl::StrCat(field, ": metric names must be 1-128 characters"));
+          absl::StrCat(field, ": metric names must be 1-",
+                       limits.max_metric_name_bytes, " characters"));
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckReport(int64_t step, const searchers::Metrics& metrics,
-                         const std::string& checkpoint) {
-  if (step < 0) return absl::InvalidArgumentError("step: must be >= 0");
+                         const std::string& checkpoint, const Limits& limits) {
+  if (step < 0 || step > kMaxStep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step: must be an integer in [0, 2^53 (", kMaxStep, ")], got ", step));
+  }
   if (metrics.empty()) {
     return absl::InvalidArgumentError("metrics: must hold at least one value");
   }
-  DIAL_RETURN_IF_ERROR(CheckMetrics(metrics, "metrics"));
+  DIAL_RETURN_IF_ERROR(CheckMetrics(metrics, "metrics", limits));
   if (checkpoint.size() > kMaxCheckpointId) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint: at most ", kMaxCheckpointId, " characters"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckMetrics(const searchers::Metrics& metrics,
+                          const char* field) {
+  return CheckMetrics(metrics, field, Limits{});
+}
+
+absl::Status CheckReport(int64_t step, const searchers::Metrics& metrics,
+                         const std::string& checkpoint) {
+  return CheckReport(step, metrics, checkpoint, Limits{});
 }
 
 }  // namespace dial::scheduler

@@ -6,18 +6,29 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "scheduler/limits.h"
 #include "searchers/trial_scheduler.h"
 
 namespace dial::scheduler {
 
 inline constexpr size_t kMaxCheckpointId = 1024;
+// Steps are integers the searchers and the trial protocol's JSON carry as
+// doubles, exact up to 2^53.
+inline constexpr int64_t kMaxStep = int64_t{1} << 53;
 
-// INVALID_ARGUMENT naming `field` for a metric name that is empty or over
-// 128 characters.
+// INVALID_ARGUMENT naming `field` for more than
+// limits.max_metrics_per_report metrics, or a metric name that is empty or
+// longer than limits.max_metric_name_bytes.
+absl::Status CheckMetrics(const searchers::Metrics& metrics, const char* field,
+                          const Limits& limits);
+// The checks every report shares, ask/tell or from a worker: a step in
+// [0, kMaxStep], at least one metric and CheckMetrics, a checkpoint id of at
+// most kMaxCheckpointId characters. INVALID_ARGUMENT naming the field.
+absl::Status CheckReport(int64_t step, const searchers::Metrics& metrics,
+                         const std::string& checkpoint, const Limits& limits);
+
+// The same with the default limits (Limits{}).
 absl::Status CheckMetrics(const searchers::Metrics& metrics, const char* field);
-// The checks every report shares, ask/tell or from a worker: a step >= 0,
-// at least one metric, a checkpoint id of at most kMaxCheckpointId
-// characters.
 absl::Status CheckReport(int64_t step, const searchers::Metrics& metrics,
                          const std::string& checkpoint);
 
