@@ -1,7 +1,13 @@
 #include "common/process.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,14 +42,28 @@ struct ChildPlan {
   std::vector<char*> sh_argv;  // "/bin/sh", <program>, argv[1..], null
   bool sh_fallback = false;
   const std::string* note = nullptr;
-  int status_fd = -1;  // write end: errno if exec fails
+  // Write end: the child's pid first when `report_pid`; then, on failure,
+  // a ChildFailure.
+  int status_fd = -1;
+  bool report_pid = false;
+  int cgroup_fd = -1;  // cgroup.procs to join, or -1
 };
 
-[[noreturn]] void ChildFail(const ChildPlan& plan, int status_fd, int error) {
-  if (!plan.note->empty()) {
+// What a child that cannot start writes on the status pipe.
+struct ChildFailure {
+  int stage = 0;  // kSetupFailed or kExecFailed
+  int error = 0;  // errno
+};
+constexpr int kSetupFailed = 1;
+constexpr int kExecFailed = 2;
+
+[[noreturn]] void ChildFail(const ChildPlan& plan, int status_fd, int stage,
+                            int error) {
+  if (stage == kExecFailed && !plan.note->empty()) {
     (void)!write(STDERR_FILENO, plan.note->data(), plan.note->size());
   }
-  (void)!write(status_fd, &error, sizeof(error));
+  const ChildFailure failure{stage, error};
+  (void)!write(status_fd, &failure, sizeof(failure));
   _exit(127);
 }
 
@@ -55,19 +75,27 @@ struct ChildPlan {
     signal(sig, SIG_DFL);
   }
   if (plan.new_process_group) setpgid(0, 0);
+  // Join the cgroup before anything else can be started.
+  if (plan.cgroup_fd >= 0 && write(plan.cgroup_fd, "0", 1) != 1) {
+    ChildFail(plan, plan.status_fd, kSetupFailed, errno);
+  }
+  if (plan.report_pid) {
+    const pid_t self = getpid();
+    (void)!write(plan.status_fd, &self, sizeof(self));
+  }
   // Park every source (and the status pipe) above all target numbers first,
   // so that no dup2 below overwrites a descriptor still to be moved.
   int status_fd = fcntl(plan.status_fd, F_DUPFD_CLOEXEC, plan.lowest_free);
-  if (status_fd < 0) ChildFail(plan, plan.status_fd, errno);
+  if (status_fd < 0) ChildFail(plan, plan.status_fd, kSetupFailed, errno);
   for (size_t i = 0; i < plan.moves.size(); ++i) {
     plan.parked[i] =
         fcntl(plan.moves[i].second, F_DUPFD_CLOEXEC, plan.lowest_free);
-    if (plan.parked[i] < 0) ChildFail(plan, status_fd, errno);
+    if (plan.parked[i] < 0) ChildFail(plan, status_fd, kSetupFailed, errno);
   }
   // dup2 clears close-on-exec on the copy: only these survive exec.
   for (size_t i = 0; i < plan.moves.size(); ++i) {
     if (dup2(plan.parked[i], plan.moves[i].first) < 0) {
-      ChildFail(plan, status_fd, errno);
+      ChildFail(plan, status_fd, kSetupFailed, errno);
     }
   }
   // As execvp: remember EACCES, go on past missing entries, stop at
@@ -90,7 +118,206 @@ struct ChildPlan {
     }
   }
   if (denied && (error == ENOENT || error == ENOTDIR)) error = EACCES;
-  ChildFail(plan, status_fd, error);
+  ChildFail(plan, status_fd, kExecFailed, error);
+}
+
+// The supervisor's part (SupervisedChild). Only async-signal-safe calls:
+// it is a fork of a possibly multi-threaded process and never execs.
+struct SupervisorPlan {
+  int exited_fd = -1;    // write end
+  int lifeline_fd = -1;  // read end
+};
+
+// Closes every descriptor but `keep` (ascending).
+void CloseAllExcept(const int* keep, int n) {
+  unsigned int low = 0;
+  for (int i = 0; i <= n; ++i) {
+    const unsigned int high = i < n ? static_cast<unsigned int>(keep[i]) : ~0u;
+    if (high > low) {
+#ifdef SYS_close_range
+      if (syscall(SYS_close_range, low, high - 1, 0) == 0) {
+        low = high + 1;
+        continue;
+      }
+#endif
+      rlimit limit{};
+      unsigned int end = high;
+      if (getrlimit(RLIMIT_NOFILE, &limit) == 0 &&
+          limit.rlim_cur < static_cast<rlim_t>(end)) {
+        end = static_cast<unsigned int>(limit.rlim_cur);
+      }
+      for (unsigned int fd = low; fd < end; ++fd) close(static_cast<int>(fd));
+    }
+    low = high + 1;
+  }
+}
+
+// Writes the decimal digits of `value` at `out`; returns the end.
+char* AppendNumber(char* out, long value) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value > 0);
+  while (n > 0) *out++ = digits[--n];
+  *out = '\0';
+  return out;
+}
+
+// Calls `visit(pid)` for every number in the file at `path` (a list of
+// pids separated by spaces); false if it cannot be opened.
+template <typename Visit>
+bool ForEachPidIn(const char* path, Visit visit) {
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buffer[4096];
+  long value = -1;
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) {
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buffer[i] >= '0' && buffer[i] <= '9') {
+        value = (value < 0 ? 0 : value * 10) + (buffer[i] - '0');
+      } else if (value >= 0) {
+        visit(static_cast<pid_t>(value));
+        value = -1;
+      }
+    }
+  }
+  if (value >= 0) visit(static_cast<pid_t>(value));
+  close(fd);
+  return true;
+}
+
+// Without /proc/<pid>/task/<pid>/children (CONFIG_PROC_CHILDREN): every
+// process in /proc whose parent is `self`.
+template <typename Visit>
+void ForEachChildByScan(pid_t self, Visit visit) {
+  const int dir = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return;
+  alignas(8) char entries[8192];
+  long n;
+  while ((n = syscall(SYS_getdents64, dir, entries, sizeof(entries))) > 0) {
+    for (long offset = 0; offset < n;) {
+      struct Entry {
+        uint64_t ino;
+        int64_t off;
+        unsigned short reclen;
+        unsigned char type;
+        char name[1];
+      };
+      const auto* e = reinterpret_cast<const Entry*>(entries + offset);
+      offset += e->reclen;
+      long pid = 0;
+      const char* c = e->name;
+      for (; *c >= '0' && *c <= '9'; ++c) pid = pid * 10 + (*c - '0');
+      if (*c != '\0' || pid <= 0) continue;
+      char path[64] = "/proc/";
+      char* end = AppendNumber(path + 6, pid);
+      const char stat[] = "/stat";
+      for (size_t i = 0; i < sizeof(stat); ++i) end[i] = stat[i];
+      const int fd = open(path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      char text[512];
+      const ssize_t got = read(fd, text, sizeof(text) - 1);
+      close(fd);
+      if (got <= 0) continue;
+      text[got] = '\0';
+      // "pid (comm) state ppid ...": comm may hold anything but ends at
+      // the last ')'.
+      const char* p = nullptr;
+      for (ssize_t i = got - 1; i >= 0; --i) {
+        if (text[i] == ')') {
+          p = text + i;
+          break;
+        }
+      }
+      if (p == nullptr || p[1] == '\0' || p[2] == '\0' || p[3] == '\0') {
+        continue;
+      }
+      p += 4;  // past ") S "
+      long ppid = 0;
+      for (; *p >= '0' && *p <= '9'; ++p) ppid = ppid * 10 + (*p - '0');
+      if (ppid == self) visit(static_cast<pid_t>(pid));
+    }
+  }
+  close(dir);
+}
+
+// SIGKILLs and reaps every descendant of this process (a subreaper: each
+// orphan is re-parented here, so killing the children over and over until
+// none is left reaches them all, whatever their session or group).
+void KillDescendants(pid_t program) {
+  const pid_t self = getpid();
+  char children[96] = "/proc/self/task/";
+  char* end = AppendNumber(children + 16, self);
+  const char tail[] = "/children";
+  for (size_t i = 0; i < sizeof(tail); ++i) end[i] = tail[i];
+  auto kill_child = [](pid_t pid) { kill(pid, SIGKILL); };
+  while (true) {
+    kill(-program, SIGKILL);
+    if (!ForEachPidIn(children, kill_child)) {
+      ForEachChildByScan(self, kill_child);
+    }
+    int status = 0;
+    const pid_t reaped = waitpid(-1, &status, 0);
+    if (reaped < 0 && errno == ECHILD) return;
+  }
+}
+
+[[noreturn]] void RunSupervisor(ChildPlan& plan, const SupervisorPlan& sp) {
+  sigset_t all;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, nullptr);
+  prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  const pid_t program = fork();
+  if (program < 0) {
+    const pid_t none = -1;
+    (void)!write(plan.status_fd, &none, sizeof(none));
+    const ChildFailure failure{kSetupFailed, errno};
+    (void)!write(plan.status_fd, &failure, sizeof(failure));
+    _exit(127);
+  }
+  if (program == 0) RunChild(plan);
+  int keep[2] = {std::min(sp.exited_fd, sp.lifeline_fd),
+                 std::max(sp.exited_fd, sp.lifeline_fd)};
+  CloseAllExcept(keep, 2);
+
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  const int signals = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  int status = 0;
+  bool done = false;
+  pollfd fds[2] = {{signals, POLLIN, 0}, {sp.lifeline_fd, POLLIN, 0}};
+  while (!done) {
+    if (signals >= 0) {
+      const int ready = poll(fds, 2, -1);
+      if (ready < 0 && errno != EINTR) break;
+      if (fds[1].revents != 0) {
+        // The caller let go (or died): the program's tree goes now.
+        kill(-program, SIGKILL);
+        fds[1].fd = -1;
+      }
+      signalfd_siginfo info;
+      while (read(signals, &info, sizeof(info)) > 0) {
+      }
+    }
+    while (true) {
+      int s = 0;
+      const pid_t reaped = waitpid(-1, &s, signals >= 0 ? WNOHANG : 0);
+      if (reaped < 0 && errno == ECHILD) done = true;
+      if (reaped <= 0) break;
+      if (reaped == program) {
+        status = s;
+        done = true;
+        break;
+      }
+    }
+  }
+  (void)!write(sp.exited_fd, &status, sizeof(status));
+  KillDescendants(program);
+  _exit(0);
 }
 
 // The child's descriptor for `spec` at `target`, opened (close-on-exec)
@@ -154,7 +381,22 @@ std::map<std::string, std::string> CurrentEnvironment() {
   return env;
 }
 
-absl::StatusOr<pid_t> Spawn(const SpawnOptions& options) {
+namespace {
+
+// Everything a child needs, built before fork; the plan points into it.
+struct Prepared {
+  std::vector<std::string> args;
+  std::vector<char*> argv;
+  std::vector<std::string> env_strings;
+  std::vector<char*> envp;
+  std::vector<std::string> programs;
+  std::string shell = "/bin/sh";
+  ScopedFd opened[3];
+  Pipe status;
+  ChildPlan plan;
+};
+
+absl::Status Prepare(const SpawnOptions& options, Prepared& p) {
   if (options.argv.empty() || options.argv[0].empty()) {
     return absl::InvalidArgumentError("spawn: the command is empty");
   }
@@ -163,14 +405,10 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options) {
       return absl::InvalidArgumentError("spawn: an argument has a NUL byte");
     }
   }
-  // Everything the child touches is built here, before fork.
-  std::vector<std::string> args = options.argv;
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  p.args = options.argv;
+  for (auto& a : p.args) p.argv.push_back(a.data());
+  p.argv.push_back(nullptr);
 
-  std::vector<std::string> env_strings;
-  std::vector<char*> envp;
   if (options.env) {
     for (const auto& [k, v] : *options.env) {
       if (k.empty() || k.find('=') != std::string::npos || HasNul(k) ||
@@ -178,42 +416,42 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options) {
         return absl::InvalidArgumentError(
             absl::StrCat("spawn: bad environment variable name '", k, "'"));
       }
-      env_strings.push_back(k + "=" + v);
+      p.env_strings.push_back(k + "=" + v);
     }
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
+    for (auto& s : p.env_strings) p.envp.push_back(s.data());
+    p.envp.push_back(nullptr);
   }
 
-  ChildPlan plan;
+  ChildPlan& plan = p.plan;
   plan.new_process_group = options.new_process_group;
-  plan.argv = argv.data();
-  plan.envp = options.env ? envp.data() : environ;
+  plan.argv = p.argv.data();
+  plan.envp = options.env ? p.envp.data() : environ;
   plan.note = &options.exec_failure_note;
+  plan.cgroup_fd = options.cgroup_procs_fd;
 
-  std::vector<std::string> programs;
   const std::string& program = options.argv[0];
   if (options.search_path && program.find('/') == std::string::npos) {
     const char* path = std::getenv("PATH");
     for (absl::string_view dir :
          absl::StrSplit(path != nullptr ? path : "/bin:/usr/bin", ':')) {
-      programs.push_back(absl::StrCat(dir.empty() ? "." : dir, "/", program));
+      p.programs.push_back(absl::StrCat(dir.empty() ? "." : dir, "/", program));
     }
   } else {
-    programs.push_back(program);
+    p.programs.push_back(program);
   }
-  for (const auto& p : programs) plan.programs.push_back(p.c_str());
+  for (const auto& prog : p.programs) plan.programs.push_back(prog.c_str());
   plan.sh_fallback = options.search_path;
-  std::string shell = "/bin/sh";
-  plan.sh_argv.push_back(shell.data());
+  plan.sh_argv.push_back(p.shell.data());
   plan.sh_argv.push_back(nullptr);  // the program, set in the child
-  for (size_t i = 1; i + 1 < argv.size(); ++i) plan.sh_argv.push_back(argv[i]);
+  for (size_t i = 1; i + 1 < p.argv.size(); ++i) {
+    plan.sh_argv.push_back(p.argv[i]);
+  }
   plan.sh_argv.push_back(nullptr);
 
-  ScopedFd opened[3];
   const ChildFd* stdio[3] = {&options.stdin_fd, &options.stdout_fd,
                              &options.stderr_fd};
   for (int target = 0; target < 3; ++target) {
-    auto fd = OpenChildFd(*stdio[target], target, &opened[target]);
+    auto fd = OpenChildFd(*stdio[target], target, &p.opened[target]);
     if (!fd.ok()) return fd.status();
     if (*fd >= 0) plan.moves.push_back({target, *fd});
   }
@@ -239,27 +477,102 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options) {
 
   auto status_pipe = MakePipe();
   if (!status_pipe.ok()) return status_pipe.status();
-  plan.status_fd = status_pipe->write.get();
+  p.status = std::move(*status_pipe);
+  plan.status_fd = p.status.write.get();
+  return absl::OkStatus();
+}
+
+// Reads exactly `size` bytes unless EOF comes first; returns what it read.
+size_t ReadFull(int fd, void* out, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = read(fd, static_cast<char*>(out) + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
+absl::Status FailureStatus(const ChildFailure& failure,
+                           const std::string& program) {
+  return failure.stage == kExecFailed
+             ? absl::ErrnoToStatus(failure.error,
+                                   absl::StrCat("cannot run ", program))
+             : absl::ErrnoToStatus(
+                   failure.error,
+                   absl::StrCat("cannot set up the child for ", program));
+}
+
+}  // namespace
+
+absl::StatusOr<pid_t> Spawn(const SpawnOptions& options) {
+  Prepared p;
+  absl::Status prepared = Prepare(options, p);
+  if (!prepared.ok()) return prepared;
 
   const pid_t pid = fork();
   if (pid < 0) return absl::ErrnoToStatus(errno, "fork");
-  if (pid == 0) RunChild(plan);
+  if (pid == 0) RunChild(p.plan);
 
   // Also from the parent, so the group can be signalled at once (EACCES
   // once the child has exec'd: it has done it itself by then).
   if (options.new_process_group) setpgid(pid, pid);
-  status_pipe->write.reset();
-  int exec_error = 0;
-  ssize_t n;
-  do {
-    n = read(status_pipe->read.get(), &exec_error, sizeof(exec_error));
-  } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(sizeof(exec_error)) ||
-      options.exec_failure_exits_127) {
+  p.status.write.reset();
+  ChildFailure failure;
+  const size_t n = ReadFull(p.status.read.get(), &failure, sizeof(failure));
+  if (n != sizeof(failure) ||
+      (options.exec_failure_exits_127 && failure.stage == kExecFailed)) {
     return pid;  // exec'd (the pipe closed on exec), or exits 127 itself
   }
   (void)WaitForExit(pid);
-  return absl::ErrnoToStatus(exec_error, absl::StrCat("cannot run ", program));
+  return FailureStatus(failure, options.argv[0]);
+}
+
+absl::StatusOr<SupervisedChild> SpawnSupervised(const SpawnOptions& options) {
+  Prepared p;
+  absl::Status prepared = Prepare(options, p);
+  if (!prepared.ok()) return prepared;
+  p.plan.new_process_group = true;
+  p.plan.report_pid = true;
+  auto exited = MakePipe();
+  if (!exited.ok()) return exited.status();
+  auto lifeline = MakePipe();
+  if (!lifeline.ok()) return lifeline.status();
+  SupervisorPlan sp;
+  sp.exited_fd = exited->write.get();
+  sp.lifeline_fd = lifeline->read.get();
+
+  const pid_t supervisor = fork();
+  if (supervisor < 0) return absl::ErrnoToStatus(errno, "fork");
+  if (supervisor == 0) RunSupervisor(p.plan, sp);
+
+  p.status.write.reset();
+  exited->write.reset();
+  lifeline->read.reset();
+  SupervisedChild child;
+  child.supervisor = supervisor;
+  child.exited = std::move(exited->read);
+  child.lifeline = std::move(lifeline->write);
+  pid_t pid = -1;
+  if (ReadFull(p.status.read.get(), &pid, sizeof(pid)) != sizeof(pid)) {
+    (void)WaitForExit(supervisor);
+    return absl::InternalError("the trial supervisor died at start");
+  }
+  ChildFailure failure;
+  const size_t n = ReadFull(p.status.read.get(), &failure, sizeof(failure));
+  if (pid > 0 && (n != sizeof(failure) || (options.exec_failure_exits_127 &&
+                                           failure.stage == kExecFailed))) {
+    child.pid = pid;
+    return child;
+  }
+  // It exits (127) at once; the supervisor follows it.
+  (void)WaitForExit(supervisor);
+  if (n != sizeof(failure)) {
+    return absl::InternalError("the trial supervisor could not start it");
+  }
+  return pid < 0 ? absl::ErrnoToStatus(failure.error, "fork")
+                 : FailureStatus(failure, options.argv[0]);
 }
 
 absl::StatusOr<int> WaitForExit(pid_t pid) {

@@ -2,8 +2,10 @@
 // worker's trial processes, dialctl's helper commands and the e2e tests'
 // daemons all start through Spawn, which builds everything the child needs
 // before fork and makes only async-signal-safe calls after it, so it is safe
-// in a multi-threaded process. Thread-safe: free functions; a ScopedFd has
-// one owner.
+// in a multi-threaded process. SpawnSupervised adds a supervisor process (a
+// child subreaper) between the caller and the program, so that nothing the
+// program starts outlives it: not a double-forked daemon, not one that
+// called setsid. Thread-safe: free functions; a ScopedFd has one owner.
 #pragma once
 
 #include <sys/types.h>
@@ -105,6 +107,10 @@ struct SpawnOptions {
   // that report a child's failure through its exit status and stderr.
   bool exec_failure_exits_127 = false;
   std::string exec_failure_note;
+  // A descriptor open for writing on a cgroup v2 `cgroup.procs`: the child
+  // joins that cgroup (writes "0") before exec, so everything it starts is
+  // in it. A failure to join fails the spawn. -1: none.
+  int cgroup_procs_fd = -1;
 };
 
 // Starts a child process. The child gets an empty signal mask and the
@@ -119,6 +125,32 @@ struct SpawnOptions {
 //   RESOURCE_EXHAUSTED, UNAVAILABLE, ...: pipe or fork failed (code from
 //     errno).
 absl::StatusOr<pid_t> Spawn(const SpawnOptions& options);
+
+// A program started by SpawnSupervised. The supervisor is the caller's
+// child; the program is the supervisor's child and leads its own process
+// group. The supervisor is a child subreaper (PR_SET_CHILD_SUBREAPER):
+// every process the program starts that is orphaned is re-parented to it.
+// When the program exits, the supervisor writes its wait status to
+// `exited`, SIGKILLs every process still descended from it (its group, and
+// every orphan, whatever its session or group), reaps them and exits 0.
+// Closing `lifeline` (or the caller dying) makes it kill the program's
+// whole tree at once. The supervisor holds no other descriptor of the
+// caller's, and blocks every signal but SIGKILL: signal the program's
+// group (kill(-pid, ...)), not the supervisor.
+struct SupervisedChild {
+  pid_t pid = -1;         // the program; its process group id too
+  pid_t supervisor = -1;  // the caller's child: reap it (WaitForExit)
+  // Readable once the program has exited: its wait status, an int. EOF
+  // without it: the supervisor died first (someone SIGKILLed it).
+  ScopedFd exited;
+  ScopedFd lifeline;  // write end; closing it kills the program's tree
+};
+
+// Spawn, under a supervisor (see SupervisedChild); `new_process_group` is
+// implied. The same errors as Spawn; when the program cannot be executed
+// (and exec_failure_exits_127 is false) the supervisor is reaped before
+// the error returns. Linux only.
+absl::StatusOr<SupervisedChild> SpawnSupervised(const SpawnOptions& options);
 
 // The calling process's environment, as a map (for SpawnOptions::env).
 std::map<std::string, std::string> CurrentEnvironment();

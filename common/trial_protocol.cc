@@ -56,10 +56,16 @@ absl::StatusOr<TrialReport> ParseReport(const std::string& line) {
   auto step = fields.find("step");
   if (step == fields.end() ||
       step->second.kind_case() != google::protobuf::Value::kNumberValue ||
-      step->second.number_value() < 0 ||
+      !(step->second.number_value() >= 0) ||
       step->second.number_value() != std::floor(step->second.number_value())) {
     return absl::InvalidArgumentError(
         "report: \"step\" must be a non-negative integer");
+  }
+  // Past 2^53 a double no longer holds every integer (and 1e300 would not
+  // fit an int64 at all).
+  if (step->second.number_value() > kMaxReportStep) {
+    return absl::InvalidArgumentError(
+        "report: \"step\" must be at most 2^53 (9007199254740992)");
   }
   report.step = static_cast<int64_t>(step->second.number_value());
   auto metrics = fields.find("metrics");

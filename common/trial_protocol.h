@@ -30,6 +30,10 @@ inline constexpr char kEnvReportFd[] = "DIAL_REPORT_FD";
 inline constexpr char kEnvDecisionFd[] = "DIAL_DECISION_FD";
 inline constexpr char kEnvCpuThreads[] = "DIAL_CPU_THREADS";
 
+// The largest step a report may carry: 2^53, past which JSON numbers (as
+// doubles) skip integers.
+inline constexpr double kMaxReportStep = 9007199254740992.0;
+
 struct TrialReport {
   int64_t step = 0;
   std::map<std::string, double> metrics;

@@ -27,6 +27,10 @@ bool IsRetryable(const absl::Status& s) {
          absl::IsResourceExhausted(s) || absl::IsAborted(s);
 }
 
+bool IsFence(const absl::Status& s) {
+  return absl::IsFailedPrecondition(s) || absl::IsNotFound(s);
+}
+
 ReportRelay::ReportRelay(const ReportRelayOptions& options)
     : options_(options), pending_(options.spill_path, options.memory_limit) {}
 
@@ -34,9 +38,12 @@ absl::Status ReportRelay::Drain(v1::Decision* newest) {
   while (!pending_.empty()) {
     auto response = options_.client->Report(pending_.Front());
     if (!response.ok()) {
-      return IsRetryable(response.status())
-                 ? absl::UnavailableError(response.status().message())
-                 : response.status();
+      if (IsRetryable(response.status())) {
+        return absl::UnavailableError(response.status().message());
+      }
+      // Sending it again would be refused again.
+      if (!IsFence(response.status())) pending_.Pop();
+      return response.status();
     }
     if (!options_.ack_log.empty()) {
       const auto& r = pending_.Front();
@@ -72,11 +79,11 @@ absl::StatusOr<v1::Decision> ReportRelay::Send(
         options_.name, std::string(sent.message()), pending_.size());
     decision.set_action(v1::Decision::CONTINUE);
     decision.set_reason("scheduler unreachable; report buffered");
-  } else if (absl::IsInvalidArgument(sent)) {
-    return sent;
-  } else if (!sent.ok()) {
+  } else if (!sent.ok() && IsFence(sent)) {
     // Stale attempt or lost lease: the trial is someone else's now.
     return absl::FailedPreconditionError(sent.ToString());
+  } else if (!sent.ok()) {
+    return sent;  // rejected
   }
   if (held_) {
     decision = *held_;
@@ -90,10 +97,17 @@ absl::Status ReportRelay::Flush(absl::Duration outage_limit) {
   // keeps it there), so a restarted scheduler keeps it attached.
   absl::Duration backoff = absl::Milliseconds(200);
   const absl::Time give_up = options_.clock->Now() + outage_limit;
+  absl::Status rejected;
   while (!pending_.empty()) {
     v1::Decision ignored;
     absl::Status sent = Drain(&ignored);
-    if (sent.ok()) return sent;
+    if (sent.ok()) break;
+    if (!absl::IsUnavailable(sent) && !IsFence(sent)) {
+      spdlog::warn("{}: a report was rejected: {}", options_.name,
+                   sent.ToString());
+      if (rejected.ok()) rejected = sent;
+      continue;  // dropped; the rest still goes
+    }
     if (!absl::IsUnavailable(sent) || options_.clock->Now() > give_up) {
       spdlog::warn("{}: {} buffered report(s) dropped: {}", options_.name,
                    pending_.size(), sent.ToString());
@@ -102,7 +116,7 @@ absl::Status ReportRelay::Flush(absl::Duration outage_limit) {
     options_.sleeper->SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(5));
   }
-  return absl::OkStatus();
+  return rejected;
 }
 
 }  // namespace dial::worker

@@ -4,8 +4,11 @@
 // unreachable the trial goes on with a provisional CONTINUE and its reports
 // wait in a ReportBuffer (spilling to a file); they are replayed, oldest
 // first, on the next report or by Flush once the process has ended. A
-// refusal that is not retryable fences the attempt: it is stale (its lease
-// is gone, or a newer attempt runs) and must be killed, not finished. Not
+// fencing refusal (IsFence) means the attempt is stale (its lease is gone,
+// or a newer attempt runs) and must be killed, not finished; any other
+// refusal that is not retryable rejects the report (e.g. a metric name the
+// scheduler does not take): the report is dropped and the attempt must
+// fail with the scheduler's reason, never be retried as it is. Not
 // thread-safe: one attempt's thread owns it.
 #pragma once
 
@@ -27,6 +30,11 @@ namespace dial::worker {
 // Whether a failed call to the scheduler is worth repeating (the scheduler
 // is unreachable, overloaded or timed out), as opposed to refused.
 bool IsRetryable(const absl::Status& status);
+// Whether a refusal fences the attempt: it is stale (FAILED_PRECONDITION)
+// or its worker is unknown (NOT_FOUND); the trial belongs to someone else
+// now and the attempt is killed, not finished. Any other refusal rejects
+// the report itself.
+bool IsFence(const absl::Status& status);
 
 struct ReportRelayOptions {
   SchedulerClient* client = nullptr;  // required, not owned
@@ -52,17 +60,24 @@ class ReportRelay {
   // the scheduler is unreachable (the reports stay buffered). Errors end
   // the attempt:
   //   FAILED_PRECONDITION: fenced; the scheduler refused this attempt
-  //     (stale attempt, lost lease, unknown trial): kill its process and do
-  //     not finish it. The message carries the scheduler's status.
-  //   INVALID_ARGUMENT: the scheduler refused the report as malformed.
+  //     (stale attempt, lost lease, unknown worker or trial): kill its
+  //     process and do not finish it. The message carries the scheduler's
+  //     status.
   //   RESOURCE_EXHAUSTED: the report cannot be buffered (spill file).
+  //   anything else (INVALID_ARGUMENT, PERMISSION_DENIED, ...): the
+  //     scheduler rejected a report (this one or a buffered earlier one),
+  //     which is dropped; the status is the scheduler's. Kill the process
+  //     and fail the attempt with it.
   absl::StatusOr<v1::Decision> Send(const v1::ReportProgressRequest& report);
 
   // Once the process has ended: delivers what is still pending, retrying
   // with backoff (200 ms, doubling, at most 5 s between tries) for up to
   // `outage_limit` of the clock's time. OK when everything was delivered.
-  // Otherwise the rest is given up (and logged as dropped): UNAVAILABLE
-  // when the scheduler stayed unreachable, or the scheduler's refusal.
+  // UNAVAILABLE when the scheduler stayed unreachable, or a fencing
+  // refusal (IsFence): the rest is given up (and logged as dropped), and
+  // the attempt must not be finished. A rejected report is dropped and
+  // the rest still delivered; the first rejection is returned: the
+  // attempt fails with it.
   absl::Status Flush(absl::Duration outage_limit);
 
   // Reports not acknowledged yet.
@@ -71,7 +86,8 @@ class ReportRelay {
  private:
   // Sends what is pending, oldest first. OK: all acknowledged, `*newest`
   // is the newest report's decision. UNAVAILABLE: the scheduler is not
-  // reachable now (the rest stays pending). Anything else: a refusal.
+  // reachable now (the rest stays pending). Anything else: a refusal (a
+  // rejected report is dropped from the pending ones).
   absl::Status Drain(v1::Decision* newest);
 
   const ReportRelayOptions options_;

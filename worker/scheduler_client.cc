@@ -2,8 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/grpc_channel.h"
 #include "common/grpc_status.h"
-#include "common/message_limits.h"
 #include "dial/v1/service.grpc.pb.h"
 
 namespace dial::worker {
@@ -12,10 +12,11 @@ namespace {
 class GrpcSchedulerClient : public SchedulerClient {
  public:
   GrpcSchedulerClient(std::shared_ptr<grpc::Channel> channel,
-                      absl::Duration timeout)
+                      absl::Duration timeout, std::string token)
       : channel_(channel),
         stub_(v1::WorkerService::NewStub(channel)),
-        timeout_(timeout) {}
+        timeout_(timeout),
+        token_(std::move(token)) {}
 
   absl::StatusOr<v1::RegisterWorkerResponse> Register(
       const v1::RegisterWorkerRequest& request) override {
@@ -51,6 +52,7 @@ class GrpcSchedulerClient : public SchedulerClient {
                                 Response response, absl::Duration timeout) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    Authorize(ctx, token_);
     grpc::Status status = ((*stub_).*method)(&ctx, request, &response);
     if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
       // An idle channel fails fast without reconnecting by itself; ask it to
@@ -64,6 +66,7 @@ class GrpcSchedulerClient : public SchedulerClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   absl::Duration timeout_;
+  const std::string token_;
 };
 
 }  // namespace
@@ -73,21 +76,25 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> NewGrpcSchedulerClient(
   if (options.target.empty()) {
     return absl::InvalidArgumentError("--scheduler: address is required");
   }
-  // The scheduler's limits: accept every response it may send, and refuse
-  // locally a request it would refuse.
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxResponseBytes);
-  args.SetMaxSendMessageSize(kMaxRequestBytes);
   // After a scheduler restart, reconnect within a second: gRPC's default
   // backoff grows to two minutes, longer than a worker's lease.
   // (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS stays at its default: gRPC also
   // uses it as the connection timeout.)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel = grpc::CreateCustomChannel(
-      options.target, grpc::InsecureChannelCredentials(), args);
-  return std::unique_ptr<SchedulerClient>(
-      new GrpcSchedulerClient(std::move(channel), options.timeout));
+  ConnectOptions connect;
+  connect.target = options.target;
+  connect.tls_ca = options.tls_ca;
+  connect.tls_cert = options.tls_cert;
+  connect.tls_key = options.tls_key;
+  connect.tls_server_name = options.tls_server_name;
+  connect.token = options.token;
+  // MakeChannel sets the scheduler's message limits.
+  auto channel = MakeChannel(connect, args);
+  if (!channel.ok()) return channel.status();
+  return std::unique_ptr<SchedulerClient>(new GrpcSchedulerClient(
+      std::move(*channel), options.timeout, options.token));
 }
 
 }  // namespace dial::worker

@@ -31,8 +31,18 @@ class SchedulerClient {
 struct GrpcSchedulerClientOptions {
   std::string target;
   absl::Duration timeout = absl::Seconds(20);  // unary calls
+  // TLS (see common/grpc_channel.h): with tls_ca the channel checks the
+  // scheduler's certificate; tls_cert + tls_key add a client certificate.
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_server_name;
+  // Bearer token sent with every call; empty: none.
+  std::string token;
 };
 
+// INVALID_ARGUMENT for an empty target or inconsistent TLS files,
+// NOT_FOUND for a file that cannot be read.
 absl::StatusOr<std::unique_ptr<SchedulerClient>> NewGrpcSchedulerClient(
     const GrpcSchedulerClientOptions& options);
 

@@ -38,8 +38,13 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
     const TrialAttemptOptions& options) {
   const v1::AcquireTrialResponse& a = options.assignment;
   const v1::Trial& trial = a.trial();
+  const bool command = !a.run().has_trainer();
   TrialProcessOptions p;
-  if (a.run().has_trainer()) {
+  // The trial sees the variables --pass-env lets through, not the whole
+  // environment of the worker (whose token and credentials stay here).
+  p.env = PassedEnvironment(options.policy, options.worker_env);
+  if (!command) {
+    // The built-in trainer is always allowed.
     p.argv = {options.trainer_path};
     std::string knobs;
     (void)google::protobuf::util::MessageToJsonString(a.run().trainer(),
@@ -48,8 +53,18 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
   } else {
     p.argv.assign(a.run().command().argv().begin(),
                   a.run().command().argv().end());
+    absl::Status allowed = CheckCommand(options.policy, p.argv);
+    if (!allowed.ok()) return allowed;
     for (const auto& [k, v] : a.run().command().env()) p.env[k] = v;
+    auto secrets = ResolveSecrets(
+        options.policy, a.run().command().secret_env(), options.worker_env);
+    if (!secrets.ok()) return secrets.status();
+    for (auto& [k, v] : *secrets) p.env[k] = std::move(v);
   }
+  absl::Status restore =
+      CheckRestoreCheckpoint(a.restore_checkpoint(), trial.study(),
+                             trial.number(), command, options.checkpoints);
+  if (!restore.ok()) return restore;
   const std::string threads = std::to_string(options.cpu_threads);
   p.env[kEnvStudy] = trial.study();
   p.env[kEnvTrial] = std::to_string(trial.number());
@@ -69,13 +84,29 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
                                        "-", trial.number(), "-a", a.attempt());
   p.stdout_path = log + ".out";
   p.stderr_path = log + ".err";
+  p.max_log_bytes = options.max_log_bytes;
+  const int64_t memory_mb = a.run().resources().memory_mb();
+  if (options.cgroups != nullptr) {
+    auto scope = options.cgroups->NewScope(memory_mb);
+    if (!scope.ok()) {
+      return absl::Status(scope.status().code(),
+                          absl::StrCat("trial.resources.memory_mb: ",
+                                       scope.status().message()));
+    }
+    p.cgroup = std::move(*scope);
+  } else if (memory_mb > 0) {
+    spdlog::warn(
+        "{}: trial.resources.memory_mb={} is not enforced: this worker has "
+        "no cgroup v2 scopes",
+        AttemptName(a), memory_mb);
+  }
 
   spdlog::info("{}: starting {}{}", AttemptName(a),
                p.argv.empty() ? "" : p.argv[0],
                a.restore_checkpoint().empty()
                    ? ""
                    : " from checkpoint " + a.restore_checkpoint());
-  auto process = TrialProcess::Start(p);
+  auto process = TrialProcess::Start(std::move(p));
   if (!process.ok()) return process.status();
   return std::unique_ptr<TrialAttempt>(
       new TrialAttempt(options, std::move(*process)));
@@ -94,7 +125,8 @@ AttemptEnd TrialAttempt::RelayReports(ReportRelay& relay) {
   const absl::Duration timeout = a.run().timeout_s() > 0
                                      ? absl::Seconds(a.run().timeout_s())
                                      : absl::InfiniteDuration();
-  while (auto line = process_->ReadLine(timeout, &end.hung)) {
+  ReadEnd read_end = ReadEnd::kNone;
+  while (auto line = process_->ReadLine(timeout, &read_end)) {
     auto report = ParseReport(*line);
     if (!report.ok()) {
       end.protocol_error = std::string(report.status().message());
@@ -105,6 +137,7 @@ AttemptEnd TrialAttempt::RelayReports(ReportRelay& relay) {
     request.set_study(trial.study());
     request.set_trial(trial.number());
     request.set_attempt(a.attempt());
+    request.set_lease_token(a.lease_token());
     request.set_step(report->step);
     for (const auto& [k, v] : report->metrics) {
       (*request.mutable_metrics())[k] = v;
@@ -112,12 +145,19 @@ AttemptEnd TrialAttempt::RelayReports(ReportRelay& relay) {
     request.set_checkpoint(report->checkpoint);
     auto decision = relay.Send(request);
     if (!decision.ok()) {
-      if (absl::IsFailedPrecondition(decision.status())) {
+      if (IsFence(decision.status())) {
         spdlog::warn("{}: {}; killing it", name_,
                      std::string(decision.status().message()));
         end.fenced = true;
-      } else {
+      } else if (absl::IsResourceExhausted(decision.status())) {
         end.protocol_error = std::string(decision.status().message());
+      } else {
+        // Refused for good (a malformed report): retrying cannot help, so
+        // the attempt fails and counts toward max_failures_per_trial.
+        end.rejected =
+            absl::StrCat("the scheduler rejected the report of step ",
+                         report->step, ": ", decision.status().message());
+        spdlog::warn("{}: {}; killing it", name_, end.rejected);
       }
       break;
     }
@@ -151,9 +191,13 @@ AttemptEnd TrialAttempt::RelayReports(ReportRelay& relay) {
       break;
     }
   }
-  if (end.hung) {
+  if (read_end == ReadEnd::kTimedOut) {
+    end.hung = true;
     end.protocol_error = absl::StrCat("no report for ", a.run().timeout_s(),
                                       " s (trial.timeout_s): hung, killed");
+  } else if (read_end == ReadEnd::kLineTooLong) {
+    end.protocol_error = absl::StrCat("a report line is longer than ",
+                                      kMaxReportLineBytes, " bytes (1 MiB)");
   }
   return end;
 }
@@ -165,7 +209,10 @@ int TrialAttempt::Stop(bool kill, absl::Duration grace) {
 
 void TrialAttempt::DescribeOutcome(const AttemptEnd& end, int wait_status,
                                    v1::FinishTrialRequest* finish) const {
-  if (!end.protocol_error.empty()) {
+  if (!end.rejected.empty()) {
+    finish->set_error(end.rejected);
+    finish->set_stderr_tail(process_->StderrTail(20));
+  } else if (!end.protocol_error.empty()) {
     finish->set_error(end.hung ? end.protocol_error
                                : "trial protocol error: " + end.protocol_error);
     finish->set_stderr_tail(process_->StderrTail(20));
@@ -175,7 +222,13 @@ void TrialAttempt::DescribeOutcome(const AttemptEnd& end, int wait_status,
       (*finish->mutable_final_metrics())[k] = v;
     }
   } else {
-    finish->set_error(DescribeExit(wait_status));
+    std::string error = DescribeExit(wait_status);
+    if (process_->killed_after_grace()) {
+      // It closed its report pipe but did not exit.
+      error = absl::StrCat(
+          error, ": it closed its report pipe and did not exit in time");
+    }
+    finish->set_error(error);
     finish->set_stderr_tail(process_->StderrTail(20));
   }
 }

@@ -17,7 +17,9 @@
 #include "absl/time/time.h"
 #include "dial/v1/service.pb.h"
 #include "storage/checkpoint_store.h"
+#include "worker/cgroups.h"
 #include "worker/report_relay.h"
+#include "worker/trial_policy.h"
 #include "worker/trial_process.h"
 
 namespace dial::worker {
@@ -30,9 +32,17 @@ struct TrialAttemptOptions {
   std::string trainer_path;     // dial-train, for trainer trials
   std::string work_dir;         // the process's stdout and stderr files
   std::string checkpoint_root;  // shared with the scheduler and trials
-  // Where EXPLOIT copies a source checkpoint; null: EXPLOIT fails the
+  // Where EXPLOIT copies a source checkpoint, and what a restore
+  // checkpoint is checked against; null: EXPLOIT and restoring fail the
   // attempt. Not owned.
   storage::FileCheckpointStore* checkpoints = nullptr;
+  // What command trials may run and see (trainer trials always run).
+  TrialPolicy policy;
+  // The worker's environment, for policy.pass_env and secrets.
+  std::map<std::string, std::string> worker_env;
+  int64_t max_log_bytes = 0;  // per log file; 0: no cap
+  // Per-trial cgroup scopes; null: the supervisor alone. Not owned.
+  Cgroups* cgroups = nullptr;
 };
 
 // How the report loop ended.
@@ -44,24 +54,33 @@ struct AttemptEnd {
   bool hung = false;       // no report for run.timeout_s
   // Set when the attempt failed by breaking the protocol (or hanging).
   std::string protocol_error;
+  // Set when the scheduler rejected a report for good (not fencing): the
+  // attempt fails with the scheduler's reason.
+  std::string rejected;
   // The metrics of the last report that got a decision.
   std::map<std::string, double> last_metrics;
 };
 
 class TrialAttempt {
  public:
-  // Starts the process. INVALID_ARGUMENT for an empty command, UNAVAILABLE
-  // when it cannot be started (pipes, log files, fork). A program that
-  // cannot be executed starts and exits with code 127.
+  // Starts the process. Errors fail the attempt, with the message as its
+  // error: INVALID_ARGUMENT for an empty command or a bad secret name,
+  // PERMISSION_DENIED for a command this worker does not allow, NOT_FOUND
+  // for a missing secret, FAILED_PRECONDITION for a restore checkpoint
+  // that is not the trial's own or a memory limit that cannot be applied,
+  // UNAVAILABLE when it cannot be started (pipes, log files, fork,
+  // cgroup). A program that cannot be executed starts and exits with code
+  // 127.
   static absl::StatusOr<std::unique_ptr<TrialAttempt>> Start(
       const TrialAttemptOptions& options);
 
   // "study/3 attempt 1", for log lines.
   const std::string& name() const { return name_; }
 
-  // Relays reports until the process closes its report pipe, is told to
-  // STOP or PAUSE (the decision has been written), hangs, breaks the
-  // protocol, or is fenced.
+  // Relays reports until the process closes its report pipe or exits, is
+  // told to STOP or PAUSE (the decision has been written), hangs, breaks
+  // the protocol (a bad line, a line over 1 MiB), has a report rejected,
+  // or is fenced.
   AttemptEnd RelayReports(ReportRelay& relay);
 
   // Ends the process: with `kill`, SIGKILLs its group at once; otherwise

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/process.h"
 #include "spdlog/spdlog.h"
 #include "worker/report_relay.h"
 #include "worker/trial_attempt.h"
@@ -27,6 +28,7 @@ Worker::Worker(const WorkerOptions& options)
     gethostname(name, sizeof(name) - 1);
     options_.host = name[0] ? name : "worker";
   }
+  if (!options_.environment) options_.environment = CurrentEnvironment();
   if (!options_.checkpoint_root.empty()) {
     auto store =
         storage::FileCheckpointStore::Create({options_.checkpoint_root});
@@ -127,6 +129,7 @@ void Worker::HeartbeatLoop() {
         t->set_study(r.study);
         t->set_trial(r.trial);
         t->set_attempt(r.attempt);
+        t->set_lease_token(r.lease_token);
       }
     }
     auto response = options_.client->Heartbeat(request);
@@ -220,8 +223,9 @@ int64_t Worker::Track(const v1::AcquireTrialResponse& a,
                       const std::string& worker_id, TrialAttempt* attempt) {
   absl::MutexLock lock(&mu_);
   const int64_t run = next_run_++;
-  running_[run] = Running{a.trial().study(), a.trial().number(), a.attempt(),
-                          attempt, worker_id};
+  running_[run] =
+      Running{a.trial().study(), a.trial().number(), a.attempt(),
+              attempt,           worker_id,          a.lease_token()};
   if (stopping_) attempt->Signal(SIGTERM);  // raced with Shutdown
   return run;
 }
@@ -248,6 +252,7 @@ void Worker::RunTrial(const std::string& worker_id,
   finish.set_study(trial.study());
   finish.set_trial(trial.number());
   finish.set_attempt(a.attempt());
+  finish.set_lease_token(a.lease_token());
 
   std::optional<std::vector<std::string>> gpus;
   {
@@ -272,10 +277,17 @@ void Worker::RunTrial(const std::string& worker_id,
   o.work_dir = options_.work_dir;
   o.checkpoint_root = options_.checkpoint_root;
   o.checkpoints = checkpoints_.get();
+  o.policy = options_.policy;
+  o.worker_env = *options_.environment;
+  o.max_log_bytes = options_.max_log_bytes;
+  o.cgroups = options_.cgroups;
   auto attempt = TrialAttempt::Start(o);
   if (!attempt.ok()) {
+    // Refused here (a command this worker does not run, a missing secret,
+    // a foreign restore checkpoint) or not startable: a counted failure.
     release_gpus();
     finish.set_error(std::string(attempt.status().message()));
+    spdlog::warn("{}: failed: {}", name, finish.error());
     return SendFinish(finish, name);
   }
   const int64_t run = Track(a, worker_id, attempt->get());
@@ -290,23 +302,31 @@ void Worker::RunTrial(const std::string& worker_id,
   r.memory_limit = options_.report_buffer;
   r.ack_log = options_.ack_log;
   ReportRelay relay(r);
-  const AttemptEnd end = (*attempt)->RelayReports(relay);
+  AttemptEnd end = (*attempt)->RelayReports(relay);
 
   // Fenced by the scheduler, or its lease was lost (the heartbeat killed
   // it): someone else runs this trial now; it is killed, not finished.
   bool lost = end.fenced || Lost(run);
   const int status = (*attempt)->Stop(
-      lost || !end.protocol_error.empty(),
+      lost || !end.protocol_error.empty() || !end.rejected.empty(),
       Stopping() || end.stop_sent ? options_.grace : absl::Seconds(30));
   // What the trial reported while the scheduler was away goes first, in
   // order, for as long as the scheduler may take to come back. The trial
   // stays in the heartbeat's running list meanwhile, so a restarted
   // scheduler keeps it attached.
-  if (!lost && !relay.Flush(options_.outage_limit).ok()) lost = true;
+  if (!lost) {
+    absl::Status flushed = relay.Flush(options_.outage_limit);
+    if (absl::IsUnavailable(flushed) || IsFence(flushed)) {
+      lost = true;
+    } else if (!flushed.ok() && end.rejected.empty()) {
+      end.rejected =
+          absl::StrCat("the scheduler rejected a report: ", flushed.message());
+    }
+  }
   const bool shutting_down = Untrack(run);
   release_gpus();
   if (lost) return;
-  if (shutting_down) {
+  if (shutting_down && end.rejected.empty()) {
     finish.set_requeue(true);
   } else {
     (*attempt)->DescribeOutcome(end, status, &finish);

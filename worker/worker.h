@@ -13,6 +13,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,9 +24,11 @@
 #include "common/clock.h"
 #include "dial/v1/service.pb.h"
 #include "storage/checkpoint_store.h"
+#include "worker/cgroups.h"
 #include "worker/gpu_pool.h"
 #include "worker/scheduler_client.h"
 #include "worker/sleeper.h"
+#include "worker/trial_policy.h"
 
 namespace dial::worker {
 
@@ -57,6 +60,17 @@ struct WorkerOptions {
   // How the worker waits (backoff, heartbeat periods); null: real time.
   // Not owned. A test gives a fake clock and sleeper that share one time.
   Sleeper* sleeper = nullptr;
+  // What command trials may run and see (docs/workers.md, "Safe
+  // workers"). By default only the built-in trainer runs.
+  TrialPolicy policy;
+  // The environment pass_env and secrets are taken from; nullopt: this
+  // process's own.
+  std::optional<std::map<std::string, std::string>> environment;
+  // Each of a trial's stdout and stderr files is rotated past this size.
+  int64_t max_log_bytes = 64 << 20;
+  // Per-trial cgroup v2 scopes; null: none (each trial's supervisor still
+  // kills whatever it started). Not owned.
+  Cgroups* cgroups = nullptr;
 };
 
 class Worker {
@@ -80,7 +94,8 @@ class Worker {
     int32_t attempt = 0;
     TrialAttempt* process = nullptr;
     std::string worker_id;  // the id it was acquired under
-    bool lost = false;      // that id's lease is gone: killed, not finished
+    std::string lease_token;
+    bool lost = false;  // that id's lease is gone: killed, not finished
   };
   void SlotLoop(int slot);
   void HeartbeatLoop();

@@ -6,13 +6,20 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/marshalling.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
+#include "common/grpc_channel.h"
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
 #include "worker/worker.h"
@@ -41,12 +48,95 @@ ABSL_FLAG(std::string, ack_log, "",
           "Audit log: append a line 'worker study trial attempt step' for "
           "every report the scheduler acknowledged (default: none)");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
+ABSL_FLAG(std::vector<std::string>, allow_command, {},
+          "Glob (fnmatch, '*' does not cross '/') that argv[0] of a command "
+          "trial must match to run here; repeat the flag or give a comma "
+          "list. The built-in trainer always runs. Default: none");
+ABSL_FLAG(bool, allow_any_command, false,
+          "Run any command trial (trusted studies only)");
+ABSL_FLAG(std::vector<std::string>, pass_env,
+          absl::StrSplit(dial::worker::kDefaultPassEnv, ','),
+          "Names or globs of this worker's environment variables that trials "
+          "see; repeat or give a comma list (replaces the default). The "
+          "worker's DIAL_* variables never pass");
+ABSL_FLAG(std::string, secrets_dir, "",
+          "Directory of secret files for trial.command.secret_env "
+          "(<dir>/<secret-name>, trailing newline stripped)");
+ABSL_FLAG(bool, secrets_from_env, true,
+          "Let a secret missing from --secrets-dir come from this worker's "
+          "environment (never its DIAL_* variables)");
+ABSL_FLAG(int64_t, max_log_bytes, 64 << 20,
+          "Size at which a trial's stdout or stderr file is rotated to "
+          "<file>.1 (one older part is kept); 0: no cap");
+ABSL_FLAG(std::string, cgroup, "auto",
+          "Per-trial cgroup v2 scopes: auto (under this worker's cgroup when "
+          "it can create them, else none), off, or the directory of a "
+          "delegated cgroup to create them in");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM file of the CA that signed the scheduler's certificate "
+          "(enables TLS)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate for mTLS (with --tls-key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "Name to check in the scheduler's certificate (default: the host "
+          "of --scheduler)");
+ABSL_FLAG(std::string, token, "",
+          "Bearer token for the scheduler (default: $DIAL_TOKEN)");
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Abseil's list flags keep the last occurrence only: merges every
+// "--name=value" and "--name value" of the list flags `names` (after
+// DashesToUnderscores) into one comma list, so repeating such a flag adds
+// to it. Returns the new argv's storage; `argv` points into it.
+std::vector<std::string> MergeRepeatedListFlags(
+    std::vector<std::string> args, const std::vector<std::string>& names,
+    std::vector<char*>* argv) {
+  std::vector<std::string> out;
+  std::map<std::string, std::vector<std::string>> values;
+  bool done = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") done = true;
+    bool merged = false;
+    for (const auto& name : names) {
+      if (done || i == 0) break;
+      for (const std::string& prefix : {"--" + name, "-" + name}) {
+        if (a == prefix && i + 1 < args.size()) {
+          values[name].push_back(args[++i]);
+          merged = true;
+        } else if (a.rfind(prefix + "=", 0) == 0) {
+          values[name].push_back(a.substr(prefix.size() + 1));
+          merged = true;
+        }
+        if (merged) break;
+      }
+      if (merged) break;
+    }
+    if (!merged) out.push_back(a);
+  }
+  for (const auto& [name, list] : values) {
+    out.insert(out.begin() + 1, "--" + name + "=" + absl::StrJoin(list, ","));
+  }
+  argv->clear();
+  for (auto& a : out) argv->push_back(a.data());
+  argv->push_back(nullptr);
+  return out;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("dial-worker --scheduler=ADDR --slots=N");
   auto arg_storage = dial::DashesToUnderscores(argc, argv);
+  std::vector<char*> merged_argv;
+  auto merged_storage = MergeRepeatedListFlags(
+      arg_storage, {"allow_command", "pass_env"}, &merged_argv);
+  argc = static_cast<int>(merged_argv.size()) - 1;
+  argv = merged_argv.data();
   absl::ParseCommandLine(argc, argv);
   dial::InitLogging("dial-worker", absl::GetFlag(FLAGS_log_level));
 
@@ -62,7 +152,14 @@ int main(int argc, char** argv) {
     const char* env = std::getenv("DIAL_SCHEDULER");
     target = env && *env ? env : "127.0.0.1:7070";
   }
-  auto client = dial::worker::NewGrpcSchedulerClient({target});
+  dial::worker::GrpcSchedulerClientOptions client_options;
+  client_options.target = target;
+  client_options.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  client_options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  client_options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  client_options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  client_options.token = dial::TokenFromFlagOrEnv(absl::GetFlag(FLAGS_token));
+  auto client = dial::worker::NewGrpcSchedulerClient(client_options);
   if (!client.ok()) {
     spdlog::error("{}", client.status().ToString());
     return 2;
@@ -111,6 +208,49 @@ int main(int argc, char** argv) {
   options.ack_log = absl::GetFlag(FLAGS_ack_log);
   options.acquire_wait =
       absl::Milliseconds(absl::GetFlag(FLAGS_acquire_wait_ms));
+  for (const auto& glob : absl::GetFlag(FLAGS_allow_command)) {
+    if (!glob.empty()) options.policy.allowed_commands.push_back(glob);
+  }
+  options.policy.allow_any_command = absl::GetFlag(FLAGS_allow_any_command);
+  options.policy.pass_env.clear();
+  for (const auto& name : absl::GetFlag(FLAGS_pass_env)) {
+    if (!name.empty()) options.policy.pass_env.push_back(name);
+  }
+  options.policy.secrets_dir = absl::GetFlag(FLAGS_secrets_dir);
+  if (!options.policy.secrets_dir.empty()) {
+    options.policy.secrets_dir =
+        fs::absolute(options.policy.secrets_dir).string();
+  }
+  options.policy.secrets_from_env = absl::GetFlag(FLAGS_secrets_from_env);
+  options.max_log_bytes = absl::GetFlag(FLAGS_max_log_bytes);
+  if (options.max_log_bytes < 0) {
+    spdlog::error("--max-log-bytes must be 0 or more");
+    return 2;
+  }
+  std::unique_ptr<dial::worker::Cgroups> cgroups;
+  const std::string cgroup = absl::GetFlag(FLAGS_cgroup);
+  if (cgroup != "off") {
+    auto made = dial::worker::Cgroups::Create(
+        {cgroup == "auto" ? std::string() : cgroup});
+    if (made.ok()) {
+      cgroups = std::move(*made);
+      options.cgroups = cgroups.get();
+      spdlog::info(
+          "trials run in cgroup v2 scopes under {} (memory limits: {})",
+          cgroups->parent(), cgroups->memory_limits() ? "yes" : "no");
+    } else if (cgroup != "auto") {
+      spdlog::error("--cgroup={}: {}", cgroup, made.status().ToString());
+      return 2;
+    } else {
+      spdlog::info(
+          "no cgroup v2 scopes for trials ({}); a supervisor per trial kills "
+          "what it leaves behind",
+          std::string(made.status().message()));
+    }
+  }
+  if (options.policy.allow_any_command) {
+    spdlog::warn("--allow-any-command: any study can run any program here");
+  }
 
   dial::worker::Worker worker(options);
   std::thread signals([&] {

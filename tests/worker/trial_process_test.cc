@@ -51,7 +51,7 @@ TEST_F(TrialProcessTest, SpeaksOnFds3And4InItsOwnProcessGroup) {
       "echo \"$DIAL_TRIAL $DIAL_REPORT_FD $DIAL_DECISION_FD $pgrp $$\" >&3; "
       "read -r d <&4; echo \"got $d\" >&3; echo to-stdout; echo to-stderr >&2");
   o.env["DIAL_TRIAL"] = "12";
-  auto p = TrialProcess::Start(o);
+  auto p = TrialProcess::Start(std::move(o));
   ASSERT_TRUE(p.ok()) << p.status();
   auto line = (*p)->ReadLine(absl::Seconds(20));
   ASSERT_TRUE(line.has_value());
@@ -68,7 +68,7 @@ TEST_F(TrialProcessTest, SpeaksOnFds3And4InItsOwnProcessGroup) {
 TEST_F(TrialProcessTest, AProgramThatCannotRunExits127AndSaysSo) {
   TrialProcessOptions o = Shell("");
   o.argv = {"/nonexistent/dial-trial"};
-  auto p = TrialProcess::Start(o);
+  auto p = TrialProcess::Start(std::move(o));
   ASSERT_TRUE(p.ok()) << p.status();
   const int status = (*p)->WaitOrKill(absl::Seconds(20));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 127) << status;
@@ -92,7 +92,7 @@ TEST_F(TrialProcessTest, SignalReachesTheWholeGroup) {
 TEST_F(TrialProcessTest, LogFilesThatCannotBeCreatedAreUnavailable) {
   TrialProcessOptions o = Shell("true");
   o.stdout_path = "/nonexistent-dir/out";
-  auto p = TrialProcess::Start(o);
+  auto p = TrialProcess::Start(std::move(o));
   EXPECT_EQ(p.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(p.status().message(), HasSubstr("/nonexistent-dir/out"));
 }

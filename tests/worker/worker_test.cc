@@ -17,7 +17,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,7 +36,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 // Every call the worker made, as the fake scheduler saw it.
 struct Calls {
@@ -42,7 +46,8 @@ struct Calls {
   std::vector<v1::HeartbeatRequest> heartbeats;
   std::vector<v1::AcquireTrialRequest> acquires;
   std::vector<int64_t> report_attempts;  // the step of every Report call
-  std::vector<int64_t> delivered;        // steps answered OK, in order
+  std::vector<v1::ReportProgressRequest> reports;  // every Report call
+  std::vector<int64_t> delivered;  // steps answered OK, in order
   std::vector<v1::FinishTrialRequest> finishes;
   std::vector<size_t> delivered_at_finish;  // delivered.size() at each
 
@@ -109,6 +114,11 @@ class FakeScheduler : public SchedulerClient {
       const v1::ReportProgressRequest& request) override {
     absl::MutexLock lock(&mu_);
     calls_.report_attempts.push_back(request.step());
+    calls_.reports.push_back(request);
+    if (request.step() == reject_step_) {
+      return absl::InvalidArgumentError(
+          "metrics: metric names must be 1-128 characters");
+    }
     if (unavailable_reports_ > 0) {
       --unavailable_reports_;
       return absl::UnavailableError("scheduler down");
@@ -141,6 +151,11 @@ class FakeScheduler : public SchedulerClient {
   void FenceAtStep(int64_t step) {
     absl::MutexLock lock(&mu_);
     fence_step_ = step;
+  }
+  // Reports of `step` are refused as malformed (INVALID_ARGUMENT).
+  void RejectAtStep(int64_t step) {
+    absl::MutexLock lock(&mu_);
+    reject_step_ = step;
   }
   void AnswerHeartbeatsNotFound(int n) {
     absl::MutexLock lock(&mu_);
@@ -178,6 +193,7 @@ class FakeScheduler : public SchedulerClient {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   int unavailable_reports_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t fence_step_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t reject_step_ ABSL_GUARDED_BY(mu_) = -1;
   int not_found_heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
   // Heartbeats every hour (a quarter of it) unless a test says otherwise,
   // so their sleeps are told apart from backoff sleeps.
@@ -236,6 +252,7 @@ class WorkerTest : public ::testing::Test {
     o.checkpoint_root = (dir_ / "checkpoints").string();
     o.acquire_wait = absl::Seconds(60);
     o.grace = absl::Seconds(5);
+    o.policy.allowed_commands = {"/bin/sh"};
     return o;
   }
 
@@ -440,6 +457,204 @@ TEST_F(WorkerTest, AFencedReportKillsTheTrialWhichIsNotFinished) {
   ASSERT_GT(pid, 0);
   EXPECT_FALSE(Alive(pid));
   EXPECT_FALSE(fs::exists(marker)) << "the trial was not killed";
+}
+
+// Finding 1: `argv: [sh, -c, "id; env"]` ran on any worker. A command no
+// --allow-command glob matches is not started; the attempt fails (a
+// counted failure) with an error that names the flag.
+TEST_F(WorkerTest, ACommandTheWorkerDoesNotAllowFailsWithoutRunning) {
+  const std::string marker = Path("ran");
+  scheduler_.Offer(ShellTrial(absl::StrCat("echo yes > ", marker)));
+  WorkerOptions options = Options();
+  options.policy.allowed_commands = {"/usr/bin/*"};
+  StartWorker(options);
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.finishes.size() == 1; }));
+  const v1::FinishTrialRequest finish = scheduler_.Snapshot().finishes[0];
+  EXPECT_FALSE(finish.requeue());
+  EXPECT_THAT(finish.error(), HasSubstr("'/bin/sh' is not allowed"));
+  EXPECT_THAT(finish.error(), HasSubstr("--allow-command"));
+  EXPECT_FALSE(fs::exists(marker)) << "the refused command ran";
+}
+
+// Finding 1: the trial saw the worker's whole environment. It now sees the
+// --pass-env variables, its spec's env, its secrets and Dial's variables.
+TEST_F(WorkerTest, TrialsSeeOnlyPassedVariablesSecretsAndTheirOwn) {
+  fs::create_directories(dir_ / "secrets");
+  std::ofstream(dir_ / "secrets" / "api-key") << "s3cret\n";
+  const std::string env_file = Path("env");
+  v1::AcquireTrialResponse trial =
+      ShellTrial(absl::StrCat("env > ", env_file, "; ", ReportSteps(1)));
+  auto* command = trial.mutable_run()->mutable_command();
+  (*command->mutable_env())["FROM_SPEC"] = "spec";
+  (*command->mutable_secret_env())["API_KEY"] = "api-key";
+  (*command->mutable_secret_env())["HF"] = "HF_TOKEN";
+  scheduler_.Offer(trial);
+  WorkerOptions options = Options();
+  options.policy.secrets_dir = (dir_ / "secrets").string();
+  options.environment =
+      std::map<std::string, std::string>{{"PATH", "/usr/bin:/bin"},
+                                         {"HOME", "/home/worker"},
+                                         {"WORKER_ONLY", "leaked"},
+                                         {"DIAL_TOKEN", "worker-token"},
+                                         {"HF_TOKEN", "hf-secret"}};
+  StartWorker(options);
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.finishes.size() == 1; }));
+  EXPECT_EQ(scheduler_.Snapshot().finishes[0].error(), "");
+  std::ifstream in(env_file);
+  std::set<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.insert(line);
+  EXPECT_THAT(lines, ::testing::IsSupersetOf(
+                         {"PATH=/usr/bin:/bin", "HOME=/home/worker",
+                          "FROM_SPEC=spec", "API_KEY=s3cret", "HF=hf-secret",
+                          "DIAL_STUDY=s", "DIAL_TRIAL=7"}));
+  for (const auto& line : lines) {
+    EXPECT_THAT(line, Not(HasSubstr("WORKER_ONLY")));
+    EXPECT_THAT(line, Not(HasSubstr("worker-token")));
+    EXPECT_THAT(line, Not(HasSubstr("HF_TOKEN")));
+  }
+}
+
+TEST_F(WorkerTest, AMissingSecretFailsTheTrialWithoutRunningIt) {
+  const std::string marker = Path("ran");
+  v1::AcquireTrialResponse trial =
+      ShellTrial(absl::StrCat("echo yes > ", marker));
+  (*trial.mutable_run()->mutable_command()->mutable_secret_env())["KEY"] =
+      "absent";
+  scheduler_.Offer(trial);
+  StartWorker(Options());
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.finishes.size() == 1; }));
+  const v1::FinishTrialRequest finish = scheduler_.Snapshot().finishes[0];
+  EXPECT_FALSE(finish.requeue());
+  EXPECT_THAT(finish.error(),
+              HasSubstr("secret 'absent' is not on this worker"));
+  EXPECT_FALSE(fs::exists(marker));
+}
+
+TEST_F(WorkerTest, ARestoreCheckpointOutsideTheTrialIsRefused) {
+  const std::string marker = Path("ran");
+  v1::AcquireTrialResponse trial =
+      ShellTrial(absl::StrCat("echo yes > ", marker));
+  trial.set_restore_checkpoint("../../../../etc/shadow");
+  scheduler_.Offer(trial);
+  StartWorker(Options());
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.finishes.size() == 1; }));
+  const v1::FinishTrialRequest finish = scheduler_.Snapshot().finishes[0];
+  EXPECT_THAT(finish.error(),
+              HasSubstr("restore checkpoint '../../../../etc/shadow' refused"));
+  EXPECT_FALSE(fs::exists(marker));
+}
+
+// Finding 6a: a report the scheduler rejects made the trial retry forever
+// (its attempt was dropped as if fenced, never finished, requeued by the
+// scheduler, and so on). Now it fails the attempt once, with the reason.
+TEST_F(WorkerTest, ARejectedReportFailsTheAttemptWithTheSchedulersReason) {
+  scheduler_.RejectAtStep(1);
+  const std::string pid_file = Path("pid");
+  scheduler_.Offer(
+      ShellTrial(absl::StrCat("echo $$ > ", pid_file, "; ", ReportSteps(2))));
+  StartWorker(Options());
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.finishes.size() == 1; }));
+  const Calls calls = scheduler_.Snapshot();
+  EXPECT_THAT(calls.report_attempts, ElementsAre(1)) << "retried";
+  EXPECT_THAT(calls.delivered, IsEmpty());
+  const v1::FinishTrialRequest& finish = calls.finishes[0];
+  EXPECT_FALSE(finish.requeue());
+  EXPECT_THAT(finish.error(),
+              HasSubstr("the scheduler rejected the report of step 1"));
+  EXPECT_THAT(finish.error(), HasSubstr("metric names must be 1-128"));
+  pid_t pid = 0;
+  std::ifstream(pid_file) >> pid;
+  ASSERT_GT(pid, 0);
+  EXPECT_FALSE(Alive(pid));
+}
+
+// Finding 6b: a step of 1e300 was cast to int64. It is a protocol error.
+TEST_F(WorkerTest, AStepPast2To53IsAProtocolError) {
+  scheduler_.Offer(
+      ShellTrial("echo '{\"step\":1e300,\"metrics\":{\"loss\":1}}' >&3; "
+                 "read -r d <&4"));
+  StartWorker(Options());
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.finishes.size() == 1; }));
+  const Calls calls = scheduler_.Snapshot();
+  EXPECT_THAT(calls.report_attempts, IsEmpty());
+  EXPECT_THAT(calls.finishes[0].error(),
+              HasSubstr("trial protocol error: report: \"step\" must be at "
+                        "most 2^53"));
+}
+
+// Finding 6e: a line over 1 MiB held the slot for 30 s and ended as
+// "killed by signal 9". It now fails the attempt at once, saying why (the
+// wait below is shorter than those 30 s).
+TEST_F(WorkerTest, ALineOver1MiBFailsTheAttemptAtOnce) {
+  scheduler_.Offer(
+      ShellTrial("head -c 1100000 /dev/zero | tr '\\0' x >&3; exec sleep 600"));
+  StartWorker(Options());
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.finishes.size() == 1; },
+      absl::Seconds(20)));
+  const std::string error = scheduler_.Snapshot().finishes[0].error();
+  EXPECT_THAT(error, HasSubstr("longer than 1048576 bytes (1 MiB)"));
+  EXPECT_THAT(error, Not(HasSubstr("killed by signal")));
+}
+
+// Finding 6c: a double-forked grandchild outlived its trial, and one that
+// held fd 3 kept the slot busy indefinitely. The trial finishes when its
+// main process exits, the daemon is killed, and the slot takes the next
+// trial.
+TEST_F(WorkerTest, ADaemonHoldingTheReportPipeNeitherOutlivesNorHoldsTheSlot) {
+  const std::string daemon = Path("daemon");
+  scheduler_.Offer(ShellTrial(
+      absl::StrCat("( setsid sh -c 'echo $$ > ", daemon, ".tmp; mv ", daemon,
+                   ".tmp ", daemon, "; exec sleep 600' & ); while [ ! -s ",
+                   daemon, " ]; do :; done; ", ReportSteps(1), "; exit 0")));
+  v1::AcquireTrialResponse next = ShellTrial(ReportSteps(2));
+  next.mutable_trial()->set_number(8);
+  scheduler_.Offer(next);
+  StartWorker(Options());
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.finishes.size() == 2; }));
+  const Calls calls = scheduler_.Snapshot();
+  EXPECT_EQ(calls.finishes[0].trial(), 7);
+  EXPECT_EQ(calls.finishes[0].error(), "");
+  EXPECT_EQ(calls.finishes[0].final_metrics().at("loss"), 1.0);
+  EXPECT_EQ(calls.finishes[1].trial(), 8);
+  EXPECT_EQ(calls.finishes[1].error(), "");
+  pid_t pid = 0;
+  std::ifstream(daemon) >> pid;
+  ASSERT_GT(pid, 0);
+  EXPECT_FALSE(Alive(pid)) << "the daemon outlived its trial";
+}
+
+// The scheduler fences attempts by lease token: every report, finish and
+// heartbeat entry of an attempt carries the one it was acquired with.
+TEST_F(WorkerTest, EveryCallOfAnAttemptCarriesItsLeaseToken) {
+  scheduler_.SetLease(absl::Seconds(4));
+  v1::AcquireTrialResponse trial = ShellTrial(
+      absl::StrCat(ReportSteps(1), "; read -r d <&4; ", ReportSteps(1)));
+  trial.set_lease_token("lease-7-1");
+  scheduler_.Offer(trial);
+  StartWorker(Options());
+  ASSERT_TRUE(scheduler_.WaitUntil([](const Calls& c) {
+    return c.heartbeats.size() == 1 && c.delivered.size() == 1;
+  }));
+  ASSERT_TRUE(time_.AwaitSleep(absl::Seconds(1)));
+  time_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.heartbeats.size() == 2; }));
+  StopWorker();
+  const Calls calls = scheduler_.Snapshot();
+  ASSERT_EQ(calls.heartbeats[1].running_size(), 1);
+  EXPECT_EQ(calls.heartbeats[1].running(0).lease_token(), "lease-7-1");
+  ASSERT_FALSE(calls.reports.empty());
+  for (const auto& r : calls.reports) EXPECT_EQ(r.lease_token(), "lease-7-1");
+  ASSERT_EQ(calls.finishes.size(), 1u);
+  EXPECT_EQ(calls.finishes[0].lease_token(), "lease-7-1");
 }
 
 }  // namespace

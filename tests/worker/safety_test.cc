@@ -1,0 +1,225 @@
+// What a trial process cannot do to its worker: leave processes behind
+// (double-forked, setsid), hold a slot through its report pipe after it
+// exits, hang the reader with an endless line, or fill the disk with logs;
+// and, where cgroup v2 scopes can be made, that every process it starts
+// is in its scope. Real child processes (/bin/sh); every wait is on a
+// condition with a bounded timeout.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "worker/cgroups.h"
+#include "worker/trial_process.h"
+
+namespace dial::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+bool Alive(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class SafetyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    signal(SIGPIPE, SIG_IGN);  // as dial-worker's main
+    std::string tmpl = (fs::temp_directory_path() / "dial-safety-XXXXXX");
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+  TrialProcessOptions Shell(const std::string& script) {
+    TrialProcessOptions o;
+    o.argv = {"/bin/sh", "-c", script};
+    o.env = {{"PATH", "/usr/bin:/bin"}};
+    o.stdout_path = (dir_ / "out").string();
+    o.stderr_path = (dir_ / "err").string();
+    return o;
+  }
+  pid_t ReadPid(const std::string& name) {
+    pid_t pid = 0;
+    std::ifstream(dir_ / name) >> pid;
+    return pid;
+  }
+  // A script fragment that starts `sleep 600` detached from the trial the
+  // way daemons do (a double fork, optionally with setsid), holding the
+  // report pipe (fd 3), and waits until it has written its pid to `name`.
+  std::string Daemon(const std::string& name, bool setsid) {
+    const std::string file = (dir_ / name).string();
+    const std::string tmp = file + ".tmp";
+    return absl::StrCat("( ", setsid ? "setsid " : "", "sh -c 'echo $$ > ", tmp,
+                        "; mv ", tmp, " ", file,
+                        "; exec sleep 600' & ) ; while [ ! -s ", file,
+                        " ]; do :; done; ");
+  }
+  fs::path dir_;
+};
+
+// Finding 6c: a double-forked grandchild outlived its trial, and one that
+// held fd 3 kept the slot busy indefinitely. Now the slot's reader returns
+// as soon as the main process exits, and every descendant (also one that
+// called setsid) is killed.
+TEST_F(SafetyTest, DaemonsHoldingTheReportPipeDieWithTheTrial) {
+  auto p = TrialProcess::Start(
+      Shell(absl::StrCat(Daemon("plain", false), Daemon("session", true),
+                         "echo reported >&3; exit 0")));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->ReadLine(absl::Seconds(20)), "reported");
+  const pid_t plain = ReadPid("plain");
+  const pid_t session = ReadPid("session");
+  ASSERT_GT(plain, 0);
+  ASSERT_GT(session, 0);
+  // The daemon in its own session is outside the trial's process group.
+  EXPECT_NE(getsid(session), getsid((*p)->pid()));
+
+  ReadEnd end = ReadEnd::kNone;
+  EXPECT_EQ((*p)->ReadLine(absl::Seconds(20), &end), std::nullopt);
+  EXPECT_EQ(end, ReadEnd::kExited) << "the reader waited for the daemons";
+  const int status = (*p)->WaitOrKill(absl::Seconds(20));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_FALSE((*p)->killed_after_grace());
+  EXPECT_FALSE(Alive(plain)) << "the double-forked daemon survived";
+  EXPECT_FALSE(Alive(session)) << "the setsid daemon survived";
+}
+
+TEST_F(SafetyTest, KillingATrialKillsItsDaemonsToo) {
+  auto p = TrialProcess::Start(Shell(absl::StrCat(
+      Daemon("session", true), "echo started >&3; exec sleep 600")));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->ReadLine(absl::Seconds(20)), "started");
+  const pid_t session = ReadPid("session");
+  ASSERT_GT(session, 0);
+  const int status = (*p)->WaitOrKill(absl::ZeroDuration());
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  EXPECT_TRUE((*p)->killed_after_grace());
+  EXPECT_FALSE(Alive(session));
+}
+
+TEST_F(SafetyTest, LinesWrittenBeforeExitAreStillRead) {
+  auto p = TrialProcess::Start(
+      Shell("echo one >&3; echo two >&3; printf 'no newline' >&3"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->WaitOrKill(absl::Seconds(20)), 0);
+  EXPECT_EQ((*p)->ReadLine(absl::Seconds(20)), "one");
+  EXPECT_EQ((*p)->ReadLine(absl::Seconds(20)), "two");
+  ReadEnd end = ReadEnd::kNone;
+  EXPECT_EQ((*p)->ReadLine(absl::Seconds(20), &end), std::nullopt);
+  EXPECT_EQ(end, ReadEnd::kExited);
+}
+
+// Finding 6e: a line over 1 MiB hung the slot for 30 s and ended as
+// "killed by signal 9". Now the reader says so at once.
+TEST_F(SafetyTest, ALineOver1MiBEndsReadingAtOnce) {
+  auto p = TrialProcess::Start(Shell(
+      "head -c 1100000 /dev/zero | tr '\\0' x >&3; echo >&3; exec sleep 600"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  ReadEnd end = ReadEnd::kNone;
+  EXPECT_EQ((*p)->ReadLine(absl::Seconds(20), &end), std::nullopt);
+  EXPECT_EQ(end, ReadEnd::kLineTooLong);
+  (*p)->Signal(SIGKILL);
+  (*p)->WaitOrKill(absl::Seconds(20));
+}
+
+TEST_F(SafetyTest, ALineOfExactly1MiBIsALine) {
+  auto p = TrialProcess::Start(
+      Shell("head -c 1048576 /dev/zero | tr '\\0' x >&3; echo >&3"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto line = (*p)->ReadLine(absl::Seconds(20));
+  ASSERT_TRUE(line.has_value());
+  EXPECT_EQ(line->size(), kMaxReportLineBytes);
+  (*p)->WaitOrKill(absl::Seconds(20));
+}
+
+// Finding 6d: trial logs had no size cap. Now each file rotates past
+// max_log_bytes and one older part is kept.
+TEST_F(SafetyTest, LogsRotatePastTheCap) {
+  TrialProcessOptions o = Shell(
+      "head -c 50000 /dev/zero | tr '\\0' o; "
+      "head -c 30000 /dev/zero | tr '\\0' e >&2; echo >&2; "
+      "echo last words >&2");
+  o.max_log_bytes = 10000;
+  auto p = TrialProcess::Start(std::move(o));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->WaitOrKill(absl::Seconds(20)), 0);
+  for (const char* name : {"out", "err"}) {
+    EXPECT_LE(fs::file_size(dir_ / name), 10000u + 200u) << name;
+    EXPECT_LE(fs::file_size(dir_ / (std::string(name) + ".1")), 10000u) << name;
+    EXPECT_THAT(ReadFile(dir_ / name), HasSubstr("reached --max-log-bytes"))
+        << name;
+  }
+  EXPECT_EQ((*p)->StderrTail(1), "last words");
+}
+
+TEST_F(SafetyTest, LogsUnderTheCapAreWhole) {
+  TrialProcessOptions o = Shell("echo hello; echo oops >&2");
+  o.max_log_bytes = 10000;
+  auto p = TrialProcess::Start(std::move(o));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->WaitOrKill(absl::Seconds(20)), 0);
+  EXPECT_EQ(ReadFile(dir_ / "out"), "hello\n");
+  EXPECT_EQ(ReadFile(dir_ / "err"), "oops\n");
+  EXPECT_FALSE(fs::exists(dir_ / "out.1"));
+}
+
+// Where cgroup v2 scopes can be made (a unified or hybrid hierarchy, as
+// root or delegated), every process of the trial is in its scope, and the
+// scope is empty once the trial has ended.
+TEST_F(SafetyTest, ATrialAndItsDaemonsLiveInItsCgroup) {
+  auto cgroups = Cgroups::Create({});
+  if (!cgroups.ok()) GTEST_SKIP() << cgroups.status();
+  auto scope = (*cgroups)->NewScope(0);
+  ASSERT_TRUE(scope.ok()) << scope.status();
+  const std::string path = (*scope)->path();
+  TrialProcessOptions o = Shell(
+      absl::StrCat(Daemon("session", true), "echo started >&3; read -r d <&4"));
+  o.cgroup = std::move(*scope);
+  auto p = TrialProcess::Start(std::move(o));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->ReadLine(absl::Seconds(20)), "started");
+  const pid_t session = ReadPid("session");
+  std::vector<pid_t> pids = (*p)->cgroup()->Pids();
+  EXPECT_THAT(pids, Contains((*p)->pid()));
+  EXPECT_THAT(pids, Contains(session));
+  ASSERT_TRUE((*p)->WriteLine("go").ok());
+  EXPECT_EQ((*p)->WaitOrKill(absl::Seconds(20)), 0);
+  EXPECT_TRUE((*p)->cgroup()->Pids().empty());
+  EXPECT_FALSE(Alive(session));
+  p->reset();
+  EXPECT_FALSE(fs::exists(path)) << "the scope was not removed";
+
+  if ((*cgroups)->memory_limits()) {
+    auto limited = (*cgroups)->NewScope(64);
+    ASSERT_TRUE(limited.ok()) << limited.status();
+    EXPECT_EQ(ReadFile((*limited)->path() + "/memory.max"), "67108864\n");
+  } else {
+    EXPECT_EQ((*cgroups)->NewScope(64).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+}  // namespace
+}  // namespace dial::worker

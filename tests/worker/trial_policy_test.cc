@@ -1,0 +1,170 @@
+// TrialPolicy: which commands a worker runs, which of its variables a trial
+// sees, where secrets come from, and which restore checkpoints it accepts.
+// Pure functions; the secrets and checkpoint tests use a scoped directory.
+#include "worker/trial_policy.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+namespace dial::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Finding 1: `argv: [sh, -c, "id; env"]` ran on any worker. Now a command
+// runs only when a --allow-command glob matches argv[0].
+TEST(CheckCommandTest, OnlyAllowedProgramsRun) {
+  TrialPolicy policy;
+  absl::Status refused = CheckCommand(policy, {"sh", "-c", "id; env"});
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(refused.message(), HasSubstr("'sh' is not allowed"));
+  EXPECT_THAT(refused.message(), HasSubstr("--allow-command"));
+  EXPECT_THAT(refused.message(), HasSubstr("--allow-any-command"));
+
+  policy.allowed_commands = {"/usr/bin/python3*", "/opt/train/*"};
+  EXPECT_TRUE(CheckCommand(policy, {"/usr/bin/python3", "x.py"}).ok());
+  EXPECT_TRUE(CheckCommand(policy, {"/usr/bin/python3.11"}).ok());
+  EXPECT_TRUE(CheckCommand(policy, {"/opt/train/run"}).ok());
+  // '*' does not cross '/', and ".." never passes.
+  EXPECT_FALSE(CheckCommand(policy, {"/opt/train/sub/run"}).ok());
+  EXPECT_EQ(CheckCommand(policy, {"/opt/train/../../bin/sh"}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(CheckCommand(policy, {"python3"}).ok());
+  EXPECT_THAT(CheckCommand(policy, {"sh"}).message(),
+              HasSubstr("/usr/bin/python3*, /opt/train/*"));
+
+  TrialPolicy any;
+  any.allow_any_command = true;
+  EXPECT_TRUE(CheckCommand(any, {"sh", "-c", "true"}).ok());
+  EXPECT_EQ(CheckCommand(any, {}).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Finding 1: a variable set only in the worker's environment reached the
+// trial. Now only --pass-env names pass, and never the worker's DIAL_*.
+TEST(PassedEnvironmentTest, OnlyListedVariablesPass) {
+  const std::map<std::string, std::string> worker_env = {
+      {"PATH", "/usr/bin:/bin"}, {"HOME", "/home/w"},
+      {"LC_ALL", "C.UTF-8"},     {"WORKER_ONLY", "leak"},
+      {"DIAL_TOKEN", "t0ken"},   {"AWS_SECRET_ACCESS_KEY", "k"}};
+  TrialPolicy policy;  // the default list
+  auto env = PassedEnvironment(policy, worker_env);
+  EXPECT_EQ(env, (std::map<std::string, std::string>{{"PATH", "/usr/bin:/bin"},
+                                                     {"HOME", "/home/w"},
+                                                     {"LC_ALL", "C.UTF-8"}}));
+  policy.pass_env = {"WORKER_*", "DIAL_*"};
+  env = PassedEnvironment(policy, worker_env);
+  EXPECT_EQ(env, (std::map<std::string, std::string>{{"WORKER_ONLY", "leak"}}));
+}
+
+class PolicyDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "dial-policy-XXXXXX");
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+  void Write(const fs::path& path, const std::string& text) {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path, std::ios::binary) << text;
+  }
+  fs::path dir_;
+};
+
+google::protobuf::Map<std::string, std::string> Secrets(
+    std::initializer_list<std::pair<const std::string, std::string>> list) {
+  google::protobuf::Map<std::string, std::string> m;
+  for (const auto& [k, v] : list) m[k] = v;
+  return m;
+}
+
+TEST_F(PolicyDirTest, SecretsComeFromTheDirectoryThenTheEnvironment) {
+  Write(dir_ / "secrets" / "api-key", "s3cret\n");
+  TrialPolicy policy;
+  policy.secrets_dir = (dir_ / "secrets").string();
+  const std::map<std::string, std::string> worker_env = {
+      {"HF_TOKEN", "hf"}, {"api-key", "not this one"}};
+  auto resolved = ResolveSecrets(
+      policy, Secrets({{"API_KEY", "api-key"}, {"HF", "HF_TOKEN"}}),
+      worker_env);
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ(*resolved, (std::map<std::string, std::string>{
+                           {"API_KEY", "s3cret"}, {"HF", "hf"}}));
+
+  auto missing = ResolveSecrets(policy, Secrets({{"X", "nope"}}), worker_env);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("secret 'nope' is not on this worker"));
+
+  policy.secrets_from_env = false;
+  EXPECT_EQ(ResolveSecrets(policy, Secrets({{"HF", "HF_TOKEN"}}), worker_env)
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(PolicyDirTest, SecretNamesCannotLeaveTheDirectory) {
+  Write(dir_ / "outside", "do not read\n");
+  TrialPolicy policy;
+  policy.secrets_dir = (dir_ / "secrets").string();
+  fs::create_directories(policy.secrets_dir);
+  for (const char* bad : {"../outside", "a/b", "..", ".", "", ".hidden"}) {
+    auto r = ResolveSecrets(policy, Secrets({{"X", bad}}), {});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  // The worker's own credentials are not secrets a study can ask for.
+  auto token = ResolveSecrets(policy, Secrets({{"X", "DIAL_TOKEN"}}),
+                              {{"DIAL_TOKEN", "t0ken"}});
+  EXPECT_EQ(token.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(token.status().message(), Not(HasSubstr("t0ken")));
+}
+
+TEST_F(PolicyDirTest, RestoreCheckpointsMustBeTheTrialsOwn) {
+  auto store = storage::FileCheckpointStore::Create({(dir_ / "ckpt").string()});
+  ASSERT_TRUE(store.ok()) << store.status();
+  const storage::FileCheckpointStore* s = store->get();
+  EXPECT_TRUE(CheckRestoreCheckpoint("", "s", 7, false, s).ok());
+  EXPECT_TRUE(CheckRestoreCheckpoint("s/7/100", "s", 7, false, s).ok());
+  EXPECT_TRUE(CheckRestoreCheckpoint("s/7/from-3-100", "s", 7, false, s).ok());
+  for (const char* bad : {"../../../../etc/shadow", "/etc/shadow", "s/8/100",
+                          "other/7/100", "s/7/../../x", "s/07/100"}) {
+    absl::Status refused = CheckRestoreCheckpoint(bad, "s", 7, false, s);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << bad;
+    EXPECT_THAT(refused.message(), HasSubstr("refused")) << bad;
+  }
+  // Command trials report paths: one inside the trial's own directory.
+  const std::string own = (dir_ / "ckpt" / "s" / "7" / "ck-10.json").string();
+  EXPECT_TRUE(CheckRestoreCheckpoint(own, "s", 7, true, s).ok());
+  EXPECT_FALSE(CheckRestoreCheckpoint(own, "s", 7, false, s).ok());
+  EXPECT_FALSE(CheckRestoreCheckpoint("/etc/shadow", "s", 7, true, s).ok());
+  EXPECT_FALSE(CheckRestoreCheckpoint(
+                   (dir_ / "ckpt" / "s" / "8" / "x").string(), "s", 7, true, s)
+                   .ok());
+  EXPECT_FALSE(CheckRestoreCheckpoint(own + "/../../../../../etc/shadow", "s",
+                                      7, true, s)
+                   .ok());
+  EXPECT_FALSE(CheckRestoreCheckpoint("/x", "s", 7, true, nullptr).ok());
+}
+
+TEST_F(PolicyDirTest, ASymlinkOutOfTheRootIsRefused) {
+  auto store = storage::FileCheckpointStore::Create({(dir_ / "ckpt").string()});
+  ASSERT_TRUE(store.ok()) << store.status();
+  fs::create_directories(dir_ / "elsewhere" / "7");
+  fs::create_symlink(dir_ / "elsewhere", dir_ / "ckpt" / "s");
+  EXPECT_FALSE(
+      CheckRestoreCheckpoint("s/7/100", "s", 7, false, store->get()).ok());
+}
+
+}  // namespace
+}  // namespace dial::worker

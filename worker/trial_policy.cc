@@ -1,0 +1,205 @@
+#include "worker/trial_policy.h"
+
+#include <fnmatch.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace dial::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kMaxSecretBytes = 1 << 16;
+
+bool ValidSecretName(const std::string& name) {
+  if (name.empty() || name[0] == '.' || name.size() > 255) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Whether `path` (made absolute and with symlinks resolved as far as it
+// exists) lies inside `dir` (resolved the same way).
+bool Inside(const fs::path& path, const fs::path& dir) {
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(path, ec);
+  if (ec) return false;
+  const fs::path d = fs::weakly_canonical(dir, ec);
+  if (ec) return false;
+  const std::string ps = p.lexically_normal().string();
+  std::string ds = d.lexically_normal().string();
+  if (ds.empty()) return false;
+  if (ds.back() != '/') ds += '/';
+  return absl::StartsWith(ps, ds);
+}
+
+}  // namespace
+
+std::vector<std::string> DefaultPassEnv() {
+  return absl::StrSplit(kDefaultPassEnv, ',', absl::SkipEmpty());
+}
+
+absl::Status CheckCommand(const TrialPolicy& policy,
+                          const std::vector<std::string>& argv) {
+  if (argv.empty() || argv[0].empty()) {
+    return absl::InvalidArgumentError("trial.command.argv is empty");
+  }
+  const std::string& program = argv[0];
+  for (absl::string_view part : absl::StrSplit(program, '/')) {
+    if (part == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trial.command.argv[0] '", program,
+          "': a '..' component is not allowed (name the program directly)"));
+    }
+  }
+  if (policy.allow_any_command) return absl::OkStatus();
+  for (const auto& glob : policy.allowed_commands) {
+    if (fnmatch(glob.c_str(), program.c_str(), FNM_PATHNAME) == 0) {
+      return absl::OkStatus();
+    }
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "command '", program,
+      "' is not allowed on this worker: start dial-worker with "
+      "--allow-command=GLOB matching it (e.g. --allow-command=",
+      program, ") or --allow-any-command",
+      policy.allowed_commands.empty()
+          ? std::string(" (it allows only the built-in trainer)")
+          : absl::StrCat(" (it allows ",
+                         absl::StrJoin(policy.allowed_commands, ", "), ")")));
+}
+
+std::map<std::string, std::string> PassedEnvironment(
+    const TrialPolicy& policy,
+    const std::map<std::string, std::string>& worker_env) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, value] : worker_env) {
+    if (absl::StartsWith(name, "DIAL_")) continue;
+    for (const auto& glob : policy.pass_env) {
+      if (fnmatch(glob.c_str(), name.c_str(), 0) == 0) {
+        out[name] = value;
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ResolveSecrets(
+    const TrialPolicy& policy,
+    const google::protobuf::Map<std::string, std::string>& secret_env,
+    const std::map<std::string, std::string>& worker_env) {
+  std::map<std::string, std::string> out;
+  for (const auto& [variable, secret] : secret_env) {
+    const std::string where =
+        absl::StrCat("trial.command.secret_env.", variable);
+    if (!ValidSecretName(secret)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": secret name '", secret,
+          "' must be 1-255 characters of [A-Za-z0-9._-], not starting "
+          "with '.'"));
+    }
+    if (!policy.secrets_dir.empty()) {
+      const std::string path = policy.secrets_dir + "/" + secret;
+      std::ifstream in(path, std::ios::binary);
+      if (in) {
+        std::string value(kMaxSecretBytes + 1, '\0');
+        in.read(value.data(), static_cast<std::streamsize>(value.size()));
+        if (in.bad()) {
+          return absl::UnavailableError(
+              absl::StrCat(where, ": cannot read secret file ", path));
+        }
+        value.resize(static_cast<size_t>(in.gcount()));
+        if (value.size() > kMaxSecretBytes) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": secret file ", path, " is over ",
+                           kMaxSecretBytes, " bytes"));
+        }
+        while (!value.empty() &&
+               (value.back() == '\n' || value.back() == '\r')) {
+          value.pop_back();
+        }
+        out[variable] = std::move(value);
+        continue;
+      }
+      if (errno != ENOENT) {
+        return absl::UnavailableError(
+            absl::StrCat(where, ": cannot read secret file ", path, ": ",
+                         std::strerror(errno)));
+      }
+    }
+    if (policy.secrets_from_env) {
+      if (absl::StartsWith(secret, "DIAL_")) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": secret '", secret,
+            "' would be the worker's own DIAL_* variable; those are never "
+            "handed to trials"));
+      }
+      auto it = worker_env.find(secret);
+      if (it != worker_env.end()) {
+        out[variable] = it->second;
+        continue;
+      }
+    }
+    return absl::NotFoundError(absl::StrCat(
+        where, ": secret '", secret, "' is not on this worker (",
+        policy.secrets_dir.empty()
+            ? std::string("no --secrets-dir")
+            : absl::StrCat("no file ", policy.secrets_dir, "/", secret),
+        policy.secrets_from_env ? absl::StrCat(", no variable ", secret,
+                                               " in the worker's environment)")
+                                : std::string(")")));
+  }
+  return out;
+}
+
+absl::Status CheckRestoreCheckpoint(const std::string& id,
+                                    const std::string& study, int64_t trial,
+                                    bool command_trial,
+                                    const storage::FileCheckpointStore* store) {
+  if (id.empty()) return absl::OkStatus();
+  auto refuse = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("restore checkpoint '", id, "' refused: ", why));
+  };
+  if (store == nullptr) return refuse("this worker has no checkpoint root");
+  const fs::path root = store->root();
+  auto parsed = storage::CheckpointStore::ParseId(id);
+  if (parsed.ok()) {
+    if (parsed->study != study || parsed->trial != trial) {
+      return refuse(
+          absl::StrCat("it is not a checkpoint of trial ", study, "/", trial));
+    }
+    auto path = store->PathOf(id);
+    if (!path.ok()) return refuse(path.status().message());
+    if (!Inside(*path, root)) {
+      return refuse(absl::StrCat("it resolves outside the checkpoint root ",
+                                 root.string()));
+    }
+    return absl::OkStatus();
+  }
+  if (command_trial && !id.empty() && id[0] == '/') {
+    const fs::path own = root / study / std::to_string(trial);
+    if (!Inside(own, root)) return refuse("the study name leaves the root");
+    if (Inside(id, own)) return absl::OkStatus();
+    return refuse(
+        absl::StrCat("a path must lie inside the trial's own "
+                     "checkpoint directory ",
+                     own.string()));
+  }
+  return refuse(parsed.status().message());
+}
+
+}  // namespace dial::worker
