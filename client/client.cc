@@ -2,35 +2,53 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/str_cat.h"
+#include "common/grpc_channel.h"
 #include "common/grpc_status.h"
-#include "common/message_limits.h"
 
 namespace dial::client {
+namespace {
+
+// Pages of 1000, the servers' maximum for studies and trials.
+constexpr int32_t kPageSize = 1000;
+
+// A server that hands back the token it was given would page forever.
+absl::Status CheckProgress(const std::string& token, const std::string& next,
+                           const char* method) {
+  if (!next.empty() && next == token) {
+    return absl::InternalError(absl::StrCat(
+        method, ": the scheduler returned the same page token twice"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<DialClient>> DialClient::Create(
     const DialClientOptions& options) {
-  if (options.target.empty()) {
-    return absl::InvalidArgumentError("scheduler address is empty");
-  }
-  grpc::ChannelArguments args;
-  // The scheduler's limits: accept every response it may send, and refuse
-  // locally a request it would refuse.
-  args.SetMaxReceiveMessageSize(kMaxResponseBytes);
-  args.SetMaxSendMessageSize(kMaxRequestBytes);
-  auto channel = grpc::CreateCustomChannel(
-      options.target, grpc::InsecureChannelCredentials(), args);
+  ConnectOptions connect;
+  connect.target = options.target;
+  connect.tls_ca = options.tls_ca;
+  connect.tls_cert = options.tls_cert;
+  connect.tls_key = options.tls_key;
+  connect.tls_server_name = options.tls_server_name;
+  connect.token = options.token;
+  auto channel = MakeChannel(connect, grpc::ChannelArguments());
+  if (!channel.ok()) return channel.status();
   return std::unique_ptr<DialClient>(
-      new DialClient(std::move(channel), options.timeout));
+      new DialClient(std::move(*channel), options.timeout, options.token));
 }
 
 DialClient::DialClient(std::shared_ptr<grpc::Channel> channel,
-                       absl::Duration timeout)
+                       absl::Duration timeout, std::string token)
     : channel_(std::move(channel)),
       stub_(v1::StudyService::NewStub(channel_)),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      token_(std::move(token)) {}
 
-void DialClient::SetDeadline(grpc::ClientContext& ctx) const {
+void DialClient::Prepare(grpc::ClientContext& ctx) const {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+  Authorize(ctx, token_);
 }
 
 absl::Status DialClient::WaitForReady(absl::Duration timeout) {
@@ -40,10 +58,10 @@ absl::Status DialClient::WaitForReady(absl::Duration timeout) {
   return absl::UnavailableError("scheduler not reachable");
 }
 
-// Runs one unary RPC with the client's deadline.
+// Runs one unary RPC with the client's deadline and token.
 #define DIAL_CALL(method, request, response)                          \
   grpc::ClientContext ctx;                                            \
-  SetDeadline(ctx);                                                   \
+  Prepare(ctx);                                                       \
   grpc::Status grpc_status = stub_->method(&ctx, request, &response); \
   if (!grpc_status.ok()) return FromGrpcStatus(grpc_status)
 
@@ -64,11 +82,21 @@ absl::StatusOr<v1::Study> DialClient::GetStudy(const std::string& study) {
 }
 
 absl::StatusOr<std::vector<v1::Study>> DialClient::ListStudies() {
-  v1::ListStudiesRequest request;
-  v1::ListStudiesResponse response;
-  DIAL_CALL(ListStudies, request, response);
-  return std::vector<v1::Study>(response.studies().begin(),
-                                response.studies().end());
+  std::vector<v1::Study> out;
+  std::string token;
+  do {
+    v1::ListStudiesRequest request;
+    request.set_page_size(kPageSize);
+    request.set_page_token(token);
+    v1::ListStudiesResponse response;
+    DIAL_CALL(ListStudies, request, response);
+    for (auto& s : *response.mutable_studies()) out.push_back(std::move(s));
+    auto progress =
+        CheckProgress(token, response.next_page_token(), "ListStudies");
+    if (!progress.ok()) return progress;
+    token = response.next_page_token();
+  } while (!token.empty());
+  return out;
 }
 
 absl::StatusOr<v1::Study> DialClient::UpdateStudy(const std::string& study,
@@ -117,9 +145,11 @@ absl::StatusOr<std::vector<v1::Trial>> DialClient::ListAllTrials(
   std::vector<v1::Trial> out;
   std::string token;
   do {
-    auto page = ListTrials(study, states, 1000, token);
+    auto page = ListTrials(study, states, kPageSize, token);
     if (!page.ok()) return page.status();
     for (auto& t : *page->mutable_trials()) out.push_back(std::move(t));
+    auto progress = CheckProgress(token, page->next_page_token(), "ListTrials");
+    if (!progress.ok()) return progress;
     token = page->next_page_token();
   } while (!token.empty());
   return out;
@@ -127,12 +157,27 @@ absl::StatusOr<std::vector<v1::Trial>> DialClient::ListAllTrials(
 
 absl::StatusOr<v1::Trial> DialClient::GetTrial(const std::string& study,
                                                int64_t trial) {
-  v1::GetTrialRequest request;
-  request.set_study(study);
-  request.set_trial(trial);
+  google::protobuf::RepeatedPtrField<v1::MetricPoint> history;
+  std::string token;
   v1::GetTrialResponse response;
-  DIAL_CALL(GetTrial, request, response);
-  return response.trial();
+  do {
+    v1::GetTrialRequest request;
+    request.set_study(study);
+    request.set_trial(trial);
+    request.set_history_page_token(token);
+    response.Clear();
+    DIAL_CALL(GetTrial, request, response);
+    for (auto& point : *response.mutable_trial()->mutable_metric_history()) {
+      *history.Add() = std::move(point);
+    }
+    auto progress =
+        CheckProgress(token, response.next_history_page_token(), "GetTrial");
+    if (!progress.ok()) return progress;
+    token = response.next_history_page_token();
+  } while (!token.empty());
+  v1::Trial out = std::move(*response.mutable_trial());
+  out.mutable_metric_history()->Swap(&history);
+  return out;
 }
 
 absl::StatusOr<std::vector<v1::Trial>> DialClient::GetBestTrials(
@@ -189,11 +234,23 @@ absl::StatusOr<v1::Trial> DialClient::CompleteTrial(
 }
 
 absl::StatusOr<v1::BackupDatabaseResponse> DialClient::BackupDatabase(
-    const std::string& path) {
+    const std::string& name) {
   v1::BackupDatabaseRequest request;
-  request.set_path(path);
+  request.set_path(name);
   v1::BackupDatabaseResponse response;
   DIAL_CALL(BackupDatabase, request, response);
+  return response;
+}
+
+absl::StatusOr<v1::ListAuditEventsResponse> DialClient::ListAuditEvents(
+    const std::string& study, int32_t page_size,
+    const std::string& page_token) {
+  v1::ListAuditEventsRequest request;
+  request.set_study(study);
+  request.set_page_size(page_size);
+  request.set_page_token(page_token);
+  v1::ListAuditEventsResponse response;
+  DIAL_CALL(ListAuditEvents, request, response);
   return response;
 }
 
@@ -201,6 +258,7 @@ absl::Status DialClient::WatchStudy(
     const std::string& study,
     const std::function<bool(const v1::StudyEvent&)>& on_event) {
   grpc::ClientContext ctx;
+  Authorize(ctx, token_);
   v1::WatchStudyRequest request;
   request.set_study(study);
   auto reader = stub_->WatchStudy(&ctx, request);

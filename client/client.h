@@ -1,6 +1,9 @@
 // DialClient: the C++ client library for StudyService. Every call has a
-// deadline and returns absl::Status codes as the server sent them. One
-// channel per client, reused by all calls; thread-safe.
+// deadline, carries the bearer token (if any) and returns absl::Status codes
+// as the server sent them: UNAUTHENTICATED for a missing or unknown token,
+// PERMISSION_DENIED for a call the token's principal may not make. One
+// channel per client (plaintext, or TLS with a CA), reused by all calls;
+// thread-safe.
 #pragma once
 
 #include <functional>
@@ -15,13 +18,30 @@
 
 namespace dial::client {
 
+// Every field has a default member initializer, so `{target, timeout}`
+// aggregate initialisation stays warning-free as fields are added.
 struct DialClientOptions {
   std::string target = "127.0.0.1:7070";
   absl::Duration timeout = absl::Seconds(30);  // per call
+  // PEM files, as dial::ConnectOptions: with tls_ca the channel uses TLS and
+  // checks the scheduler's certificate; tls_cert + tls_key add a client
+  // certificate (mTLS). Without tls_ca the channel is plaintext.
+  std::string tls_ca = {};
+  std::string tls_cert = {};
+  std::string tls_key = {};
+  // The name checked in the scheduler's certificate instead of the target's
+  // host.
+  std::string tls_server_name = {};
+  // Sent with every call as "authorization: Bearer <token>"; empty sends
+  // none.
+  std::string token = {};
 };
 
 class DialClient {
  public:
+  // INVALID_ARGUMENT for an empty target, a certificate without its key (or
+  // the reverse) or a client certificate without a CA; NOT_FOUND naming a
+  // PEM file that cannot be read. Does not connect.
   static absl::StatusOr<std::unique_ptr<DialClient>> Create(
       const DialClientOptions& options);
 
@@ -30,6 +50,7 @@ class DialClient {
 
   absl::StatusOr<v1::Study> CreateStudy(const v1::StudySpec& spec);
   absl::StatusOr<v1::Study> GetStudy(const std::string& study);
+  // Every study the caller may read, oldest first (all pages).
   absl::StatusOr<std::vector<v1::Study>> ListStudies();
   absl::StatusOr<v1::Study> UpdateStudy(const std::string& study,
                                         int32_t max_trials,
@@ -43,6 +64,9 @@ class DialClient {
   // Every page.
   absl::StatusOr<std::vector<v1::Trial>> ListAllTrials(
       const std::string& study, const std::vector<v1::TrialState>& states);
+  // The trial with its whole metric history: the server sends the history
+  // in pages, fetched here one after another. The trial's other fields are
+  // the last page's, so they are at least as new as the history.
   absl::StatusOr<v1::Trial> GetTrial(const std::string& study, int64_t trial);
   absl::StatusOr<std::vector<v1::Trial>> GetBestTrials(const std::string& study,
                                                        int32_t count);
@@ -58,11 +82,22 @@ class DialClient {
       const std::map<std::string, double>& final_metrics,
       const std::string& error = "");
 
-  // Copies the scheduler's database, while it runs, to `path` on the
-  // scheduler's machine (absolute). The call's deadline must cover the copy;
+  // Admin only. Copies the scheduler's database, while it runs, to a new
+  // file `name` (a plain file name: letters, digits, '.', '-', '_') in the
+  // scheduler's --backup-dir; the response holds the copy's absolute path
+  // on the scheduler's machine and its size. INVALID_ARGUMENT for a bad
+  // name, ALREADY_EXISTS if the file exists, FAILED_PRECONDITION when the
+  // scheduler has no --backup-dir. The call's deadline must cover the copy;
   // if it passes first, the copy still completes.
   absl::StatusOr<v1::BackupDatabaseResponse> BackupDatabase(
-      const std::string& path);
+      const std::string& name);
+
+  // Admin only. One page of the audit log, newest first; `study` empty for
+  // every study and the actions on none. page_size 0 is the server's
+  // default (100); pass next_page_token back for the next page.
+  absl::StatusOr<v1::ListAuditEventsResponse> ListAuditEvents(
+      const std::string& study, int32_t page_size,
+      const std::string& page_token);
 
   // Streams events to `on_event` until the study finishes, the callback
   // returns false, or the stream breaks. No deadline: a watch may be long.
@@ -71,12 +106,15 @@ class DialClient {
       const std::function<bool(const v1::StudyEvent&)>& on_event);
 
  private:
-  DialClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout);
-  void SetDeadline(grpc::ClientContext& ctx) const;
+  DialClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout,
+             std::string token);
+  // The deadline and the token of one unary call.
+  void Prepare(grpc::ClientContext& ctx) const;
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::StudyService::Stub> stub_;
   absl::Duration timeout_;
+  std::string token_;
 };
 
 }  // namespace dial::client

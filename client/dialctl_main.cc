@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -26,18 +27,36 @@
 #include "client/format.h"
 #include "client/lineage.h"
 #include "common/flags.h"
+#include "common/grpc_channel.h"
 #include "common/process.h"
 #include "common/spec.h"
 #include "common/trial_protocol.h"
 
 ABSL_FLAG(std::string, scheduler, "",
           "Scheduler address (default: $DIAL_SCHEDULER or 127.0.0.1:7070)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate: connect with TLS and check the scheduler's "
+          "certificate against it (default: plaintext)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate, for a scheduler that requires one (with "
+          "--tls-key and --tls-ca)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "Name to check in the scheduler's certificate instead of the host "
+          "in --scheduler");
+ABSL_FLAG(std::string, token, "",
+          "Bearer token sent with every call (default: $DIAL_TOKEN; prefer "
+          "the variable: a command line is visible in ps)");
 ABSL_FLAG(bool, json, false, "Print JSON instead of tables");
 ABSL_FLAG(std::string, f, "",
           "Study spec file (YAML or JSON), for study create");
 ABSL_FLAG(std::string, state, "",
           "Comma-separated trial states to list, e.g. COMPLETED,RUNNING");
 ABSL_FLAG(int32_t, count, 5, "How many trials for trials best");
+ABSL_FLAG(std::string, study, "",
+          "For admin audit: only this study's events (default: all)");
+ABSL_FLAG(int32_t, limit, 100,
+          "For admin audit: the newest N events (0: every event)");
 ABSL_FLAG(int32_t, max_trials, 0, "New max_trials, for study update");
 ABSL_FLAG(int32_t, max_parallel_trials, 0,
           "New max_parallel_trials, for study update");
@@ -370,9 +389,9 @@ int TrialsEvaluate(DialClient& client, const Args& args) {
 }
 
 int AdminBackup(DialClient& client, const Args& args) {
-  if (args.size() < 3) return Usage("admin backup needs PATH");
-  // PATH is the scheduler's, so it is passed on as given: a relative one is
-  // refused there rather than resolved against this directory.
+  if (args.size() < 3) return Usage("admin backup needs NAME");
+  // NAME is a file name in the scheduler's --backup-dir; the scheduler
+  // checks it (no directories) and answers with the copy's absolute path.
   auto backup = client.BackupDatabase(args[2]);
   if (!backup.ok()) return Fail(backup.status());
   if (Json()) {
@@ -380,6 +399,33 @@ int AdminBackup(DialClient& client, const Args& args) {
   } else {
     std::cout << "backed up the database to " << backup->path() << " ("
               << backup->bytes() << " bytes)\n";
+  }
+  return 0;
+}
+
+int AdminAudit(DialClient& client, const Args& args) {
+  const int32_t limit = absl::GetFlag(FLAGS_limit);
+  if (limit < 0) return Usage("--limit must be 0 (every event) or more");
+  constexpr int32_t kMaxPage = 1000;
+  v1::ListAuditEventsResponse all;
+  std::string token;
+  do {
+    const int32_t want =
+        limit == 0 ? kMaxPage : std::min(kMaxPage, limit - all.events_size());
+    auto page = client.ListAuditEvents(absl::GetFlag(FLAGS_study), want, token);
+    if (!page.ok()) return Fail(page.status());
+    for (auto& e : *page->mutable_events()) *all.add_events() = std::move(e);
+    if (!page->next_page_token().empty() && page->next_page_token() == token) {
+      return Fail(absl::InternalError(
+          "ListAuditEvents: the scheduler returned the same page token twice"));
+    }
+    token = page->next_page_token();
+  } while (!token.empty() && (limit == 0 || all.events_size() < limit));
+  if (Json()) {
+    std::cout << cli::ToJson(all) << "\n";
+  } else {
+    std::cout << cli::FormatAuditEvents(
+        {all.events().begin(), all.events().end()});
   }
   return 0;
 }
@@ -411,11 +457,16 @@ constexpr Command kCommands[] = {
      true, TrialsEvaluate},
     {"study", "replay", "STUDY N -o FILE",
      "a spec that retrains that schedule in one trial", true, StudyReplay},
-    {"admin", "backup", "PATH",
+    {"admin", "backup", "NAME",
      "copy the scheduler's database, while it runs,\n"
-     "to PATH: an absolute path on the scheduler's\n"
-     "machine (raise --timeout-s for a large one)",
+     "to a new file NAME (no directories) in the\n"
+     "scheduler's --backup-dir; prints its path\n"
+     "(admins; raise --timeout-s for a large one)",
      false, AdminBackup},
+    {"admin", "audit", "[--study=S] [--limit=N]",
+     "the audit log, newest first (admins; --limit=0\n"
+     "for every event)",
+     false, AdminAudit},
 };
 
 // Groups whose every command takes a STUDY: an unknown verb with no third
@@ -431,7 +482,10 @@ std::string UsageText() {
   const std::string indent(2 + kColumn, ' ');
   std::string text =
       "dialctl: the Dial command-line client\n\n"
-      "usage: dialctl [--scheduler=ADDR] [--json] COMMAND ARGS\n\n";
+      "usage: dialctl [--scheduler=ADDR] [--json] [--timeout-s=N]\n"
+      "               [--tls-ca=PEM [--tls-cert=PEM --tls-key=PEM]]\n"
+      "               [--tls-server-name=NAME] [--token=T] COMMAND ARGS\n\n"
+      "The token defaults to $DIAL_TOKEN, the address to $DIAL_SCHEDULER.\n\n";
   for (const Command& c : kCommands) {
     std::string line = absl::StrCat("  ", c.group, " ", c.verb);
     if (*c.synopsis != '\0') absl::StrAppend(&line, " ", c.synopsis);
@@ -456,15 +510,6 @@ int Run(const Args& args) {
   const std::string& group = args[0];
   const std::string& verb = args[1];
 
-  std::string target = absl::GetFlag(FLAGS_scheduler);
-  if (target.empty()) {
-    const char* env = std::getenv("DIAL_SCHEDULER");
-    target = env && *env ? env : "127.0.0.1:7070";
-  }
-  auto client_or = DialClient::Create(
-      {target, absl::Seconds(absl::GetFlag(FLAGS_timeout_s))});
-  if (!client_or.ok()) return Fail(client_or.status());
-
   const Command* command = nullptr;
   bool known_group = false;
   for (const Command& c : kCommands) {
@@ -481,6 +526,23 @@ int Run(const Args& args) {
                      ? absl::StrCat("unknown command: ", group, " ", verb)
                      : "unknown command: " + group);
   }
+  // After the usage checks, so a usage error is not hidden behind an
+  // unreadable certificate file.
+  std::string target = absl::GetFlag(FLAGS_scheduler);
+  if (target.empty()) {
+    const char* env = std::getenv("DIAL_SCHEDULER");
+    target = env && *env ? env : "127.0.0.1:7070";
+  }
+  cli::DialClientOptions options;
+  options.target = target;
+  options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  options.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  options.token = dial::TokenFromFlagOrEnv(absl::GetFlag(FLAGS_token));
+  auto client_or = DialClient::Create(options);
+  if (!client_or.ok()) return Fail(client_or.status());
   return command->handler(**client_or, args);
 }
 

@@ -57,6 +57,23 @@ std::string Domain(const v1::ParameterSpec& p) {
   }
 }
 
+std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
+
+// An audit cell with control characters (a newline that would break the
+// table, a terminal escape sequence) shown as \xNN, and "-" when empty.
+std::string Cell(const std::string& s) {
+  if (s.empty()) return "-";
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      absl::StrAppendFormat(&out, "\\x%02x", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 std::string Value(const v1::Trial& t) {
   return t.has_objective_value() ? FormatNumber(t.objective_value()) : "-";
 }
@@ -64,6 +81,14 @@ std::string Value(const v1::Trial& t) {
 }  // namespace
 
 std::string FormatError(const absl::Status& status) {
+  if (absl::IsUnauthenticated(status)) {
+    return absl::StrCat(
+        "dialctl: UNAUTHENTICATED: no or unknown token: pass --token or set "
+        "DIAL_TOKEN",
+        status.message().empty() ? ""
+                                 : absl::StrCat(" (", status.message(), ")"),
+        "\n");
+  }
   return absl::StrCat("dialctl: ", absl::StatusCodeToString(status.code()),
                       ": ", status.message(), "\n");
 }
@@ -153,21 +178,22 @@ std::string FormatStudies(const std::vector<v1::Study>& studies) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& s : studies) {
     rows.push_back(
-        {s.name(), StudyStateName(s.state()),
+        {s.name(), OrDash(s.owner()), StudyStateName(s.state()),
          absl::StrCat(s.trials_created(), "/", s.spec().budget().max_trials()),
          absl::StrCat(
              s.spec().objective().metric(), " (",
              s.spec().objective().goal() == v1::MAXIMIZE ? "max" : "min", ")"),
          FormatTime(s.create_time())});
   }
-  return FormatTable({"STUDY", "STATE", "TRIALS", "OBJECTIVE", "CREATED"},
-                     rows);
+  return FormatTable(
+      {"STUDY", "OWNER", "STATE", "TRIALS", "OBJECTIVE", "CREATED"}, rows);
 }
 
 std::string FormatStudy(const v1::Study& s) {
   const auto& spec = s.spec();
   std::string out;
   absl::StrAppend(&out, "study:       ", s.name(), "\n");
+  absl::StrAppend(&out, "owner:       ", OrDash(s.owner()), "\n");
   absl::StrAppend(&out, "state:       ", StudyStateName(s.state()), "\n");
   absl::StrAppend(&out, "objective:   ", spec.objective().metric(), " (",
                   v1::Goal_Name(spec.objective().goal()), ")\n");
@@ -306,6 +332,16 @@ std::string FormatEvaluation(int64_t number, const std::string& checkpoint,
     }
   }
   return out;
+}
+
+std::string FormatAuditEvents(const std::vector<v1::AuditEvent>& events) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& e : events) {
+    rows.push_back({FormatTime(e.time()), Cell(e.principal()), Cell(e.role()),
+                    Cell(e.action()), Cell(e.study()), Cell(e.detail())});
+  }
+  return FormatTable({"TIME", "PRINCIPAL", "ROLE", "ACTION", "STUDY", "DETAIL"},
+                     rows);
 }
 
 absl::StatusOr<std::vector<v1::TrialState>> ParseTrialStates(

@@ -23,7 +23,9 @@
 namespace dial::client {
 
 // The one line dialctl prints on stderr for a failed call:
-// "dialctl: CODE: message\n".
+// "dialctl: CODE: message\n". UNAUTHENTICATED says how to pass a token,
+// with the scheduler's reason in parentheses; every other code (such as
+// PERMISSION_DENIED) carries the scheduler's message as it is.
 std::string FormatError(const absl::Status& status);
 
 // Indented JSON with the proto field names; "{}" if the message cannot be
@@ -54,10 +56,11 @@ std::string FormatParams(
 std::string FormatTable(const std::vector<std::string>& header,
                         const std::vector<std::vector<std::string>>& rows);
 
-// `study list`: STUDY STATE TRIALS OBJECTIVE CREATED.
+// `study list`: STUDY OWNER STATE TRIALS OBJECTIVE CREATED; "-" for a
+// study created without authentication (no owner).
 std::string FormatStudies(const std::vector<v1::Study>& studies);
 
-// `study get` (and stop, update): the study's settings, counts and
+// `study get` (and stop, update): the study's owner, settings, counts and
 // parameters.
 std::string FormatStudy(const v1::Study& study);
 
@@ -84,6 +87,11 @@ std::string ReplayFile(const std::string& study, int64_t number,
 // except "trial", one per line.
 std::string FormatEvaluation(int64_t number, const std::string& checkpoint,
                              const google::protobuf::Struct& metrics);
+
+// `admin audit`: TIME PRINCIPAL ROLE ACTION STUDY DETAIL, in the order
+// given (the server's: newest first); "-" for an empty cell, control
+// characters as \xNN so a detail cannot break the table or the terminal.
+std::string FormatAuditEvents(const std::vector<v1::AuditEvent>& events);
 
 // The --state flag: comma-separated trial state names, any case, empty parts
 // skipped. INVALID_ARGUMENT naming the first unknown state.

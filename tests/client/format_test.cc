@@ -6,6 +6,8 @@
 #include <google/protobuf/util/time_util.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "common/params.h"
 
 namespace dial::client {
@@ -50,6 +52,22 @@ TEST(FormatTest, ErrorsAreOneLineWithTheCanonicalCode) {
             "dialctl: NOT_FOUND: trial 99 of study 'quadratic' not found\n");
   EXPECT_EQ(FormatError(absl::InvalidArgumentError("search_space[0]: bad")),
             "dialctl: INVALID_ARGUMENT: search_space[0]: bad\n");
+}
+
+TEST(FormatTest, UnauthenticatedSaysHowToPassATokenAndKeepsTheReason) {
+  EXPECT_EQ(FormatError(absl::UnauthenticatedError("unknown token")),
+            "dialctl: UNAUTHENTICATED: no or unknown token: pass --token or "
+            "set DIAL_TOKEN (unknown token)\n");
+  EXPECT_EQ(FormatError(absl::UnauthenticatedError("")),
+            "dialctl: UNAUTHENTICATED: no or unknown token: pass --token or "
+            "set DIAL_TOKEN\n");
+}
+
+TEST(FormatTest, PermissionDeniedCarriesTheServersMessage) {
+  EXPECT_EQ(FormatError(absl::PermissionDeniedError(
+                "user 'bob' may not change study 'q' (owned by 'alice')")),
+            "dialctl: PERMISSION_DENIED: user 'bob' may not change study 'q' "
+            "(owned by 'alice')\n");
 }
 
 TEST(FormatTest, NumbersHaveSixSignificantDigits) {
@@ -238,16 +256,19 @@ TEST(FormatTest, StudyList) {
   active.mutable_spec()->mutable_objective()->set_metric("val_accuracy");
   active.mutable_spec()->mutable_objective()->set_goal(v1::MAXIMIZE);
   active.clear_create_time();
-  EXPECT_EQ(FormatStudies({Quadratic(), active}),
-            "STUDY      STATE      TRIALS  OBJECTIVE           CREATED\n"
-            "quadratic  COMPLETED  12/12   loss (min)          2026-12-02 "
-            "11:26:27\n"
-            "fmnist     ACTIVE     3/12    val_accuracy (max)  -\n");
+  active.set_owner("alice");
+  EXPECT_EQ(
+      FormatStudies({Quadratic(), active}),
+      "STUDY      OWNER  STATE      TRIALS  OBJECTIVE           CREATED\n"
+      "quadratic  -      COMPLETED  12/12   loss (min)          2026-12-02 "
+      "11:26:27\n"
+      "fmnist     alice  ACTIVE     3/12    val_accuracy (max)  -\n");
 }
 
 TEST(FormatTest, OneStudy) {
   EXPECT_EQ(FormatStudy(Quadratic()),
             "study:       quadratic\n"
+            "owner:       -\n"
             "state:       COMPLETED\n"
             "objective:   loss (MINIMIZE)\n"
             "searcher:    random\n"
@@ -261,6 +282,57 @@ TEST(FormatTest, OneStudy) {
             "  kind: one of {a, b}\n"
             "  z: int [1, 8]  when kind in {b}\n"
             "  batch: one of {16, 32}\n");
+}
+
+TEST(FormatTest, OneStudyShowsItsOwner) {
+  v1::Study study = Quadratic();
+  study.set_owner("alice");
+  EXPECT_THAT(FormatStudy(study), HasSubstr("study:       quadratic\n"
+                                            "owner:       alice\n"
+                                            "state:       COMPLETED\n"));
+}
+
+TEST(FormatTest, AuditTableNewestFirstWithDashesForEmptyCells) {
+  std::vector<v1::AuditEvent> events = {
+      FromText<v1::AuditEvent>(R"pb(
+        id: 7
+        time { seconds: 1796210800 }
+        principal: "admin"
+        role: "admin"
+        action: "BackupDatabase"
+        detail: "/var/backups/dial/b1.db"
+      )pb"),
+      FromText<v1::AuditEvent>(R"pb(
+        id: 3
+        time { seconds: 1796210787 }
+        principal: "alice"
+        role: "user"
+        action: "CreateStudy"
+        study: "quadratic"
+      )pb"),
+  };
+  EXPECT_EQ(FormatAuditEvents(events),
+            "TIME                 PRINCIPAL  ROLE   ACTION          STUDY      "
+            "DETAIL\n"
+            "2026-12-02 11:26:40  admin      admin  BackupDatabase  -          "
+            "/var/backups/dial/b1.db\n"
+            "2026-12-02 11:26:27  alice      user   CreateStudy     quadratic  "
+            "-\n");
+  EXPECT_EQ(FormatAuditEvents({}),
+            "TIME  PRINCIPAL  ROLE  ACTION  STUDY  DETAIL\n");
+}
+
+TEST(FormatTest, AuditCellsCannotBreakTheTableOrTheTerminal) {
+  auto event = FromText<v1::AuditEvent>(R"pb(
+    principal: "mallory"
+    role: "user"
+    action: "CreateStudy"
+  )pb");
+  event.set_detail("line one\nline two \x1b[2J\x7f");
+  const std::string text = FormatAuditEvents({event});
+  EXPECT_THAT(text, HasSubstr("line one\\x0aline two \\x1b[2J\\x7f\n"));
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
 }
 
 TEST(FormatTest, AStudyWithoutSearcherOrTrialsDoesNotCrash) {
