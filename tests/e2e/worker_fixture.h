@@ -87,7 +87,10 @@ class WorkerE2eTest : public ::testing::Test {
          "--host=" + host, "--trainer=" DIAL_TRAIN_BIN,
          "--work-dir=" + (dir_ / host).string(),
          "--checkpoint-root=" + (dir_ / "ckpt").string(),
-         "--acquire-wait-ms=1000", "--grace-s=5"},
+         "--acquire-wait-ms=1000", "--grace-s=5",
+         // The command trials these tests run (docs/workers.md, "Safe
+         // workers"); the trainer needs no flag.
+         "--allow-command=/usr/bin/python3"},
         (dir_ / (host + ".log")).string()));
     return *workers_.back();
   }
