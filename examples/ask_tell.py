@@ -5,6 +5,13 @@ Evaluates trials of a study in this process: asks the scheduler for trials,
 reports intermediate values, and completes them, until the study is done.
 
 usage: /usr/bin/python3 examples/ask_tell.py --scheduler 127.0.0.1:7070 --study quadratic
+
+A secured scheduler (docs/security-setup.md) needs a token, and TLS when it
+serves TLS:
+
+  DIAL_TOKEN=$(cat pki/tokens/alice.token) /usr/bin/python3 examples/ask_tell.py \
+      --scheduler 10.0.0.5:7070 --tls-ca pki/ca.crt \
+      --tls-cert pki/user.crt --tls-key pki/user.key --study quadratic
 """
 import argparse
 import math
@@ -27,6 +34,36 @@ def import_stubs():
     sys.path.insert(0, out)
 
 
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def make_channel(grpc, args):
+    """A plaintext channel, or TLS when --tls-ca is given (mTLS with
+    --tls-cert and --tls-key)."""
+    if not args.tls_ca:
+        if args.tls_cert or args.tls_key:
+            sys.exit("--tls-cert/--tls-key need --tls-ca")
+        return grpc.insecure_channel(args.scheduler)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        sys.exit("--tls-cert and --tls-key: give both or neither")
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=read_file(args.tls_ca),
+        private_key=read_file(args.tls_key) if args.tls_key else None,
+        certificate_chain=read_file(args.tls_cert) if args.tls_cert else None)
+    options = []
+    if args.tls_server_name:
+        options.append(("grpc.ssl_target_name_override", args.tls_server_name))
+    return grpc.secure_channel(args.scheduler, credentials, options=options)
+
+
+def call_metadata(token):
+    """The token as per-call metadata. (gRPC's call credentials would refuse
+    it on a plaintext channel; the scheduler decides what it accepts.)"""
+    return [("authorization", "Bearer " + token)] if token else []
+
+
 def objective(params, step):
     """A toy training curve: converges to a quadratic of the params."""
     x = params["x"].double_value
@@ -42,16 +79,25 @@ def main():
     parser.add_argument("--study", required=True)
     parser.add_argument("--client-id", default="python-example")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--tls-ca", help="PEM CA certificate: connect with TLS")
+    parser.add_argument("--tls-cert", help="PEM client certificate (mTLS)")
+    parser.add_argument("--tls-key", help="PEM key of --tls-cert")
+    parser.add_argument("--tls-server-name",
+                        help="name to check in the scheduler's certificate")
+    parser.add_argument("--token", default=os.environ.get("DIAL_TOKEN", ""),
+                        help="bearer token (default: $DIAL_TOKEN)")
     args = parser.parse_args()
 
     import_stubs()
     import grpc
     from dial.v1 import service_pb2, service_pb2_grpc, study_pb2
 
-    stub = service_pb2_grpc.StudyServiceStub(grpc.insecure_channel(args.scheduler))
+    stub = service_pb2_grpc.StudyServiceStub(make_channel(grpc, args))
+    md = call_metadata(args.token)
     while True:
         resp = stub.SuggestTrials(service_pb2.SuggestTrialsRequest(
-            study=args.study, count=1, client_id=args.client_id), timeout=30)
+            study=args.study, count=1, client_id=args.client_id),
+            timeout=30, metadata=md)
         if resp.done:
             break
         for trial in resp.trials:
@@ -60,12 +106,12 @@ def main():
                 loss = objective(trial.params, step)
                 decision = stub.ReportIntermediate(service_pb2.ReportIntermediateRequest(
                     study=args.study, trial=trial.number, step=step,
-                    metrics={"loss": loss}), timeout=30).decision
+                    metrics={"loss": loss}), timeout=30, metadata=md).decision
                 if decision.action == study_pb2.Decision.STOP:
                     break
             stub.CompleteTrial(service_pb2.CompleteTrialRequest(
                 study=args.study, trial=trial.number, final_metrics={"loss": loss}),
-                timeout=30)
+                timeout=30, metadata=md)
             print(f"trial {trial.number}: loss={loss:.4f}")
 
 

@@ -9,6 +9,13 @@ attempt finds the one to load in DIAL_RESTORE_CHECKPOINT.
 
 It "trains" a toy model: gradient descent on a quadratic whose curvature and
 step size are the hyperparameters.
+
+A trial never talks to the scheduler and needs no TLS files or token: the
+worker relays its reports over its own (TLS, token) connection, and never
+passes the worker's DIAL_TOKEN or other DIAL_* variables on. A secret the
+trial needs (an API key, a data-store password) comes through the study's
+trial.command.secret_env, which names the worker-side secret to put in a
+variable; the spec holds names only (docs/workers.md).
 """
 import json
 import os
