@@ -127,12 +127,22 @@ absl::Status MemoryStudyStore::RecordReport(const v1::Trial& trial,
 }
 
 absl::StatusOr<std::vector<v1::MetricPoint>> MemoryStudyStore::GetMetricHistory(
-    const std::string& study, int64_t number) {
+    const std::string& study, int64_t number, const HistoryQuery& query) {
   absl::MutexLock lock(&mu_);
   auto t = FindTrial(study, number);
   if (!t.ok()) return t.status();
   std::vector<v1::MetricPoint> out;
-  for (const auto& [step, point] : (*t)->history) out.push_back(point);
+  size_t bytes = 0;
+  const auto& history = (*t)->history;
+  for (auto it = history.upper_bound(query.after_step); it != history.end();
+       ++it) {
+    if (query.limit > 0 && out.size() >= static_cast<size_t>(query.limit)) {
+      break;
+    }
+    if (query.max_bytes > 0 && bytes >= query.max_bytes) break;
+    out.push_back(it->second);
+    bytes += it->second.ByteSizeLong();
+  }
   return out;
 }
 

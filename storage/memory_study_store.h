@@ -30,8 +30,10 @@ class MemoryStudyStore : public StudyStore {
       const std::string& study, const TrialQuery& query) override;
   absl::Status RecordReport(const v1::Trial& trial,
                             const v1::MetricPoint& point) override;
+  using StudyStore::GetMetricHistory;
   absl::StatusOr<std::vector<v1::MetricPoint>> GetMetricHistory(
-      const std::string& study, int64_t number) override;
+      const std::string& study, int64_t number,
+      const HistoryQuery& query) override;
   absl::Status PutCheckpoint(const CheckpointRecord& record) override;
   absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(
       const std::string& study) override;

@@ -551,16 +551,45 @@ absl::Status SqliteStudyStore::RecordReport(const v1::Trial& trial,
 }
 
 absl::StatusOr<std::vector<v1::MetricPoint>> SqliteStudyStore::GetMetricHistory(
-    const std::string& study, int64_t number) {
+    const std::string& study, int64_t number, const HistoryQuery& query) {
   absl::MutexLock lock(&mu_);
   DIAL_ASSIGN_OR_RETURN(int64_t trial_id, TrialId(study, number));
+  // The page's steps along the primary key (trial_id, step, name), then
+  // their rows; a negative LIMIT is none.
   DIAL_PREPARE(stmt,
-               "SELECT ?, step, name, value, time_ms FROM metrics WHERE "
-               "trial_id = ? ORDER BY step");
-  stmt.Bind(1, number).Bind(2, trial_id);
+               "SELECT step, name, value, time_ms FROM metrics WHERE "
+               "trial_id = ?1 AND step > ?2 AND step IN (SELECT DISTINCT step "
+               "FROM metrics WHERE trial_id = ?1 AND step > ?2 ORDER BY step "
+               "LIMIT ?3) ORDER BY step");
+  stmt.Bind(1, trial_id)
+      .Bind(2, query.after_step)
+      .Bind(3, int64_t{query.limit > 0 ? query.limit : -1});
+  // Rows to points here rather than with ReadReports: the page stops
+  // reading rows once it holds max_bytes.
   std::vector<v1::MetricPoint> out;
-  DIAL_RETURN_IF_ERROR(ReadReports(
-      stmt, [&](int64_t, const v1::MetricPoint& p) { out.push_back(p); }));
+  size_t bytes = 0;
+  auto close = [&](v1::MetricPoint& point) {
+    bytes += point.ByteSizeLong();
+    out.push_back(std::move(point));
+    point.Clear();
+  };
+  v1::MetricPoint point;
+  bool open = false;
+  while (true) {
+    DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (open && (!row || stmt.Int(0) != point.step())) {
+      close(point);
+      open = false;
+      if (query.max_bytes > 0 && bytes >= query.max_bytes) break;
+    }
+    if (!row) break;
+    if (!open) {
+      point.set_step(stmt.Int(0));
+      *point.mutable_time() = FromMs(stmt.Int(3));
+      open = true;
+    }
+    (*point.mutable_metrics())[stmt.Text(1)] = stmt.Double(2);
+  }
   return out;
 }
 

@@ -68,8 +68,10 @@ class SqliteStudyStore : public StudyStore, public Durability {
       const std::string& study, const TrialQuery& query) override;
   absl::Status RecordReport(const v1::Trial& trial,
                             const v1::MetricPoint& point) override;
+  using StudyStore::GetMetricHistory;
   absl::StatusOr<std::vector<v1::MetricPoint>> GetMetricHistory(
-      const std::string& study, int64_t number) override;
+      const std::string& study, int64_t number,
+      const HistoryQuery& query) override;
   absl::Status ForEachReport(
       const std::string& study, const std::vector<int64_t>& steps,
       const std::string& metric,

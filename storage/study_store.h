@@ -27,6 +27,17 @@ struct TrialQuery {
   int limit = 0;                       // 0: no limit
 };
 
+// A page of a trial's metric history, in step order. Finding: long
+// histories pushed GetTrial answers over gRPC's 64 MiB message limit, so
+// the scheduler reads them in pages (docs/limits.md).
+struct HistoryQuery {
+  int64_t after_step = -1;  // points with step > after_step
+  int limit = 0;            // at most this many points; 0: no limit
+  // The page ends after the first point that brings the points' serialized
+  // size to at least this; 0: no bound. A page holds at least one point.
+  size_t max_bytes = 0;
+};
+
 // One trial checkpoint in the index, for retention across restarts.
 struct CheckpointRecord {
   std::string study;
@@ -71,8 +82,18 @@ class StudyStore {
   // recorded.
   virtual absl::Status RecordReport(const v1::Trial& trial,
                                     const v1::MetricPoint& point) = 0;
+  // The points of `query`'s page, by step. NOT_FOUND if the trial is
+  // absent. The next page starts after the last point's step; a page with
+  // fewer than `limit` points that did not stop at `max_bytes` is the last.
   virtual absl::StatusOr<std::vector<v1::MetricPoint>> GetMetricHistory(
-      const std::string& study, int64_t number) = 0;
+      const std::string& study, int64_t number, const HistoryQuery& query) = 0;
+  // The whole history (for callers that need all of it: the default
+  // ForEachReport, tools and tests). Implementations must say
+  // `using StudyStore::GetMetricHistory;` so it stays visible.
+  absl::StatusOr<std::vector<v1::MetricPoint>> GetMetricHistory(
+      const std::string& study, int64_t number) {
+    return GetMetricHistory(study, number, HistoryQuery{});
+  }
   // Every report of a study, trial by trial in number order and by step
   // within a trial, handed to `fn` one at a time (a restarted scheduler
   // replays them without holding them all). With `steps`, only reports that

@@ -128,8 +128,8 @@ absl::Status FaultyStudyStore::RecordReport(const v1::Trial& trial,
 }
 
 absl::StatusOr<std::vector<v1::MetricPoint>> FaultyStudyStore::GetMetricHistory(
-    const std::string& study, int64_t number) {
-  return inner_->GetMetricHistory(study, number);
+    const std::string& study, int64_t number, const HistoryQuery& query) {
+  return inner_->GetMetricHistory(study, number, query);
 }
 
 absl::Status FaultyStudyStore::PutCheckpoint(const CheckpointRecord& record) {

@@ -235,6 +235,70 @@ TEST_P(StudyStoreContract, ReportsAppendHistoryOnce) {
   EXPECT_EQ(store_->GetTrial("s", 0)->last_step(), 20);
 }
 
+// Finding: long histories pushed GetTrial answers over gRPC's 64 MiB
+// message limit. The history reads in pages: after a step, at most `limit`
+// points, ending early once the points reach `max_bytes`.
+TEST_P(StudyStoreContract, HistoryReadsInPages) {
+  ASSERT_TRUE(store_->CreateStudy(MakeStudy("s")).ok());
+  ASSERT_TRUE(store_->PutTrial(MakeTrial("s", 0)).ok());
+  ASSERT_TRUE(store_->PutTrial(MakeTrial("s", 1)).ok());
+  // Steps 0, 10, ..., 90, recorded out of order, two metrics each; one
+  // report of the other trial in between.
+  for (int step : {30, 0, 90, 10, 20, 50, 40, 60, 80, 70}) {
+    Report("s", 0, step, {{"loss", step * 0.5}, {"acc", NAN}});
+  }
+  Report("s", 1, 25, {{"loss", 1}});
+  auto steps = [](const std::vector<v1::MetricPoint>& points) {
+    std::vector<int64_t> out;
+    for (const auto& p : points) out.push_back(p.step());
+    return out;
+  };
+
+  auto all = store_->GetMetricHistory("s", 0);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(steps(*all),
+            (std::vector<int64_t>{0, 10, 20, 30, 40, 50, 60, 70, 80, 90}));
+  // Pages of 4 after each page's last step cover the history once.
+  std::vector<int64_t> paged;
+  std::vector<size_t> sizes;
+  int64_t after = -1;
+  while (true) {
+    auto page = store_->GetMetricHistory("s", 0, {after, 4, 0});
+    ASSERT_TRUE(page.ok()) << page.status();
+    if (page->empty()) break;
+    sizes.push_back(page->size());
+    for (const auto& p : *page) {
+      paged.push_back(p.step());
+      EXPECT_DOUBLE_EQ(p.metrics().at("loss"), p.step() * 0.5);
+      EXPECT_TRUE(std::isnan(p.metrics().at("acc")));
+      EXPECT_EQ(TimeUtil::TimestampToMilliseconds(p.time()), 5000 + p.step());
+    }
+    after = page->back().step();
+  }
+  EXPECT_EQ(paged, steps(*all));
+  EXPECT_EQ(sizes, (std::vector<size_t>{4, 4, 2}));
+  // After a step that is not recorded: from the next one.
+  EXPECT_EQ(steps(*store_->GetMetricHistory("s", 0, {35, 2, 0})),
+            (std::vector<int64_t>{40, 50}));
+  EXPECT_TRUE(store_->GetMetricHistory("s", 0, {90, 0, 0})->empty());
+
+  // A byte bound ends the page after the point that reaches it, and a page
+  // holds at least one point however small the bound.
+  const size_t point_bytes = (*all)[0].ByteSizeLong();
+  EXPECT_EQ(steps(*store_->GetMetricHistory("s", 0, {-1, 0, 1})),
+            (std::vector<int64_t>{0}));
+  EXPECT_EQ(
+      steps(*store_->GetMetricHistory("s", 0, {10, 100, 2 * point_bytes})),
+      (std::vector<int64_t>{20, 30}));
+  EXPECT_EQ(steps(*store_->GetMetricHistory("s", 0, {10, 1, 2 * point_bytes})),
+            (std::vector<int64_t>{20}));
+
+  EXPECT_EQ(steps(*store_->GetMetricHistory("s", 1, {-1, 5, 0})),
+            (std::vector<int64_t>{25}));
+  EXPECT_EQ(store_->GetMetricHistory("s", 7, {-1, 5, 0}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_P(StudyStoreContract, ForEachReportReplaysEveryReportInOrder) {
   ASSERT_TRUE(store_->CreateStudy(MakeStudy("s")).ok());
   for (int n : {1, 0}) ASSERT_TRUE(store_->PutTrial(MakeTrial("s", n)).ok());
