@@ -75,13 +75,14 @@ constexpr int kExecFailed = 2;
     signal(sig, SIG_DFL);
   }
   if (plan.new_process_group) setpgid(0, 0);
-  // Join the cgroup before anything else can be started.
-  if (plan.cgroup_fd >= 0 && write(plan.cgroup_fd, "0", 1) != 1) {
-    ChildFail(plan, plan.status_fd, kSetupFailed, errno);
-  }
+  // The pid comes first on the status pipe, before any failure.
   if (plan.report_pid) {
     const pid_t self = getpid();
     (void)!write(plan.status_fd, &self, sizeof(self));
+  }
+  // Join the cgroup before anything else can be started.
+  if (plan.cgroup_fd >= 0 && write(plan.cgroup_fd, "0", 1) != 1) {
+    ChildFail(plan, plan.status_fd, kSetupFailed, errno);
   }
   // Park every source (and the status pipe) above all target numbers first,
   // so that no dup2 below overwrites a descriptor still to be moved.

@@ -86,19 +86,22 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
   p.stderr_path = log + ".err";
   p.max_log_bytes = options.max_log_bytes;
   const int64_t memory_mb = a.run().resources().memory_mb();
+  const bool limit = options.cgroups != nullptr &&
+                     options.cgroups->memory_limits() && memory_mb > 0;
+  if (memory_mb > 0 && !limit) {
+    spdlog::warn(
+        "{}: trial.resources.memory_mb={} is not enforced: this worker has "
+        "no cgroup v2 memory controller",
+        AttemptName(a), memory_mb);
+  }
   if (options.cgroups != nullptr) {
-    auto scope = options.cgroups->NewScope(memory_mb);
+    auto scope = options.cgroups->NewScope(limit ? memory_mb : 0);
     if (!scope.ok()) {
       return absl::Status(scope.status().code(),
                           absl::StrCat("trial.resources.memory_mb: ",
                                        scope.status().message()));
     }
     p.cgroup = std::move(*scope);
-  } else if (memory_mb > 0) {
-    spdlog::warn(
-        "{}: trial.resources.memory_mb={} is not enforced: this worker has "
-        "no cgroup v2 scopes",
-        AttemptName(a), memory_mb);
   }
 
   spdlog::info("{}: starting {}{}", AttemptName(a),

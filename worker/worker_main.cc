@@ -250,6 +250,11 @@ int main(int argc, char** argv) {
   }
   if (options.policy.allow_any_command) {
     spdlog::warn("--allow-any-command: any study can run any program here");
+  } else {
+    spdlog::info("command trials allowed: {}",
+                 options.policy.allowed_commands.empty()
+                     ? std::string("none (the built-in trainer only)")
+                     : absl::StrJoin(options.policy.allowed_commands, " "));
   }
 
   dial::worker::Worker worker(options);

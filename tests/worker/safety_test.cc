@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -21,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/process.h"
 #include "worker/cgroups.h"
 #include "worker/trial_process.h"
 
@@ -183,6 +185,53 @@ TEST_F(SafetyTest, LogsUnderTheCapAreWhole) {
   EXPECT_EQ(ReadFile(dir_ / "out"), "hello\n");
   EXPECT_EQ(ReadFile(dir_ / "err"), "oops\n");
   EXPECT_FALSE(fs::exists(dir_ / "out.1"));
+}
+
+// If the worker dies (or lets go of a trial), the supervisor kills the
+// whole tree: closing the lifeline is what the worker's death does.
+TEST_F(SafetyTest, ClosingTheLifelineKillsTheTrialAndItsDaemons) {
+  auto out = MakePipe();
+  ASSERT_TRUE(out.ok());
+  SpawnOptions o;
+  o.argv = {
+      "/bin/sh", "-c",
+      absl::StrCat(Daemon("session", true), "echo started; exec sleep 600")};
+  o.stdout_fd = ChildFd::Fd(out->write.get());
+  auto child = SpawnSupervised(o);
+  ASSERT_TRUE(child.ok()) << child.status();
+  out->write.reset();
+  pollfd ready{out->read.get(), POLLIN, 0};
+  ASSERT_EQ(poll(&ready, 1, 20000), 1);
+  char buffer[16] = {0};
+  ASSERT_GT(read(out->read.get(), buffer, sizeof(buffer) - 1), 0);
+  EXPECT_STREQ(buffer, "started\n");
+  const pid_t session = ReadPid("session");
+  ASSERT_GT(session, 0);
+
+  child->lifeline.reset();
+  int status = 0;
+  ASSERT_EQ(read(child->exited.get(), &status, sizeof(status)),
+            static_cast<ssize_t>(sizeof(status)));
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  auto supervisor = WaitForExit(child->supervisor);
+  ASSERT_TRUE(supervisor.ok());
+  EXPECT_EQ(*supervisor, 0);
+  EXPECT_FALSE(Alive(child->pid));
+  EXPECT_FALSE(Alive(session));
+}
+
+// A child that cannot join its cgroup never runs (it would be uncontained).
+TEST_F(SafetyTest, AChildThatCannotJoinItsCgroupDoesNotStart) {
+  ScopedFd read_only(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  SpawnOptions o;
+  o.argv = {"/bin/sh", "-c",
+            absl::StrCat("echo ran > ", (dir_ / "ran").string())};
+  o.cgroup_procs_fd = read_only.get();
+  o.exec_failure_exits_127 = true;
+  auto child = SpawnSupervised(o);
+  ASSERT_FALSE(child.ok());
+  EXPECT_THAT(child.status().message(), HasSubstr("cannot set up the child"));
+  EXPECT_FALSE(fs::exists(dir_ / "ran"));
 }
 
 // Where cgroup v2 scopes can be made (a unified or hybrid hierarchy, as
