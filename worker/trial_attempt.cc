@@ -63,7 +63,7 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
   }
   absl::Status restore =
       CheckRestoreCheckpoint(a.restore_checkpoint(), trial.study(),
-                             trial.number(), command, options.checkpoints);
+                             trial.number(), options.checkpoints);
   if (!restore.ok()) return restore;
   const std::string threads = std::to_string(options.cpu_threads);
   p.env[kEnvStudy] = trial.study();

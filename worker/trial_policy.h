@@ -70,14 +70,12 @@ absl::StatusOr<std::map<std::string, std::string>> ResolveSecrets(
 // OK when `id` may be handed to the trial as DIAL_RESTORE_CHECKPOINT:
 // empty, or a checkpoint id that CheckpointStore::ParseId accepts, of the
 // same study and trial (its own checkpoint or a from-<t>-<s> copy in its
-// directory), whose directory resolves inside the checkpoint root. For a
-// command trial, an absolute path inside the trial's own checkpoint
-// directory (<root>/<study>/<trial>/..., symlinks resolved) is accepted
-// too, as command trials report paths. FAILED_PRECONDITION otherwise, with
-// the reason.
+// directory), whose directory resolves inside the checkpoint root
+// (symlinks followed). FAILED_PRECONDITION otherwise, with the reason.
+// (The scheduler takes only such ids in reports; the worker checks again
+// rather than trust it.)
 absl::Status CheckRestoreCheckpoint(const std::string& id,
                                     const std::string& study, int64_t trial,
-                                    bool command_trial,
                                     const storage::FileCheckpointStore* store);
 
 }  // namespace dial::worker
