@@ -83,7 +83,7 @@ class DialClient {
       const std::string& error = "");
 
   // Admin only. Copies the scheduler's database, while it runs, to a new
-  // file `name` (a plain file name: letters, digits, '.', '-', '_') in the
+  // file `name` (letters, digits, '.', '-', '_', no leading '.') in the
   // scheduler's --backup-dir; the response holds the copy's absolute path
   // on the scheduler's machine and its size. INVALID_ARGUMENT for a bad
   // name, ALREADY_EXISTS if the file exists, FAILED_PRECONDITION when the

@@ -434,7 +434,8 @@ int AdminAudit(DialClient& client, const Args& args) {
 constexpr Command kCommands[] = {
     {"study", "create", "-f SPEC", "create a study from a YAML or JSON spec",
      false, StudyCreate},
-    {"study", "list", "", "list studies", false, StudyList},
+    {"study", "list", "", "the studies you may read, with owners", false,
+     StudyList},
     {"study", "get", "STUDY", "show a study", true, StudyGet},
     {"study", "watch", "STUDY", "live progress until the study ends", true,
      StudyWatch},
