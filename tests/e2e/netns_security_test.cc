@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -205,8 +206,8 @@ class NetnsSecurityTest : public ::testing::Test {
     ASSERT_TRUE(evil.ok()) << evil.output;
 
     // The worker's secret: only the worker's --secrets-dir holds it.
-    secret_ =
-        "s3cret-" + ReadFile(dir_ / "ca/tokens/viewer.token").substr(0, 24);
+    std::random_device random;
+    secret_ = absl::StrCat("s3cret-", random(), "-", random());
     WriteFile(dir_ / "secrets/e2e_api_key", secret_);
     fs::permissions(dir_ / "secrets/e2e_api_key", fs::perms::owner_read);
 
@@ -525,6 +526,31 @@ trial:
                "--trial=" + trial, "--step=3", "--loss=-1e9"});
     EXPECT_THAT(p.code_name, kDenied) << "bob report-intermediate: " << p;
   }
+  // A viewer reads but does not write; a worker's token (stolen from a
+  // worker node) neither reads studies nor creates them, so it cannot make
+  // workers run anything.
+  {
+    Probed p = Probe("atk", User("viewer"),
+                     {"--action=stop-study", "--study=" + study});
+    EXPECT_EQ(p.code_name, "PERMISSION_DENIED") << "viewer stop-study: " << p;
+    p = Probe("atk", User("viewer"),
+              {"--action=complete-trial", "--study=" + study,
+               "--trial=" + trial, "--loss=-1e9"});
+    EXPECT_EQ(p.code_name, "PERMISSION_DENIED") << "viewer complete: " << p;
+    p = Probe("atk", Worker(), get);
+    EXPECT_EQ(p.code_name, "PERMISSION_DENIED") << "worker get-study: " << p;
+    WriteFile(dir_ / "worker-made.yaml", absl::StrCat("name: wk-", pid, R"yaml(
+objective: {metric: loss, goal: MINIMIZE}
+search_space: [{name: lr, float: {min: 0.01, max: 0.4}}]
+budget: {max_trials: 1}
+trial: {command: {argv: [/usr/bin/python3, -c, "print(1)"]}}
+)yaml"));
+    p = Probe("atk", Worker(),
+              {"--action=create-study",
+               "--spec=" + (dir_ / "worker-made.yaml").string()});
+    EXPECT_EQ(p.code_name, "PERMISSION_DENIED") << "worker create: " << p;
+  }
+
   // Ask/tell writes never land on a worker-run trial, even its owner's.
   {
     Probed p = Probe("usr", User("alice"),
@@ -715,6 +741,48 @@ trial: {command: {argv: [sh, -c, "id; env"]}}
   }
   EXPECT_THAT(Tail(dir_ / "worker.log", 1 << 20), Not(HasSubstr(secret_)));
   EXPECT_THAT(Tail(dir_ / "scheduler.log", 1 << 20), Not(HasSubstr(secret_)));
+}
+
+// A scheduler refuses to listen beyond loopback without tokens, and in
+// plaintext without --insecure-allow-remote: it exits at once, naming the
+// flag, and never serves.
+TEST_F(NetnsSecurityTest, ARemoteListenNeedsTokensAndTls) {
+  const std::string port = std::to_string(kPort + 1);
+  struct Case {
+    std::string listen;
+    std::vector<std::string> flags;
+    std::string names;  // the flag the refusal must name
+  };
+  const std::vector<Case> cases = {
+      {scheduler_ip_ + ":" + port, {}, "--auth-tokens"},
+      {"0.0.0.0:" + port, {}, "--auth-tokens"},
+      {"[::]:" + port, {}, "--auth-tokens"},
+      {scheduler_ip_ + ":" + port,
+       {"--auth-tokens=" + Ca("auth-tokens")},
+       "--insecure-allow-remote"},
+      {"0.0.0.0:" + port,
+       {"--auth-tokens=" + Ca("auth-tokens")},
+       "--insecure-allow-remote"},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {
+        ip_,
+        "netns",
+        "exec",
+        Ns("sch"),
+        DIAL_SCHEDULER_BIN,
+        "--db=" + (dir_ / absl::StrCat("refused-", n++, ".db")).string(),
+        "--checkpoint-root=" + (dir_ / "ckpt-refused").string(),
+        "--listen=" + c.listen};
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    Ran ran = RunCommand(argv, std::chrono::seconds(20));
+    EXPECT_NE(ran.status, 0) << "dial-scheduler served " << c.listen << " "
+                             << absl::StrJoin(c.flags, " ") << "\n"
+                             << ran.output;
+    EXPECT_THAT(ran.output, HasSubstr(c.names)) << c.listen;
+    EXPECT_THAT(ran.output, Not(HasSubstr("listening on"))) << c.listen;
+  }
 }
 
 }  // namespace
