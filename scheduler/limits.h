@@ -37,6 +37,9 @@ struct Limits {
   // A watcher that reaches it is dropped with RESOURCE_EXHAUSTED ("watcher
   // too slow"); events carry no spec, so this is at most a few MiB.
   size_t max_watcher_queue = 1024;
+  // And at most this many bytes of them: a trial's params can be large (a
+  // long categorical value), and each event carries one or two trials.
+  size_t max_watcher_queue_bytes = 16 << 20;
 
   // Workers one principal may have registered at a time.
   int32_t max_workers_per_principal = 1000;
@@ -55,6 +58,12 @@ struct Limits {
   int32_t default_history_page = 1000;
   int32_t max_history_page = 10000;
   size_t max_history_page_bytes = 16 << 20;
+
+  // Answers that list trials or studies (ListTrials, ListStudies,
+  // GetBestTrials, SuggestTrials) end their page early once it holds this
+  // many bytes: a trial can carry up to ~140 KiB of final metrics and
+  // params in proportion to its spec, so 1000 of them could exceed 64 MiB.
+  size_t max_page_bytes = 16 << 20;
 };
 
 }  // namespace dial::scheduler

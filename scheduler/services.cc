@@ -45,16 +45,20 @@ grpc::ServerUnaryReactor* Answer(SchedulerCore* core,
 
 // Streams a study's events: the snapshot first, then every event the core
 // emits, ending after STUDY_FINISHED or when the client goes away. At most
-// `max_queue` events wait for a client that does not read: a watcher that
-// reaches it is dropped with RESOURCE_EXHAUSTED, and what it had queued is
-// freed (gRPC keeps only the message it is writing).
+// `max_queue` events, and `max_queue_bytes` of them, wait for a client that
+// does not read: a watcher that reaches either is dropped with
+// RESOURCE_EXHAUSTED, and what it had queued is freed (gRPC keeps only the
+// message it is writing).
 class WatchReactor final
     : public grpc::ServerWriteReactor<v1::WatchStudyResponse> {
  public:
   WatchReactor(SchedulerCore* core, const std::string& study,
                const auth::Principal& who,
-               size_t max_queue = Limits{}.max_watcher_queue)
-      : core_(core), max_queue_(max_queue) {
+               size_t max_queue = Limits{}.max_watcher_queue,
+               size_t max_queue_bytes = Limits{}.max_watcher_queue_bytes)
+      : core_(core),
+        max_queue_(max_queue),
+        max_queue_bytes_(max_queue_bytes) {
     // The snapshot and every later event come through the callback, in
     // order, possibly before Watch returns.
     auto id = core_->Watch(
@@ -82,6 +86,7 @@ class WatchReactor final
       End(grpc::Status(grpc::StatusCode::CANCELLED, "watch stream broken"));
       return;
     }
+    queued_bytes_ -= queue_.front().ByteSizeLong();
     queue_.pop_front();
     Next();
   }
@@ -112,22 +117,25 @@ class WatchReactor final
 
   void Push(const v1::StudyEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_ || last_queued_) return;
-    if (queue_.size() >= max_queue_) {
+    if (queue_.size() >= max_queue_ || queued_bytes_ >= max_queue_bytes_) {
       // Finding: four streams that never read, on a study with a 1 MB
       // spec, took the scheduler from 25 MB to 596 MB in 150 reports: the
       // queues had no bound.
-      const size_t queued = queue_.size();
+      const std::string queued =
+          absl::StrCat(queue_.size(), " events (", queued_bytes_, " bytes)");
       queue_.erase(writing_ ? queue_.begin() + 1 : queue_.begin(),
                    queue_.end());
+      queued_bytes_ = writing_ ? queue_.front().ByteSizeLong() : 0;
       End(grpc::Status(
           grpc::StatusCode::RESOURCE_EXHAUSTED,
           absl::StrCat("watcher too slow: ", queued,
-                       " events queued unread (the limit); watch again and "
-                       "read faster")));
+                       " queued unread, the limit; watch again and read "
+                       "faster")));
       return;
     }
     last_queued_ = event.kind() == v1::StudyEvent::STUDY_FINISHED;
     *queue_.emplace_back().mutable_event() = event;
+    queued_bytes_ += queue_.back().ByteSizeLong();
     if (!writing_) Next();
   }
 
@@ -151,10 +159,12 @@ class WatchReactor final
 
   SchedulerCore* core_;
   const size_t max_queue_;
+  const size_t max_queue_bytes_;
   absl::Mutex mu_;
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   int64_t watch_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<v1::WatchStudyResponse> queue_ ABSL_GUARDED_BY(mu_);
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -342,7 +352,9 @@ grpc::ServerWriteReactor<v1::WatchStudyResponse>* StudyServiceImpl::WatchStudy(
     };
     return new Refused(who.status());
   }
-  return new WatchReactor(core_, request->study(), *who);
+  return new WatchReactor(core_, request->study(), *who,
+                          core_->limits().max_watcher_queue,
+                          core_->limits().max_watcher_queue_bytes);
 }
 
 grpc::ServerUnaryReactor* StudyServiceImpl::SuggestTrials(

@@ -221,7 +221,11 @@ TEST_F(CoreTest, BestTrialsFollowTheGoal) {
 }
 
 TEST_F(CoreTest, ListTrialsPagesAndFilters) {
-  ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 25}")).ok());
+  // 25 open at once: above the default parallelism (16).
+  ASSERT_TRUE(core_
+                  ->CreateStudy(
+                      Spec("budget: {max_trials: 25, max_parallel_trials: 25}"))
+                  .ok());
   ASSERT_EQ(core_->SuggestTrials("s", 25, "")->trials.size(), 25u);
   for (int i = 0; i < 25; i += 3) {
     ASSERT_TRUE(core_->CompleteTrial("s", i, M(i), "").ok());

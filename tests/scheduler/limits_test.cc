@@ -269,6 +269,49 @@ budget: {max_trials: 10, max_parallel_trials: 1}
                 v1::StudyEvent::SNAPSHOT, v1::StudyEvent::STUDY_FINISHED}));
 }
 
+// The same finding with few, large events: a 150 KB parameter value makes
+// each event ~150 KB, so 1024 of them would be 150 MB. The queue is also
+// bounded in bytes (Limits::max_watcher_queue_bytes, 16 MiB): 400 unread
+// events, under the count limit, are enough to drop the watcher.
+TEST_F(WatchLimitsTest, AWatcherIsAlsoDroppedByQueuedBytes) {
+  auto spec = ParseStudySpec(R"(
+name: wide
+objective: {metric: loss, goal: MINIMIZE}
+budget: {max_trials: 10, max_parallel_trials: 1}
+)");
+  ASSERT_TRUE(spec.ok());
+  auto* p = spec->add_search_space();
+  p->set_name("c");
+  p->mutable_categorical()->add_values(std::string(150000, 'v'));
+  const int64_t trial = StartStudy(*spec);
+  ASSERT_GE(trial, 0);
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::WatchStudyRequest request;
+  request.set_study("wide");
+  auto reader = stub_->WatchStudy(&ctx, request);
+  v1::WatchStudyResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+
+  const int reports = 400;
+  ASSERT_LT(reports, static_cast<int>(Limits{}.max_watcher_queue));
+  ASSERT_GT(reports * 150000u, 2 * Limits{}.max_watcher_queue_bytes);
+  for (int step = 1; step <= reports; ++step) {
+    ASSERT_TRUE(server_->core()
+                    ->ReportIntermediate("wide", trial, step, Loss(1.0), "")
+                    .ok());
+  }
+  ASSERT_TRUE(server_->core()->StopStudy("wide").ok());
+  int received = 0;
+  while (reader->Read(&response)) ++received;
+  const grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << status.error_message() << " after " << received << " events";
+  EXPECT_THAT(status.error_message(), HasSubstr("watcher too slow"));
+  EXPECT_LT(received, reports);
+}
+
 // Finding 1 end to end: over the wire, events of a study with a 200 KB
 // spec are small; GetStudy still has the whole spec.
 TEST_F(WatchLimitsTest, WatchedEventsCarryNoSpec) {

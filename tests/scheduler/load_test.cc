@@ -179,7 +179,7 @@ TEST_F(LoadTest, PagesCoverEveryTrialOnceWhileTrialsAreAdded) {
   ASSERT_TRUE(core.ok()) << core.status();
   ASSERT_TRUE((*core)
                   ->CreateStudy(Spec("budget: {max_trials: 100000, "
-                                     "max_parallel_trials: 100000}\n"))
+                                     "max_parallel_trials: 1000}\n"))
                   .ok());
   for (int i = 0; i < 20; ++i) {
     ASSERT_TRUE((*core)->SuggestTrials("s", 5, "").ok());
