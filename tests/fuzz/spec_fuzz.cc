@@ -39,7 +39,11 @@ void CheckSpec(dial::v1::StudySpec spec) {
   CheckRefusal("ValidateStudySpec", valid);
   if (!valid.ok()) return;
   dial::FillSpecDefaults(/*seed=*/7, spec);
-  valid = dial::ValidateStudySpec(spec);
+  // The size cap is on the spec as given; the defaults add a few bytes
+  // (seeds, fifo, max_parallel_trials).
+  dial::SpecLimits filled;
+  filled.max_spec_bytes += 64;
+  valid = dial::ValidateStudySpec(spec, filled);
   if (!valid.ok()) Fail("valid spec invalid after FillSpecDefaults", valid);
 
   // The JSON that protobuf prints is YAML that ParseStudySpec must read
