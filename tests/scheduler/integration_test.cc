@@ -206,11 +206,13 @@ TEST_F(IntegrationTest, OversizedRequestsAreRefusedAndTheServerKeepsServing) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << status.error_message();
   EXPECT_THAT(status.error_message(), HasSubstr("larger than max"));
-  // Just under it: it reaches the handler, which names the bad field.
+  // Just under it: it reaches the handler, whose spec size cap
+  // (docs/limits.md) refuses it before any other check.
   request.mutable_spec()->set_name(std::string(kMaxRequestBytes - 4096, 'a'));
   status = call(request);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(status.error_message(), HasSubstr("name: must be at most 64"));
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("spec: must be at most 262144 bytes"));
 
   // Dial's own client refuses to send it in the first place, same code.
   v1::StudySpec big = Spec();
