@@ -624,21 +624,26 @@ budget: {max_trials: 1}
     const auto suggested = Parse<v1::SuggestTrialsResponse>(p.Json());
     ASSERT_EQ(suggested.trials_size(), 1) << p;
     const std::string own = std::to_string(suggested.trials(0).number());
+    // Each at a step of its own, so that only the id can be the reason.
+    int step = 10;
     for (const std::string& id :
          {std::string("../../../../etc/shadow"), std::string("/etc/shadow"),
           absl::StrCat(bobs, "/", own, "/../../../", study, "/", trial, "/1"),
+          absl::StrCat(bobs, "/", own, "/1/../../../../etc/shadow"),
           absl::StrCat(study, "/", trial, "/1")}) {
-      p = Probe("atk", bob,
-                {"--action=report-intermediate", "--study=" + bobs,
-                 "--trial=" + own, "--step=1", "--checkpoint=" + id});
+      p = Probe(
+          "atk", bob,
+          {"--action=report-intermediate", "--study=" + bobs, "--trial=" + own,
+           absl::StrCat("--step=", step++), "--checkpoint=" + id});
       EXPECT_THAT(p.code_name,
                   AnyOf(Eq("INVALID_ARGUMENT"), Eq("PERMISSION_DENIED")))
           << "checkpoint id " << id << ": " << p;
+      EXPECT_THAT(p.message, HasSubstr("checkpoint")) << p;
     }
-    // The same report without the id is fine: the id was the reason.
+    // The next report without an id is fine: the ids were the reason.
     p = Probe("atk", bob,
               {"--action=report-intermediate", "--study=" + bobs,
-               "--trial=" + own, "--step=2"});
+               "--trial=" + own, absl::StrCat("--step=", step)});
     EXPECT_EQ(p.code_name, "OK") << p;
   }
 
