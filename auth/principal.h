@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+
 #include "absl/strings/string_view.h"
 
 namespace dial::auth {

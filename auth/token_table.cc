@@ -116,8 +116,8 @@ absl::StatusOr<std::unique_ptr<TokenTable>> TokenTable::Load(
 absl::Status TokenTable::Reload() {
   std::ifstream in(path_);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat("--auth-tokens: cannot read ",
-                                            path_));
+    return absl::NotFoundError(
+        absl::StrCat("--auth-tokens: cannot read ", path_));
   }
   std::ostringstream text;
   text << in.rdbuf();

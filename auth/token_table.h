@@ -10,10 +10,10 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "auth/principal.h"
 
@@ -30,8 +30,7 @@ class TokenTable {
   static absl::StatusOr<std::unique_ptr<TokenTable>> Load(
       const std::string& path);
   // Parses the text of a tokens file (as Load).
-  static absl::StatusOr<
-      absl::flat_hash_map<std::string, Principal>> Parse(
+  static absl::StatusOr<absl::flat_hash_map<std::string, Principal>> Parse(
       absl::string_view text);
 
   // The principal whose token this is; nullopt for an unknown token.

@@ -18,18 +18,18 @@ class ClientContext;
 namespace dial {
 
 struct ConnectOptions {
-  std::string target;  // host:port
+  std::string target = "";  // host:port
   // PEM files. With tls_ca the channel uses TLS and checks the scheduler's
   // certificate against it; tls_cert + tls_key add a client certificate
   // (mTLS). Without tls_ca the channel is plaintext.
-  std::string tls_ca;
-  std::string tls_cert;
-  std::string tls_key;
+  std::string tls_ca = "";
+  std::string tls_cert = "";
+  std::string tls_key = "";
   // Overrides the name checked in the scheduler's certificate (e.g. when
   // connecting by IP to a certificate issued for a DNS name).
-  std::string tls_server_name;
+  std::string tls_server_name = "";
   // Sent as "authorization: Bearer <token>"; empty sends none.
-  std::string token;
+  std::string token = "";
 };
 
 // The token to use: `flag_value` if set, else $DIAL_TOKEN, else empty.

@@ -28,12 +28,14 @@ def main():
     steps = int(params.get("steps", 50))
     report = os.fdopen(int(os.environ["DIAL_REPORT_FD"]), "w", buffering=1)
     decisions = os.fdopen(int(os.environ["DIAL_DECISION_FD"]), "r")
+    ckpt_root = os.environ.get("DIAL_CHECKPOINT_ROOT", "")
     ckpt_dir = os.environ.get("DIAL_CHECKPOINT_DIR", "")
 
     step, w = 0, 5.0
     restore = os.environ.get("DIAL_RESTORE_CHECKPOINT", "")
     if restore:
-        with open(restore) as f:
+        # The id is relative to the checkpoint root.
+        with open(os.path.join(ckpt_root, restore)) as f:
             state = json.load(f)
         step, w = state["step"], state["w"]
         print(f"resuming from {restore} at step {step}", file=sys.stderr)
@@ -49,7 +51,8 @@ def main():
             with open(path + ".tmp", "w") as f:
                 json.dump({"step": step, "w": w}, f)
             os.replace(path + ".tmp", path)
-            message["checkpoint"] = path
+            # Report the id: the path relative to the checkpoint root.
+            message["checkpoint"] = os.path.relpath(path, ckpt_root)
         report.write(json.dumps(message) + "\n")
         decision = json.loads(decisions.readline())
         if decision["action"] in ("STOP", "PAUSE"):

@@ -8,14 +8,7 @@ namespace dial::scheduler {
 absl::Status CheckCheckpointId(const std::string& id, const std::string& study,
                                int64_t trial) {
   if (id.empty()) return absl::OkStatus();
-  auto parsed = storage::CheckpointStore::ParseId(id);
-  if (!parsed.ok() || parsed->study != study || parsed->trial != trial) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint: '", id.substr(0, 256), "' is not a checkpoint of trial ",
-        trial, " of study '", study, "' (expected '", study, "/", trial,
-        "/<step>')"));
-  }
-  return absl::OkStatus();
+  return storage::CheckpointStore::CheckOwnId(id, study, trial);
 }
 
 absl::Status CheckAskTell(const StudyEntry& entry, int64_t trial) {

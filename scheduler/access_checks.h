@@ -10,10 +10,11 @@
 
 namespace dial::scheduler {
 
-// OK for an empty id or one that names a checkpoint of trial `trial` of
-// `study` in its own directory ("<study>/<trial>/<step>") or a copy made
-// into it ("<study>/<trial>/from-<t>-<s>"); INVALID_ARGUMENT otherwise, so
-// no reported id can make a later attempt restore from anywhere else.
+// OK for an empty id or one of trial `trial` of `study`'s own
+// (storage::CheckpointStore::CheckOwnId: a store id in its directory, or a
+// path under "<study>/<trial>/" for command trials); INVALID_ARGUMENT
+// otherwise, so no reported id can make a later attempt restore from
+// anywhere else.
 absl::Status CheckCheckpointId(const std::string& id, const std::string& study,
                                int64_t trial);
 

@@ -22,8 +22,6 @@ constexpr int32_t kMaxPageSize = 1000;
 constexpr int32_t kDefaultPageSize = 100;
 constexpr int32_t kMaxSuggest = 1000;
 constexpr size_t kMaxClientId = 256;
-constexpr int32_t kDefaultHistoryPage = 1000;
-constexpr int32_t kMaxHistoryPage = 10000;
 
 // Waits for `done`-style answers on this thread.
 template <typename T>
@@ -272,10 +270,10 @@ absl::StatusOr<StudyEntry*> SchedulerCore::FindFor(const auth::Principal& who,
   if (access == Access::kRead ? who.can_read(owner) : who.can_write(owner)) {
     return entry;
   }
-  return absl::PermissionDeniedError(absl::StrCat(
-      auth::RoleName(who.role), " '", who.name, "' may not ",
-      access == Access::kRead ? "read" : "change", " study '", name,
-      "' (owned by '", owner, "')"));
+  return absl::PermissionDeniedError(
+      absl::StrCat(auth::RoleName(who.role), " '", who.name, "' may not ",
+                   access == Access::kRead ? "read" : "change", " study '",
+                   name, "' (owned by '", owner, "')"));
 }
 
 void SchedulerCore::Audit(const auth::Principal& who, const std::string& action,
@@ -301,10 +299,10 @@ Reply<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec,
         absl::StrCat(auth::RoleName(who.role), " '", who.name,
                      "' may not create studies (users and admins may)"));
   }
-  absl::Status valid = ValidateStudySpec(spec);
+  absl::Status valid = ValidateStudySpec(spec, options_.limits.spec);
   if (!valid.ok()) return valid;
   std::random_device rd;
-  FillSpecDefaults((uint64_t{rd()} << 32) | rd(), spec);
+  FillSpecDefaults((uint64_t{rd()} << 32) | rd(), spec, options_.limits.spec);
   auto entry = std::make_shared<StudyEntry>();
   auto searcher = loader_.searchers()(spec);
   if (!searcher.ok()) return searcher.status();
@@ -330,7 +328,7 @@ Reply<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec,
       for (const auto& [name, other] : studies_.all()) {
         owned += other->study.owner() == who.name;
       }
-      if (owned >= options_.max_studies_per_owner) {
+      if (owned >= options_.limits.max_studies_per_owner) {
         return absl::ResourceExhaustedError(absl::StrCat(
             "'", who.name, "' owns ", owned,
             " studies, the most allowed (--max-studies-per-owner); delete "
@@ -349,7 +347,8 @@ Reply<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec,
 Reply<v1::Study> SchedulerCore::GetStudy(const std::string& name,
                                          const auth::Principal& who) {
   return Locked<v1::Study>([&]() -> absl::StatusOr<v1::Study> {
-    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, FindFor(who, name, Access::kRead));
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
+                          FindFor(who, name, Access::kRead));
     return entry->WithCounts();
   });
 }
@@ -429,7 +428,7 @@ Reply<v1::Study> SchedulerCore::UpdateStudy(const std::string& name,
       spec.mutable_budget()->set_max_parallel_trials(
           spec.budget().max_trials());
     }
-    DIAL_RETURN_IF_ERROR(ValidateStudySpec(spec));
+    DIAL_RETURN_IF_ERROR(ValidateStudySpec(spec, options_.limits.spec));
     // The searcher may depend on the budget (a grid enumerates max_trials
     // points): build it anew, so an invalid change fails here and not at
     // the next restart, and replay what the old one observed.
@@ -443,9 +442,9 @@ Reply<v1::Study> SchedulerCore::UpdateStudy(const std::string& name,
     if (reopen) updated.set_state(v1::STUDY_ACTIVE);
     DIAL_RETURN_IF_ERROR(store_->UpdateStudy(updated));
     Audit(who, "UpdateStudy", name,
-          absl::StrCat("max_trials=", spec.budget().max_trials(),
-                       " max_parallel_trials=",
-                       spec.budget().max_parallel_trials()));
+          absl::StrCat(
+              "max_trials=", spec.budget().max_trials(),
+              " max_parallel_trials=", spec.budget().max_parallel_trials()));
     entry->study = std::move(updated);
     entry->exhausted = false;  // rediscovered on the next suggestion
     suggestions_.Enqueue(
@@ -531,7 +530,8 @@ Reply<TrialPage> SchedulerCore::ListTrials(
         "page_token: not a token returned by ListTrials");
   }
   return Locked<TrialPage>([&]() -> absl::StatusOr<TrialPage> {
-    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, FindFor(who, name, Access::kRead));
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
+                          FindFor(who, name, Access::kRead));
     TrialPage page;
     for (auto it = entry->trials.upper_bound(after); it != entry->trials.end();
          ++it) {
@@ -549,16 +549,19 @@ Reply<TrialPage> SchedulerCore::ListTrials(
   });
 }
 
-Reply<v1::Trial> SchedulerCore::GetTrial(
-    const std::string& name, int64_t number, const auth::Principal& who,
-    int32_t history_page_size, const std::string& history_page_token,
-    std::string* next_history_page_token) {
-  if (history_page_size < 0 || history_page_size > kMaxHistoryPage) {
+Reply<v1::Trial> SchedulerCore::GetTrial(const std::string& name,
+                                         int64_t number,
+                                         const auth::Principal& who,
+                                         int32_t history_page_size,
+                                         const std::string& history_page_token,
+                                         std::string* next_history_page_token) {
+  const Limits& limits = options_.limits;
+  if (history_page_size < 0 || history_page_size > limits.max_history_page) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "history_page_size: must be between 0 (default ", kDefaultHistoryPage,
-        ") and ", kMaxHistoryPage));
+        "history_page_size: must be between 0 (default ",
+        limits.default_history_page, ") and ", limits.max_history_page));
   }
-  if (history_page_size == 0) history_page_size = kDefaultHistoryPage;
+  if (history_page_size == 0) history_page_size = limits.default_history_page;
   int64_t after_step = -1;
   if (!history_page_token.empty() &&
       (!absl::SimpleAtoi(history_page_token, &after_step) || after_step < 0)) {
@@ -576,19 +579,34 @@ Reply<v1::Trial> SchedulerCore::GetTrial(
   // The history is read without the core's lock (the store has its own),
   // so a long one does not hold up reports. It may hold a report newer
   // than `trial`; that report is on record either way.
-  auto history = store_->GetMetricHistory(name, number);
+  // One point more than the page tells whether another page follows.
+  storage::HistoryQuery query;
+  query.after_step = after_step;
+  query.limit = history_page_size + 1;
+  query.max_bytes = limits.max_history_page_bytes;
+  auto history = store_->GetMetricHistory(name, number, query);
   if (!history.ok()) return Reply<v1::Trial>(history.status(), trial.ticket());
   v1::Trial out = *std::move(trial);
+  size_t bytes = 0;
   for (auto& point : *history) {
-    if (point.step() <= after_step) continue;
-    if (out.metric_history_size() == history_page_size) {
+    if (out.metric_history_size() == history_page_size ||
+        (out.metric_history_size() > 0 &&
+         bytes >= limits.max_history_page_bytes)) {
       if (next_history_page_token) {
         *next_history_page_token = std::to_string(
             out.metric_history(out.metric_history_size() - 1).step());
       }
       break;
     }
+    bytes += point.ByteSizeLong();
     *out.add_metric_history() = std::move(point);
+  }
+  // The store may have ended the page at its byte bound: more may follow.
+  if (next_history_page_token && next_history_page_token->empty() &&
+      bytes >= limits.max_history_page_bytes &&
+      out.metric_history_size() == int(history->size())) {
+    *next_history_page_token = std::to_string(
+        out.metric_history(out.metric_history_size() - 1).step());
   }
   return Reply<v1::Trial>(std::move(out), trial.ticket());
 }
@@ -709,13 +727,12 @@ Reply<v1::Decision> SchedulerCore::ReportIntermediate(
     const std::string& name, int64_t number, int64_t step,
     const searchers::Metrics& metrics, const std::string& checkpoint,
     const auth::Principal& who) {
-  absl::Status valid = CheckReport(step, metrics, checkpoint);
+  absl::Status valid = CheckReport(step, metrics, checkpoint, options_.limits);
   if (!valid.ok()) return valid;
   return Locked<v1::Decision>([&]() -> absl::StatusOr<v1::Decision> {
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
                           FindFor(who, name, Access::kWrite));
     DIAL_RETURN_IF_ERROR(CheckAskTell(*entry, number));
-    DIAL_RETURN_IF_ERROR(CheckCheckpointId(checkpoint, name, number));
     DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
     if (stored->state() != v1::RUNNING) {
       return NotRunning(*stored, "reports are taken only while RUNNING");
@@ -736,7 +753,8 @@ Reply<v1::Trial> SchedulerCore::CompleteTrial(
     const std::string& name, int64_t number,
     const searchers::Metrics& final_metrics, const std::string& error,
     const auth::Principal& who) {
-  absl::Status valid = CheckMetrics(final_metrics, "final_metrics");
+  absl::Status valid =
+      CheckMetrics(final_metrics, "final_metrics", options_.limits);
   if (!valid.ok()) return valid;
   return Locked<v1::Trial>([&]() -> absl::StatusOr<v1::Trial> {
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
@@ -777,7 +795,14 @@ Reply<v1::Trial> SchedulerCore::CompleteTrial(
       return trial;
     }
     *trial.mutable_end_time() = lifecycle_.Now();
+    // Before Finalize, which may replace the study that `metric` is in.
+    const std::string audit = absl::StrCat(
+        "trial ", number, " ", v1::TrialState_Name(trial.state()),
+        trial.has_objective_value()
+            ? absl::StrCat(" ", metric, "=", trial.objective_value())
+            : "");
     DIAL_RETURN_IF_ERROR(lifecycle_.Finalize(*entry, trial));
+    Audit(who, "CompleteTrial", name, audit);
     return trial;
   });
 }
@@ -786,7 +811,8 @@ Reply<int64_t> SchedulerCore::Watch(const std::string& name,
                                     WatchCallback callback,
                                     const auth::Principal& who) {
   return Locked<int64_t>([&]() -> absl::StatusOr<int64_t> {
-    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, FindFor(who, name, Access::kRead));
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
+                          FindFor(who, name, Access::kRead));
     v1::StudyEvent snapshot;
     snapshot.set_kind(v1::StudyEvent::SNAPSHOT);
     *snapshot.mutable_study() = entry->WithCounts();
@@ -814,9 +840,14 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
   std::vector<searchers::Params> pending;
   std::vector<v1::Trial> observe;
   std::vector<StudyEntry::Report> reports;
+  // Worker-run studies queue only a few PENDING trials ahead of demand.
+  auto queue_full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return state == v1::PENDING &&
+           int64_t(entry->pending.size()) >= options_.limits.max_pending_ahead;
+  };
   {
     Lock lock(this, ticket);
-    if (!entry->CanCreate()) return std::optional<v1::Trial>();
+    if (!entry->CanCreate() || queue_full()) return std::optional<v1::Trial>();
     reports.swap(entry->unobserved_reports);
     number = static_cast<int64_t>(entry->trials.size());
     if (entry->searcher->UsesPending()) {
@@ -839,7 +870,7 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
   }
   if (!params.ok()) return params.status();
   // The study may have been stopped, deleted or shrunk while we searched.
-  if (!entry->CanCreate()) return std::optional<v1::Trial>();
+  if (!entry->CanCreate() || queue_full()) return std::optional<v1::Trial>();
   v1::Trial trial;
   trial.set_study(entry->name());
   trial.set_number(number);
@@ -949,8 +980,9 @@ void SchedulerCore::BackupDatabaseAsync(
           Lock lock(this);
           backup_running_ = false;
           Audit(who, "BackupDatabase", "",
-                bytes.ok() ? absl::StrCat(path, " (", *bytes, " bytes)")
-                           : absl::StrCat(path, ": ", bytes.status().ToString()));
+                bytes.ok()
+                    ? absl::StrCat(path, " (", *bytes, " bytes)")
+                    : absl::StrCat(path, ": ", bytes.status().ToString()));
         }
         if (!bytes.ok()) return done(bytes.status());
         done(std::make_pair(path, *bytes));

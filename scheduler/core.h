@@ -45,6 +45,7 @@
 #include "dial/v1/service.pb.h"
 #include "scheduler/dispatcher.h"
 #include "scheduler/event_hub.h"
+#include "scheduler/limits.h"
 #include "scheduler/outbox.h"
 #include "scheduler/reply.h"
 #include "scheduler/retention.h"
@@ -76,10 +77,9 @@ struct SchedulerCoreOptions {
   TrialSchedulerFactory trial_scheduler_factory = nullptr;
   // BackupDatabase writes only new files in this directory; empty refuses
   // every backup.
-  std::string backup_dir;
-  // Abuse limits (docs/security.md).
-  int32_t max_studies_per_owner = 1000;
-  int32_t max_workers_per_principal = 1000;
+  std::string backup_dir = "";
+  // Abuse limits (docs/limits.md).
+  Limits limits = Limits{};
 };
 
 struct AuditPage {
@@ -155,9 +155,9 @@ class SchedulerCore {
                             const std::string& history_page_token = "",
                             std::string* next_history_page_token = nullptr);
   // COMPLETED trials, best objective first.
-  Reply<std::vector<v1::Trial>> GetBestTrials(const std::string& name,
-                                              int32_t count,
-                                              const auth::Principal& who = auth::Anonymous());
+  Reply<std::vector<v1::Trial>> GetBestTrials(
+      const std::string& name, int32_t count,
+      const auth::Principal& who = auth::Anonymous());
 
   // Ask: new RUNNING trials owned by `client_id`, or that client's open
   // trials if it has any. Returns fewer (or none) at max_parallel_trials;
@@ -168,9 +168,9 @@ class SchedulerCore {
                           const std::string& client_id, SuggestCallback done,
                           const auth::Principal& who = auth::Anonymous());
   // The same, waiting for the answer (not from the suggestion thread).
-  Reply<Suggestion> SuggestTrials(const std::string& name, int32_t count,
-                                  const std::string& client_id,
-                                  const auth::Principal& who = auth::Anonymous());
+  Reply<Suggestion> SuggestTrials(
+      const std::string& name, int32_t count, const std::string& client_id,
+      const auth::Principal& who = auth::Anonymous());
   // Blocks until the suggestion thread has nothing queued or running
   // (e.g. the PENDING trials of a new worker-run study exist).
   void WaitIdle();
@@ -179,16 +179,15 @@ class SchedulerCore {
   // step not after the last one or empty metrics. A report that was recorded
   // but whose decision could not be saved (UNAVAILABLE) is not recorded
   // again when retried: the retry saves and returns that decision.
-  Reply<v1::Decision> ReportIntermediate(const std::string& name,
-                                         int64_t number, int64_t step,
-                                         const searchers::Metrics& metrics,
-                                         const std::string& checkpoint,
-                                         const auth::Principal& who = auth::Anonymous());
+  Reply<v1::Decision> ReportIntermediate(
+      const std::string& name, int64_t number, int64_t step,
+      const searchers::Metrics& metrics, const std::string& checkpoint,
+      const auth::Principal& who = auth::Anonymous());
   // Tell, at the end: final metrics (with the objective) or an error.
-  Reply<v1::Trial> CompleteTrial(const std::string& name, int64_t number,
-                                 const searchers::Metrics& final_metrics,
-                                 const std::string& error,
-                                 const auth::Principal& who = auth::Anonymous());
+  Reply<v1::Trial> CompleteTrial(
+      const std::string& name, int64_t number,
+      const searchers::Metrics& final_metrics, const std::string& error,
+      const auth::Principal& who = auth::Anonymous());
 
   // Subscribes to a study's events and returns the watch id. The first
   // event `callback` gets is the SNAPSHOT (study with counts, best trial),
@@ -210,22 +209,25 @@ class SchedulerCore {
       const auth::Principal& who = auth::Anonymous());
   // NOT_FOUND for an unknown or lost worker: it must register again.
   // Trials it is assigned but does not list go back to the queue.
-  Reply<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request,
-                                         const auth::Principal& who = auth::Anonymous());
+  Reply<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request,
+      const auth::Principal& who = auth::Anonymous());
   // Calls `done` exactly once, without the core's lock: at once with a
   // trial (or an error), else when a fitting trial becomes PENDING, or with
   // nullopt once `wait` has passed. `alive` is asked (under the lock: it
   // must be cheap) before a parked call is given a trial.
   void AcquireTrial(const std::string& worker_id, int32_t free_gpus,
                     absl::Duration wait, std::function<bool()> alive,
-                    AcquireCallback done, const auth::Principal& who = auth::Anonymous());
+                    AcquireCallback done,
+                    const auth::Principal& who = auth::Anonymous());
   // FAILED_PRECONDITION when the attempt is stale (the trial was given to
   // another attempt or worker); the worker must then kill the process.
   // A step already recorded (a resumed attempt replaying) is acknowledged
   // without being written again.
   // Both need the attempt's lease token (FAILED_PRECONDITION otherwise).
-  Reply<v1::Decision> ReportProgress(const v1::ReportProgressRequest& request,
-                                     const auth::Principal& who = auth::Anonymous());
+  Reply<v1::Decision> ReportProgress(
+      const v1::ReportProgressRequest& request,
+      const auth::Principal& who = auth::Anonymous());
   StatusReply FinishTrial(const v1::FinishTrialRequest& request,
                           const auth::Principal& who = auth::Anonymous());
 
@@ -240,22 +242,24 @@ class SchedulerCore {
   // does); `done` gets the copy's absolute path and size.
   void BackupDatabaseAsync(
       const std::string& name,
-      std::function<void(absl::StatusOr<std::pair<std::string, int64_t>>)>
-          done,
+      std::function<void(absl::StatusOr<std::pair<std::string, int64_t>>)> done,
       const auth::Principal& who = auth::Anonymous());
   // The same, waiting for the answer.
   absl::StatusOr<std::pair<std::string, int64_t>> BackupDatabase(
       const std::string& name, const auth::Principal& who = auth::Anonymous());
   // The audit log, newest first (admin only).
-  Reply<AuditPage> ListAuditEvents(const std::string& study, int32_t page_size,
-                                   const std::string& page_token,
-                                   const auth::Principal& who = auth::Anonymous());
+  Reply<AuditPage> ListAuditEvents(
+      const std::string& study, int32_t page_size,
+      const std::string& page_token,
+      const auth::Principal& who = auth::Anonymous());
 
   // Calls `done` once every write up to `ticket` is durable (OK), or once
   // one of them is lost (UNAVAILABLE; the core has then reloaded from the
   // store). `done` may run at once, on the caller's thread, or on the
   // store's committer thread.
   void WhenDurable(WriteTicket ticket, std::function<void(absl::Status)> done);
+
+  const Limits& limits() const { return options_.limits; }
 
   // Expires long polls and worker leases; the background thread calls it.
   void Tick();

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "scheduler/core.h"
 #include "scheduler/access_checks.h"
+#include "scheduler/core.h"
 #include "scheduler/request_checks.h"
 #include "spdlog/spdlog.h"
 
@@ -37,12 +37,13 @@ Reply<v1::RegisterWorkerResponse> SchedulerCore::RegisterWorker(
   return Locked<v1::RegisterWorkerResponse>(
       [&]() -> absl::StatusOr<v1::RegisterWorkerResponse> {
         DIAL_RETURN_IF_ERROR(CheckWorker(who, ""));
-        if (!who.anonymous &&
-            workers_.CountOf(who.name) >= options_.max_workers_per_principal) {
-          return absl::ResourceExhaustedError(absl::StrCat(
-              "'", who.name, "' has ", options_.max_workers_per_principal,
-              " registered workers, the most allowed "
-              "(--max-workers-per-principal)"));
+        if (!who.anonymous && workers_.CountOf(who.name) >=
+                                  options_.limits.max_workers_per_principal) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("'", who.name, "' has ",
+                           options_.limits.max_workers_per_principal,
+                           " registered workers, the most allowed "
+                           "(--max-workers-per-principal)"));
         }
         v1::Worker worker = workers_.Make(host, resources);
         worker.set_principal(who.name);
@@ -112,15 +113,24 @@ void SchedulerCore::AcquireTrial(const std::string& worker_id,
       wait <= absl::ZeroDuration() || stopping_) {
     return Dispatcher::Answer(outbox_, std::move(done), std::move(assignment));
   }
+  if (!who.anonymous && dispatcher_.ParkedBy(who.name) >=
+                            options_.limits.max_parked_polls_per_principal) {
+    return Dispatcher::Answer(
+        outbox_, std::move(done),
+        absl::ResourceExhaustedError(absl::StrCat(
+            "'", who.name, "' has ",
+            options_.limits.max_parked_polls_per_principal,
+            " AcquireTrial calls waiting, the most allowed; retry later")));
+  }
   dispatcher_.Park({worker_id, free_gpus,
                     clock_->Now() + std::min(wait, absl::Seconds(30)),
-                    std::move(alive), std::move(done)});
+                    std::move(alive), std::move(done), who.name});
 }
 
 Reply<v1::Decision> SchedulerCore::ReportProgress(
     const v1::ReportProgressRequest& request, const auth::Principal& who) {
-  absl::Status valid =
-      CheckReport(request.step(), request.metrics(), request.checkpoint());
+  absl::Status valid = CheckReport(request.step(), request.metrics(),
+                                   request.checkpoint(), options_.limits);
   if (valid.ok()) {
     valid = CheckCheckpointId(request.checkpoint(), request.study(),
                               request.trial());
@@ -162,7 +172,8 @@ Reply<v1::Decision> SchedulerCore::ReportProgress(
 
 StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request,
                                        const auth::Principal& who) {
-  absl::Status valid = CheckMetrics(request.final_metrics(), "final_metrics");
+  absl::Status valid =
+      CheckMetrics(request.final_metrics(), "final_metrics", options_.limits);
   if (!valid.ok()) return valid;
   Reply<bool> reply = Locked<bool>([&]() -> absl::StatusOr<bool> {
     DIAL_RETURN_IF_ERROR(CheckWorker(who, request.worker_id()));

@@ -36,6 +36,7 @@ class Dispatcher {
     absl::Time deadline;
     std::function<bool()> alive;
     AcquireCallback done;
+    std::string principal;  // who parked it, for the per-principal bound
   };
   // Finds and starts a trial for a worker with `free_gpus`; nullopt if none.
   using AssignFn = std::function<absl::StatusOr<std::optional<Assignment>>(
@@ -46,6 +47,12 @@ class Dispatcher {
                      absl::StatusOr<std::optional<Assignment>> result);
 
   void Park(Waiter waiter) { waiters_.push_back(std::move(waiter)); }
+  // How many calls `principal` has parked.
+  int ParkedBy(const std::string& principal) const {
+    int n = 0;
+    for (const Waiter& w : waiters_) n += w.principal == principal;
+    return n;
+  }
   // Hands trials to parked calls, oldest first; ends those whose client
   // went away.
   void Dispatch(const AssignFn& assign, Outbox& out);

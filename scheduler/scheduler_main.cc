@@ -40,10 +40,30 @@ ABSL_FLAG(bool, insecure_allow_remote, false,
 ABSL_FLAG(std::string, backup_dir, "",
           "Directory BackupDatabase writes new files into (admins only); "
           "empty: backups are off");
-ABSL_FLAG(int32_t, max_studies_per_owner, 1000,
+// Limits (docs/limits.md has every one with its default and why).
+ABSL_FLAG(int32_t, max_studies_per_owner,
+          dial::scheduler::Limits{}.max_studies_per_owner,
           "Studies one principal may own at a time");
-ABSL_FLAG(int32_t, max_workers_per_principal, 1000,
+ABSL_FLAG(int32_t, max_workers_per_principal,
+          dial::scheduler::Limits{}.max_workers_per_principal,
           "Registered workers one principal may have at a time");
+ABSL_FLAG(int32_t, max_parked_polls_per_principal,
+          dial::scheduler::Limits{}.max_parked_polls_per_principal,
+          "AcquireTrial long polls one principal may have waiting");
+ABSL_FLAG(int64_t, max_spec_bytes, dial::SpecLimits{}.max_spec_bytes,
+          "Largest study spec accepted (serialized bytes)");
+ABSL_FLAG(int32_t, max_parallel_trials, dial::SpecLimits{}.max_parallel_trials,
+          "Largest budget.max_parallel_trials accepted");
+ABSL_FLAG(int32_t, max_metrics_per_report,
+          dial::scheduler::Limits{}.max_metrics_per_report,
+          "Metrics one report may carry");
+ABSL_FLAG(int64_t, max_watcher_queue,
+          dial::scheduler::Limits{}.max_watcher_queue,
+          "Events queued for a watcher that does not read before it is "
+          "dropped");
+ABSL_FLAG(int32_t, max_pending_ahead,
+          dial::scheduler::Limits{}.max_pending_ahead,
+          "PENDING trials a worker-run study queues ahead of demand");
 ABSL_FLAG(bool, sync_full, true,
           "Fsync every commit fully (survives power loss); false survives "
           "process crashes only but commits faster");
@@ -122,9 +142,17 @@ int main(int argc, char** argv) {
     }
     options.backup_dir = dir.string();
   }
-  options.max_studies_per_owner = absl::GetFlag(FLAGS_max_studies_per_owner);
-  options.max_workers_per_principal =
+  dial::scheduler::Limits& limits = options.limits;
+  limits.max_studies_per_owner = absl::GetFlag(FLAGS_max_studies_per_owner);
+  limits.max_workers_per_principal =
       absl::GetFlag(FLAGS_max_workers_per_principal);
+  limits.max_parked_polls_per_principal =
+      absl::GetFlag(FLAGS_max_parked_polls_per_principal);
+  limits.spec.max_spec_bytes = absl::GetFlag(FLAGS_max_spec_bytes);
+  limits.spec.max_parallel_trials = absl::GetFlag(FLAGS_max_parallel_trials);
+  limits.max_metrics_per_report = absl::GetFlag(FLAGS_max_metrics_per_report);
+  limits.max_watcher_queue = absl::GetFlag(FLAGS_max_watcher_queue);
+  limits.max_pending_ahead = absl::GetFlag(FLAGS_max_pending_ahead);
   options.worker_lease =
       absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
   auto server = dial::scheduler::SchedulerServer::Create(options);

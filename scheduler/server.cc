@@ -2,8 +2,8 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/server.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
 #include <chrono>
@@ -93,13 +93,12 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
   core_options.checkpoints = options.checkpoints;
   core_options.worker_lease = options.worker_lease;
   core_options.backup_dir = options.backup_dir;
-  core_options.max_studies_per_owner = options.max_studies_per_owner;
-  core_options.max_workers_per_principal = options.max_workers_per_principal;
+  core_options.limits = options.limits;
   DIAL_ASSIGN_OR_RETURN(server->core_, SchedulerCore::Create(core_options));
-  server->study_service_ = std::make_unique<StudyServiceImpl>(
-      server->core_.get(), options.tokens);
-  server->worker_service_ = std::make_unique<WorkerServiceImpl>(
-      server->core_.get(), options.tokens);
+  server->study_service_ =
+      std::make_unique<StudyServiceImpl>(server->core_.get(), options.tokens);
+  server->worker_service_ =
+      std::make_unique<WorkerServiceImpl>(server->core_.get(), options.tokens);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

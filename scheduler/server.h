@@ -30,18 +30,17 @@ struct SchedulerServerOptions {
   const auth::TokenTable* tokens = nullptr;
   // PEM files: the server's certificate chain and key (TLS), and a CA that
   // client certificates must chain to (mTLS: required when set).
-  std::string tls_cert;
-  std::string tls_key;
-  std::string tls_client_ca;
+  std::string tls_cert = "";
+  std::string tls_key = "";
+  std::string tls_client_ca = "";
   // Allow a plaintext non-loopback listen address (tokens still required).
   bool insecure_allow_remote = false;
   const Clock* clock = nullptr;
   absl::Duration worker_lease = absl::Seconds(10);
   storage::CheckpointStore* checkpoints = nullptr;  // for retention
   // Core options passed through (backups, limits).
-  std::string backup_dir;
-  int32_t max_studies_per_owner = 1000;
-  int32_t max_workers_per_principal = 1000;
+  std::string backup_dir = "";
+  Limits limits = Limits{};
 };
 
 class SchedulerServer {

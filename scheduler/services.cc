@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-
 #include "common/grpc_status.h"
 #include "common/status.h"
 #include "scheduler/limits.h"
@@ -56,9 +55,7 @@ class WatchReactor final
                const auth::Principal& who,
                size_t max_queue = Limits{}.max_watcher_queue,
                size_t max_queue_bytes = Limits{}.max_watcher_queue_bytes)
-      : core_(core),
-        max_queue_(max_queue),
-        max_queue_bytes_(max_queue_bytes) {
+      : core_(core), max_queue_(max_queue), max_queue_bytes_(max_queue_bytes) {
     // The snapshot and every later event come through the callback, in
     // order, possibly before Watch returns.
     auto id = core_->Watch(
@@ -292,17 +289,17 @@ grpc::ServerUnaryReactor* StudyServiceImpl::ListTrials(
     for (int s : request->states()) {
       states.push_back(static_cast<v1::TrialState>(s));
     }
-    return Answer(core_, ctx,
-                  core_->ListTrials(request->study(), states,
-                                    request->page_size(), request->page_token(),
-                                    who),
-                  [&](TrialPage& page) {
-                    for (auto& t : page.trials) {
-                      *response->add_trials() = std::move(t);
-                    }
-                    RedactAll(who, *response->mutable_trials());
-                    response->set_next_page_token(page.next_page_token);
-                  });
+    return Answer(
+        core_, ctx,
+        core_->ListTrials(request->study(), states, request->page_size(),
+                          request->page_token(), who),
+        [&](TrialPage& page) {
+          for (auto& t : page.trials) {
+            *response->add_trials() = std::move(t);
+          }
+          RedactAll(who, *response->mutable_trials());
+          response->set_next_page_token(page.next_page_token);
+        });
   });
 }
 
@@ -310,16 +307,15 @@ grpc::ServerUnaryReactor* StudyServiceImpl::GetTrial(
     grpc::CallbackServerContext* ctx, const v1::GetTrialRequest* request,
     v1::GetTrialResponse* response) {
   return AsPrincipal(tokens_, ctx, [&](const auth::Principal& who) {
-    return Answer(
-        core_, ctx,
-        core_->GetTrial(request->study(), request->trial(), who,
-                        request->history_page_size(),
-                        request->history_page_token(),
-                        response->mutable_next_history_page_token()),
-        [&](v1::Trial& t) {
-          Redact(who, t);
-          *response->mutable_trial() = std::move(t);
-        });
+    return Answer(core_, ctx,
+                  core_->GetTrial(request->study(), request->trial(), who,
+                                  request->history_page_size(),
+                                  request->history_page_token(),
+                                  response->mutable_next_history_page_token()),
+                  [&](v1::Trial& t) {
+                    Redact(who, t);
+                    *response->mutable_trial() = std::move(t);
+                  });
   });
 }
 
@@ -327,13 +323,13 @@ grpc::ServerUnaryReactor* StudyServiceImpl::GetBestTrials(
     grpc::CallbackServerContext* ctx, const v1::GetBestTrialsRequest* request,
     v1::GetBestTrialsResponse* response) {
   return AsPrincipal(tokens_, ctx, [&](const auth::Principal& who) {
-    return Answer(
-        core_, ctx,
-        core_->GetBestTrials(request->study(), request->count(), who),
-        [&](std::vector<v1::Trial>& trials) {
-          for (auto& t : trials) *response->add_trials() = std::move(t);
-          RedactAll(who, *response->mutable_trials());
-        });
+    return Answer(core_, ctx,
+                  core_->GetBestTrials(request->study(), request->count(), who),
+                  [&](std::vector<v1::Trial>& trials) {
+                    for (auto& t : trials)
+                      *response->add_trials() = std::move(t);
+                    RedactAll(who, *response->mutable_trials());
+                  });
   });
 }
 
@@ -398,14 +394,14 @@ grpc::ServerUnaryReactor* StudyServiceImpl::CompleteTrial(
     grpc::CallbackServerContext* ctx, const v1::CompleteTrialRequest* request,
     v1::CompleteTrialResponse* response) {
   return AsPrincipal(tokens_, ctx, [&](const auth::Principal& who) {
-    return Answer(core_, ctx,
-                  core_->CompleteTrial(request->study(), request->trial(),
-                                       request->final_metrics(),
-                                       request->error(), who),
-                  [&](v1::Trial& t) {
-                    Redact(who, t);
-                    *response->mutable_trial() = std::move(t);
-                  });
+    return Answer(
+        core_, ctx,
+        core_->CompleteTrial(request->study(), request->trial(),
+                             request->final_metrics(), request->error(), who),
+        [&](v1::Trial& t) {
+          Redact(who, t);
+          *response->mutable_trial() = std::move(t);
+        });
   });
 }
 

@@ -10,8 +10,8 @@
 
 #include <memory>
 
-#include "dial/v1/service.grpc.pb.h"
 #include "auth/token_table.h"
+#include "dial/v1/service.grpc.pb.h"
 #include "scheduler/core.h"
 
 namespace dial::scheduler {

@@ -20,8 +20,7 @@ namespace {
 std::string NewLeaseToken() {
   std::random_device rd;
   char text[33];
-  std::snprintf(text, sizeof(text), "%08x%08x%08x%08x", rd(), rd(), rd(),
-                rd());
+  std::snprintf(text, sizeof(text), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
   return text;
 }
 
@@ -235,11 +234,9 @@ absl::Status TrialLifecycle::Requeue(StudyEntry& entry, v1::Trial trial) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::Trial*> TrialLifecycle::Fence(StudyEntry& entry,
-                                                 const std::string& worker_id,
-                                                 int64_t number,
-                                                 int32_t attempt,
-                                                 const std::string& lease_token) {
+absl::StatusOr<v1::Trial*> TrialLifecycle::Fence(
+    StudyEntry& entry, const std::string& worker_id, int64_t number,
+    int32_t attempt, const std::string& lease_token) {
   DIAL_ASSIGN_OR_RETURN(v1::Trial * trial, FindTrial(entry, number));
   if (trial->worker_id() == worker_id && trial->attempt() == attempt &&
       !trial->lease_token().empty() && trial->lease_token() != lease_token) {
@@ -335,6 +332,8 @@ absl::StatusOr<std::optional<Assignment>> TrialLifecycle::Assign(
   if (!trial.has_start_time()) *trial.mutable_start_time() = Now();
   DIAL_RETURN_IF_ERROR(SaveTrial(*best_entry, trial));
   p_.workers->Dispatched({trial.study(), trial.number()});
+  // The PENDING queue is kept only a few trials deep: top it up.
+  p_.outbox->fills.insert(best_entry->name());
   Emit(*best_entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
   Assignment a;
   a.run = best_entry->study.spec().trial();

@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -141,6 +142,37 @@ absl::StatusOr<std::string> FileCheckpointStore::TrialDir(
     return absl::InvalidArgumentError("checkpoint trial: must be >= 0");
   }
   return absl::StrCat(root_, "/", study, "/", trial);
+}
+
+absl::Status CheckpointStore::CheckOwnId(absl::string_view id,
+                                         absl::string_view study,
+                                         int64_t trial) {
+  const std::string prefix = absl::StrCat(study, "/", trial, "/");
+  auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint '", id.substr(0, 256), "' ", why, " (expected '", prefix,
+        "<step>' or a path under '", prefix, "')"));
+  };
+  if (id.size() > 1024) return refuse("is longer than 1024 characters");
+  auto parsed = ParseId(id);
+  if (parsed.ok()) {
+    if (parsed->study == study && parsed->trial == trial) {
+      return absl::OkStatus();
+    }
+    return refuse("belongs to another trial");
+  }
+  if (!absl::StartsWith(id, prefix) || id.size() == prefix.size()) {
+    return refuse("is not inside this trial's checkpoint directory");
+  }
+  for (absl::string_view part : absl::StrSplit(id.substr(prefix.size()), '/')) {
+    if (part.empty() || part == "." || part == "..") {
+      return refuse("has an empty, '.' or '..' path component");
+    }
+    for (char c : part) {
+      if (c == '\0' || c == '\\') return refuse("has a NUL or a backslash");
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<CheckpointId> CheckpointStore::ParseId(absl::string_view id) {

@@ -46,6 +46,14 @@ class CheckpointStore {
   // three parts with canonical non-negative numbers (the study name is
   // checked where a path is made of it).
   static absl::StatusOr<CheckpointId> ParseId(absl::string_view id);
+  // Whether a reported id is trial `trial` of `study`'s own: a store id of
+  // it (ParseId: "<study>/<trial>/<step>" or a copy "from-<t>-<s>" in its
+  // directory), or a path relative to the checkpoint root inside the
+  // trial's directory, "<study>/<trial>/<name>[/...]" (what command trials
+  // report), with no empty, "." or ".." component. INVALID_ARGUMENT with
+  // the reason otherwise. Absolute paths are never an id.
+  static absl::Status CheckOwnId(absl::string_view id, absl::string_view study,
+                                 int64_t trial);
 
   // Directory of a checkpoint id. INVALID_ARGUMENT if the id is malformed
   // (it must be <study>/<trial>/<step>, or <study>/<trial>/from-<t>-<s> for

@@ -175,21 +175,23 @@ absl::Status CheckRestoreCheckpoint(const std::string& id,
   };
   if (store == nullptr) return refuse("this worker has no checkpoint root");
   const fs::path root = store->root();
-  auto parsed = storage::CheckpointStore::ParseId(id);
-  if (parsed.ok()) {
-    if (parsed->study != study || parsed->trial != trial) {
-      return refuse(
-          absl::StrCat("it is not a checkpoint of trial ", study, "/", trial));
-    }
-    auto path = store->PathOf(id);
-    if (!path.ok()) return refuse(path.status().message());
-    if (!Inside(*path, root)) {
-      return refuse(absl::StrCat("it resolves outside the checkpoint root ",
-                                 root.string()));
-    }
-    return absl::OkStatus();
+  absl::Status own = storage::CheckpointStore::CheckOwnId(id, study, trial);
+  if (!own.ok()) return refuse(own.message());
+  // A store id resolves through the store; a command trial's path is
+  // relative to the root. Either must stay inside the trial's directory
+  // once symbolic links are followed.
+  std::string path = (root / id).string();
+  if (storage::CheckpointStore::ParseId(id).ok()) {
+    auto resolved = store->PathOf(id);
+    if (!resolved.ok()) return refuse(resolved.status().message());
+    path = *resolved;
   }
-  return refuse(parsed.status().message());
+  const fs::path trial_dir = root / study / std::to_string(trial);
+  if (!Inside(path, trial_dir)) {
+    return refuse(absl::StrCat("it resolves outside the trial's directory ",
+                               trial_dir.string()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace dial::worker

@@ -108,6 +108,7 @@ TEST_F(DurabilityTest, RetentionWaitsForTheReportsCommit) {
     r.set_study("w");
     r.set_trial(0);
     r.set_attempt(a->attempt);
+    r.set_lease_token(a->trial.lease_token());
     r.set_step(step);
     (*r.mutable_metrics())["acc"] = acc;
     r.set_checkpoint(absl::StrCat("w/0/", step));

@@ -112,7 +112,8 @@ const std::map<std::string, std::string>& BaseRequests() {
   static const auto* requests = new std::map<std::string, std::string>{
       {"GetStudy", R"(study: "$STUDY")"},
       {"ListStudies", ""},
-      {"BackupDatabase", R"(path: "$DIR/backup.db")"},
+      {"BackupDatabase", R"(path: "backup.db")"},
+      {"ListAuditEvents", R"(study: "$STUDY" page_size: 10)"},
       {"UpdateStudy",
        R"(study: "$STUDY" max_trials: 500 max_parallel_trials: 5)"},
       {"StopStudy", R"(study: "$STUDY")"},

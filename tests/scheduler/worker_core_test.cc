@@ -76,6 +76,7 @@ class WorkerCoreTest : public ::testing::Test {
     r.set_study(a.trial.study());
     r.set_trial(a.trial.number());
     r.set_attempt(a.attempt);
+    r.set_lease_token(a.trial.lease_token());
     r.set_step(step);
     (*r.mutable_metrics())["acc"] = 0.1 * step;
     r.set_checkpoint(checkpoint);
@@ -88,6 +89,7 @@ class WorkerCoreTest : public ::testing::Test {
     r.set_study(a.trial.study());
     r.set_trial(a.trial.number());
     r.set_attempt(a.attempt);
+    r.set_lease_token(a.trial.lease_token());
     if (error.empty()) (*r.mutable_final_metrics())["acc"] = acc;
     r.set_error(error);
     return r;

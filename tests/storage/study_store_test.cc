@@ -11,6 +11,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -144,6 +145,51 @@ TEST_P(StudyStoreContract, StudiesRoundTrip) {
   EXPECT_EQ(store_->GetStudy("a")->spec().budget().max_trials(), 99);
   EXPECT_EQ(store_->UpdateStudy(MakeStudy("nope")).code(),
             absl::StatusCode::kNotFound);
+}
+
+// Owners (never changed by UpdateStudy), lease tokens, and the audit log.
+TEST_P(StudyStoreContract, OwnersLeaseTokensAndTheAuditLogRoundTrip) {
+  v1::Study owned = MakeStudy("o");
+  owned.set_owner("alice");
+  ASSERT_TRUE(store_->CreateStudy(owned).ok());
+  v1::Study changed = owned;
+  changed.set_owner("mallory");
+  changed.set_state(v1::STUDY_STOPPED);
+  ASSERT_TRUE(store_->UpdateStudy(changed).ok());
+  EXPECT_EQ(store_->GetStudy("o")->owner(), "alice");
+  EXPECT_EQ(store_->GetStudy("o")->state(), v1::STUDY_STOPPED);
+
+  v1::Trial t = MakeTrial("o", 0);
+  t.set_lease_token("0123456789abcdef0123456789abcdef");
+  ASSERT_TRUE(store_->PutTrial(t).ok());
+  EXPECT_EQ(store_->GetTrial("o", 0)->lease_token(), t.lease_token());
+
+  for (int i = 0; i < 5; ++i) {
+    v1::AuditEvent e;
+    *e.mutable_time() = TimeUtil::MillisecondsToTimestamp(1000 * (i + 1));
+    e.set_principal(i % 2 ? "bob" : "alice");
+    e.set_role("user");
+    e.set_action(absl::StrCat("Action", i));
+    e.set_study(i < 3 ? "o" : "");
+    e.set_detail("d");
+    e.set_id(99);  // ignored: the store numbers events
+    ASSERT_TRUE(store_->AppendAudit(e).ok());
+  }
+  auto all = store_->ListAudit("", 0, 10);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 5u);
+  EXPECT_EQ((*all)[0].action(), "Action4");  // newest first
+  EXPECT_EQ((*all)[4].action(), "Action0");
+  EXPECT_GT((*all)[0].id(), (*all)[1].id());
+  EXPECT_EQ(TimeUtil::TimestampToMilliseconds((*all)[4].time()), 1000);
+  EXPECT_EQ((*all)[4].principal(), "alice");
+  auto page = store_->ListAudit("o", (*all)[2].id(), 1);  // before Action2
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->size(), 1u);
+  EXPECT_EQ((*page)[0].action(), "Action1");
+  // The log outlives the study.
+  ASSERT_TRUE(store_->DeleteStudy("o").ok());
+  EXPECT_EQ(store_->ListAudit("o", 0, 10)->size(), 3u);
 }
 
 TEST_P(StudyStoreContract, TrialsRoundTripWithParamsAndDetail) {
@@ -507,11 +553,11 @@ TEST_F(SqliteStudyStoreTest, ReopenKeepsDataAndSchemaVersion) {
   EXPECT_TRUE((*store)->GetStudy("kept").ok());
 }
 
-// A database of schema version 1 (before checkpoint scores) migrates:
-// its checkpoint records read with score -infinity, and new ones keep
-// theirs.
+// A database of schema version 1 (before checkpoint scores, owners and the
+// audit log) migrates: its checkpoint records read with score -infinity,
+// new ones keep theirs, its studies have no owner, and the audit log works.
 TEST_F(SqliteStudyStoreTest, MigratesADatabaseFromVersion1) {
-  ASSERT_EQ(LatestSchemaVersion(), 2);
+  ASSERT_EQ(LatestSchemaVersion(), 3);
   const std::string path = dir_.File("v1.db");
   {
     sqlite3* db;
@@ -538,7 +584,14 @@ TEST_F(SqliteStudyStoreTest, MigratesADatabaseFromVersion1) {
   {
     auto store = SqliteStudyStore::Create({path});
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->schema_version(), 2);
+    EXPECT_EQ((*store)->schema_version(), 3);
+    auto study = (*store)->GetStudy("s");
+    ASSERT_TRUE(study.ok()) << study.status();
+    EXPECT_EQ(study->owner(), "");
+    v1::AuditEvent event;
+    event.set_principal("root");
+    event.set_action("Migrated");
+    ASSERT_TRUE((*store)->AppendAudit(event).ok());
     auto trial = (*store)->GetTrial("s", 0);
     ASSERT_TRUE(trial.ok()) << trial.status();
     EXPECT_EQ(trial->checkpoint(), "s/0/100");
@@ -547,7 +600,11 @@ TEST_F(SqliteStudyStoreTest, MigratesADatabaseFromVersion1) {
   }
   auto store = SqliteStudyStore::Create({path});
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ((*store)->schema_version(), 2);
+  EXPECT_EQ((*store)->schema_version(), 3);
+  auto audit = (*store)->ListAudit("", 0, 10);
+  ASSERT_TRUE(audit.ok());
+  ASSERT_EQ(audit->size(), 1u);
+  EXPECT_EQ((*audit)[0].action(), "Migrated");
   auto list = (*store)->ListCheckpoints("s");
   ASSERT_TRUE(list.ok()) << list.status();
   ASSERT_EQ(list->size(), 2u);
