@@ -11,7 +11,7 @@
 // alice's study must still end with every trial COMPLETED.
 //
 // Needs root and `ip netns`; skips itself (with the reason) without them.
-// Its directory (/tmp/dial-netns-sec-PID: logs, transcript.log of every
+// Its directory (/tmp/dial-netns-sec-PID-TEST: logs, transcript.log of every
 // probe) stays after a failure, or always with DIAL_KEEP_E2E_DIR=1.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -188,7 +188,9 @@ class NetnsSecurityTest : public ::testing::Test {
       GTEST_SKIP() << "`ip netns add` does not work here: " << error;
     }
 
-    dir_ = fs::temp_directory_path() / ("dial-netns-sec-" + pid);
+    dir_ = fs::temp_directory_path() /
+           ("dial-netns-sec-" + pid + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "backups");
     fs::create_directories(dir_ / "secrets");
