@@ -234,6 +234,8 @@ void SchedulerCore::Reload() {
 
 absl::Status SchedulerCore::Load() {
   DIAL_ASSIGN_OR_RETURN(auto studies, store_->ListStudies());
+  // Rows of studies deleted before a crash or restart.
+  PurgeLater(nullptr);
   for (auto& study : studies) {
     DIAL_ASSIGN_OR_RETURN(std::shared_ptr<StudyEntry> entry,
                           loader_.Load(std::move(study)));
@@ -389,13 +391,16 @@ Reply<StudyPage> SchedulerCore::ListStudies(const auth::Principal& who,
     std::sort(readable.begin(), readable.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
     StudyPage page;
+    size_t bytes = 0;
     for (const auto& [key, entry] : readable) {
-      if (int32_t(page.studies.size()) == page_size) {
+      if (int32_t(page.studies.size()) == page_size ||
+          bytes >= options_.limits.max_page_bytes) {
         const Key& last = key_of(page.studies.back());
         page.next_page_token = absl::StrCat(last.first, "/", last.second);
         break;
       }
       page.studies.push_back(entry->WithCounts());
+      bytes += page.studies.back().ByteSizeLong();
     }
     return page;
   });
@@ -503,10 +508,13 @@ StatusReply SchedulerCore::DeleteStudy(const std::string& name,
   Reply<bool> reply = Locked<bool>([&]() -> absl::StatusOr<bool> {
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
                           FindFor(who, name, Access::kWrite));
+    // One small write: the store purges the rows later (PurgeDeleted), and
+    // the entry's memory is freed with the task below, off the lock.
     DIAL_RETURN_IF_ERROR(store_->DeleteStudy(name));
     Audit(who, "DeleteStudy", name, "");
     lifecycle_.Emit(*entry, v1::StudyEvent::STUDY_FINISHED, nullptr);
     retention_.Forget(name);
+    PurgeLater(studies_.Shared(name));
     studies_.Remove(name);
     return true;
   });
@@ -533,16 +541,19 @@ Reply<TrialPage> SchedulerCore::ListTrials(
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
                           FindFor(who, name, Access::kRead));
     TrialPage page;
+    size_t bytes = 0;
     for (auto it = entry->trials.upper_bound(after); it != entry->trials.end();
          ++it) {
       if (!states.empty() && std::find(states.begin(), states.end(),
                                        it->second.state()) == states.end()) {
         continue;
       }
-      if (int32_t(page.trials.size()) == page_size) {
+      if (int32_t(page.trials.size()) == page_size ||
+          bytes >= options_.limits.max_page_bytes) {
         page.next_page_token = std::to_string(page.trials.back().number());
         break;
       }
+      bytes += it->second.ByteSizeLong();
       page.trials.push_back(it->second);
     }
     return page;
@@ -623,9 +634,13 @@ Reply<std::vector<v1::Trial>> SchedulerCore::GetBestTrials(
         DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
                               FindFor(who, name, Access::kRead));
         std::vector<v1::Trial> out;
+        size_t bytes = 0;
         for (auto it = entry->ranked.begin();
-             it != entry->ranked.end() && int32_t(out.size()) < count; ++it) {
+             it != entry->ranked.end() && int32_t(out.size()) < count &&
+             bytes < options_.limits.max_page_bytes;
+             ++it) {
           out.push_back(entry->trials.at(it->second));
+          bytes += out.back().ByteSizeLong();
         }
         return out;
       });
@@ -698,7 +713,9 @@ void SchedulerCore::Suggest(const std::shared_ptr<StudyEntry>& entry,
   }
   if (!gone.ok()) return done(Reply<Suggestion>(gone, ticket));
   if (reuse) return done(Reply<Suggestion>(std::move(result), ticket));
-  while (int32_t(result.trials.size()) < count) {
+  size_t bytes = 0;  // an answer stays under Limits::max_page_bytes
+  while (int32_t(result.trials.size()) < count &&
+         bytes < options_.limits.max_page_bytes) {
     auto trial = NewTrial(entry, v1::RUNNING, client_id, &ticket);
     if (!trial.ok() && result.trials.empty()) {
       return done(Reply<Suggestion>(trial.status(), ticket));
@@ -706,6 +723,7 @@ void SchedulerCore::Suggest(const std::shared_ptr<StudyEntry>& entry,
     // The trials created before a store error are this client's: hand
     // them over rather than orphan them.
     if (!trial.ok() || !trial->has_value()) break;
+    bytes += (*trial)->ByteSizeLong();
     result.trials.push_back(std::move(**trial));
   }
   absl::Status status;
@@ -733,6 +751,7 @@ Reply<v1::Decision> SchedulerCore::ReportIntermediate(
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
                           FindFor(who, name, Access::kWrite));
     DIAL_RETURN_IF_ERROR(CheckAskTell(*entry, number));
+    DIAL_RETURN_IF_ERROR(CheckCheckpointId(checkpoint, name, number));
     DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
     if (stored->state() != v1::RUNNING) {
       return NotRunning(*stored, "reports are taken only while RUNNING");
@@ -887,6 +906,20 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
   lifecycle_.Emit(*entry, v1::StudyEvent::TRIAL_CREATED, &trial);
   if (state == v1::PENDING) outbox_.dispatch = true;
   return std::optional<v1::Trial>(std::move(trial));
+}
+
+void SchedulerCore::PurgeLater(std::shared_ptr<StudyEntry> entry) {
+  suggestions_.Enqueue({[this, entry = std::move(entry)]() mutable {
+                          entry.reset();
+                          absl::Status status = store_->PurgeDeleted();
+                          if (!status.ok()) {
+                            spdlog::warn(
+                                "deleted studies' rows stay until the next "
+                                "delete or restart: {}",
+                                status.ToString());
+                          }
+                        },
+                        nullptr});
 }
 
 void SchedulerCore::FillPending(const std::shared_ptr<StudyEntry>& entry) {

@@ -320,6 +320,10 @@ class SchedulerCore {
       const std::shared_ptr<StudyEntry>& entry, v1::TrialState state,
       const std::string& client_id, WriteTicket* ticket)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Frees `entry` (if given) and purges deleted studies' rows from the
+  // store, on the suggestion thread: both are O(trials).
+  void PurgeLater(std::shared_ptr<StudyEntry> entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Suggestion thread only: worker-run studies keep max_parallel_trials
   // PENDING or running trials.
   void FillPending(const std::shared_ptr<StudyEntry>& entry)

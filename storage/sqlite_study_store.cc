@@ -21,6 +21,10 @@
 #include "storage/sqlite_schema.h"
 #include "storage/sqlite_wal_checkpointer.h"
 
+// A deleted study's row is renamed to this prefix plus its id (a name no
+// study can have) until PurgeDeleted removes it with its trials.
+#define DIAL_DELETED_PREFIX "~deleted~"
+
 namespace dial::storage {
 
 // The cached statement `sql` as `var`, or return its error.
@@ -370,7 +374,9 @@ absl::StatusOr<v1::Study> SqliteStudyStore::GetStudy(const std::string& name) {
 
 absl::StatusOr<std::vector<v1::Study>> SqliteStudyStore::ListStudies() {
   absl::MutexLock lock(&mu_);
-  DIAL_PREPARE(stmt, "SELECT " DIAL_STUDY_COLUMNS " FROM studies ORDER BY id");
+  DIAL_PREPARE(stmt, "SELECT " DIAL_STUDY_COLUMNS
+                     " FROM studies WHERE name NOT LIKE '" DIAL_DELETED_PREFIX
+                     "%' ORDER BY id");
   std::vector<v1::Study> out;
   while (true) {
     DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
@@ -403,7 +409,8 @@ absl::Status SqliteStudyStore::DeleteStudy(const std::string& name) {
   absl::MutexLock lock(&mu_);
   study_ids_.erase(name);
   return Transaction([&]() -> absl::Status {
-    DIAL_PREPARE(stmt, "DELETE FROM studies WHERE name = ?");
+    DIAL_PREPARE(stmt, "UPDATE studies SET name = '" DIAL_DELETED_PREFIX
+                       "' || id WHERE name = ?");
     stmt.Bind(1, name);
     DIAL_RETURN_IF_ERROR(stmt.Run());
     if (conn_->changes() == 0) {
@@ -411,6 +418,29 @@ absl::Status SqliteStudyStore::DeleteStudy(const std::string& name) {
     }
     return absl::OkStatus();
   });
+}
+
+absl::Status SqliteStudyStore::PurgeDeleted() {
+  // 256 trials (with their params, metrics and checkpoint rows, by
+  // cascade) per transaction: the store's lock is let go between them.
+  while (true) {
+    absl::MutexLock lock(&mu_);
+    int changes = 0;
+    DIAL_RETURN_IF_ERROR(Transaction([&]() -> absl::Status {
+      DIAL_PREPARE(stmt,
+                   "DELETE FROM trials WHERE id IN (SELECT t.id FROM trials t "
+                   "JOIN studies s ON t.study_id = s.id WHERE s.name LIKE "
+                   "'" DIAL_DELETED_PREFIX "%' LIMIT 256)");
+      DIAL_RETURN_IF_ERROR(stmt.Run());
+      changes = conn_->changes();
+      if (changes > 0) return absl::OkStatus();
+      DIAL_PREPARE(studies,
+                   "DELETE FROM studies WHERE name LIKE '" DIAL_DELETED_PREFIX
+                   "%'");
+      return studies.Run();
+    }));
+    if (changes == 0) return absl::OkStatus();
+  }
 }
 
 absl::Status SqliteStudyStore::PutTrialLocked(const v1::Trial& trial) {

@@ -63,8 +63,15 @@ class StudyStore {
   virtual absl::StatusOr<std::vector<v1::Study>> ListStudies() = 0;
   // Replaces spec, state and update_time. NOT_FOUND if absent.
   virtual absl::Status UpdateStudy(const v1::Study& study) = 0;
-  // Removes the study with its trials, metrics and checkpoint index.
+  // Removes the study with its trials, metrics and checkpoint index: at
+  // once for every read (its name is free again when this returns), but a
+  // store may leave the rows to PurgeDeleted, so that deleting a study of a
+  // million trials is one small write.
   virtual absl::Status DeleteStudy(const std::string& name) = 0;
+  // Removes what DeleteStudy left behind, in small transactions, so that
+  // other writes go on meanwhile. Safe to call at any time and again after
+  // a crash; stores that delete at once do nothing.
+  virtual absl::Status PurgeDeleted() { return absl::OkStatus(); }
 
   // Inserts or replaces a trial: state, params, final metrics, lineage and
   // the other fields except metric_history. NOT_FOUND if the study is absent.

@@ -186,6 +186,10 @@ absl::Status CheckRestoreCheckpoint(const std::string& id,
     if (!resolved.ok()) return refuse(resolved.status().message());
     path = *resolved;
   }
+  if (!Inside(path, root)) {
+    return refuse(absl::StrCat("it resolves outside the checkpoint root ",
+                               root.string()));
+  }
   const fs::path trial_dir = root / study / std::to_string(trial);
   if (!Inside(path, trial_dir)) {
     return refuse(absl::StrCat("it resolves outside the trial's directory ",

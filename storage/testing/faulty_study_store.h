@@ -88,6 +88,7 @@ class FaultyStudyStore : public StudyStore, public Durability {
       const std::string& study) override;
   absl::Status DeleteCheckpoint(const std::string& study, int64_t number,
                                 int64_t step) override;
+  absl::Status PurgeDeleted() override;
   absl::Status PutWorker(const v1::Worker& worker) override;
   absl::Status AppendAudit(const v1::AuditEvent& event) override;
   absl::StatusOr<std::vector<v1::AuditEvent>> ListAudit(

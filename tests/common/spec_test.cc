@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <limits>
 #include <string>
 
@@ -525,6 +526,29 @@ TEST(SpecTest, NamesArePathSafe) {
   EXPECT_FALSE(ValidateName("f", "a/b").ok());
   EXPECT_FALSE(ValidateName("f", "").ok());
   EXPECT_FALSE(ValidateName("f", std::string(65, 'a')).ok());
+}
+
+}  // namespace
+}  // namespace dial
+
+namespace dial {
+namespace {
+
+// Every spec in examples/ parses and passes validation, with the defaults
+// a new study gets (so `dialctl study create -f` takes each as it is).
+TEST(ExampleSpecsTest, EveryExampleIsAValidStudy) {
+  int seen = 0;
+  for (const auto& file : std::filesystem::directory_iterator(
+           std::filesystem::path(DIAL_SOURCE_DIR) / "examples")) {
+    if (file.path().extension() != ".yaml") continue;
+    ++seen;
+    auto spec = LoadStudySpecFile(file.path().string());
+    ASSERT_TRUE(spec.ok()) << file.path() << ": " << spec.status();
+    FillSpecDefaults(1, *spec);
+    EXPECT_TRUE(ValidateStudySpec(*spec).ok())
+        << file.path() << ": " << ValidateStudySpec(*spec);
+  }
+  EXPECT_GE(seen, 7);  // random, Bayesian, ASHA, Hyperband, PBT and more
 }
 
 }  // namespace

@@ -144,7 +144,8 @@ TEST_F(CoreTest, ReportsAreCheckedAndRecorded) {
   auto s = core_->SuggestTrials("s", 1, "c");
   ASSERT_TRUE(s.ok());
   const int64_t n = s->trials[0].number();
-  auto d = core_->ReportIntermediate("s", n, 10, M(3.0), "ckpt-10");
+  auto d = core_->ReportIntermediate("s", n, 10, M(3.0),
+                                     absl::StrCat("s/", n, "/ckpt-10"));
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->action(), v1::Decision::CONTINUE);
   ASSERT_TRUE(core_->ReportIntermediate("s", n, 20, M(2.0), "").ok());
@@ -167,7 +168,7 @@ TEST_F(CoreTest, ReportsAreCheckedAndRecorded) {
   EXPECT_EQ(trial->metric_history(0).step(), 10);
   EXPECT_DOUBLE_EQ(trial->metric_history(1).metrics().at("loss"), 2.0);
   EXPECT_EQ(trial->last_step(), 20);
-  EXPECT_EQ(trial->checkpoint(), "ckpt-10");
+  EXPECT_EQ(trial->checkpoint(), absl::StrCat("s/", n, "/ckpt-10"));
 
   auto missing = core_->CompleteTrial("s", n, {}, "");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);

@@ -455,6 +455,42 @@ TEST_F(SecurityTest, CheckpointIdsMustNameTheTrialsOwnDirectory) {
   }
 }
 
+// Finding 4 through ask/tell: a client's report names only its own trial's
+// checkpoints too.
+TEST_F(SecurityTest, AskTellCheckpointIdsStayInTheTrialsNamespace) {
+  Create(kAskTell, kAlice);
+  v1::SuggestTrialsRequest suggest;
+  suggest.set_study("asktell");
+  v1::SuggestTrialsResponse suggested;
+  ASSERT_EQ(Call(studies_, &v1::StudyService::Stub::SuggestTrials, kAlice,
+                 suggest, &suggested),
+            grpc::StatusCode::OK);
+  ASSERT_EQ(suggested.trials_size(), 1);
+  const int64_t number = suggested.trials(0).number();
+  v1::ReportIntermediateRequest report;
+  report.set_study("asktell");
+  report.set_trial(number);
+  (*report.mutable_metrics())["loss"] = 1;
+  v1::ReportIntermediateResponse decision;
+  int64_t step = 0;
+  for (const std::string& bad :
+       {std::string("../../../../etc/shadow"), std::string("/etc/shadow"),
+        absl::StrCat("asktell/", number, "/../../other/0/1"),
+        absl::StrCat("asktell/", number + 1, "/1"), std::string("ckpt-10")}) {
+    report.set_step(++step);
+    report.set_checkpoint(bad);
+    EXPECT_EQ(Call(studies_, &v1::StudyService::Stub::ReportIntermediate,
+                   kAlice, report, &decision),
+              grpc::StatusCode::INVALID_ARGUMENT)
+        << bad;
+  }
+  report.set_step(++step);
+  report.set_checkpoint(absl::StrCat("asktell/", number, "/model-9.pt"));
+  EXPECT_EQ(Call(studies_, &v1::StudyService::Stub::ReportIntermediate, kAlice,
+                 report, &decision),
+            grpc::StatusCode::OK);
+}
+
 // Finding 2: BackupDatabase wrote anywhere, for anyone.
 TEST_F(SecurityTest, BackupsAreForAdminsAndTheAuditLogRecordsWhoDidWhat) {
   Create(kAskTell, kAlice);

@@ -104,7 +104,8 @@ TEST_F(StorageFaultsTest, AskTellCallsChangeNothingUntilTheStoreHeals) {
 
   // Tell, during the run.
   store_.FailWrites();
-  auto reported = core_->ReportIntermediate("s", n, 10, M(3.0), "ckpt-10");
+  auto reported = core_->ReportIntermediate("s", n, 10, M(3.0),
+                                            absl::StrCat("s/", n, "/ckpt-10"));
   EXPECT_EQ(reported.status().code(), absl::StatusCode::kUnavailable);
   auto trial = core_->GetTrial("s", n);
   ASSERT_TRUE(trial.ok());
@@ -112,7 +113,8 @@ TEST_F(StorageFaultsTest, AskTellCallsChangeNothingUntilTheStoreHeals) {
   EXPECT_EQ(trial->metric_history_size(), 0);
   EXPECT_EQ(trial->checkpoint(), "");
   store_.Heal();
-  reported = core_->ReportIntermediate("s", n, 10, M(3.0), "ckpt-10");
+  reported = core_->ReportIntermediate("s", n, 10, M(3.0),
+                                       absl::StrCat("s/", n, "/ckpt-10"));
   ASSERT_TRUE(reported.ok()) << reported.status();
   EXPECT_EQ(reported->action(), v1::Decision::CONTINUE);
   trial = core_->GetTrial("s", n);

@@ -147,6 +147,31 @@ TEST_P(StudyStoreContract, StudiesRoundTrip) {
             absl::StatusCode::kNotFound);
 }
 
+// Issue 16: deleting a study of 700k trials held the scheduler's lock for
+// 10 s. DeleteStudy is now one small write (the name is free at once) and
+// PurgeDeleted removes the rows later.
+TEST_P(StudyStoreContract, ADeletedStudysNameIsFreeAtOnceAndItsRowsPurgeLater) {
+  ASSERT_TRUE(store_->CreateStudy(MakeStudy("d")).ok());
+  ASSERT_TRUE(store_->CreateStudy(MakeStudy("keep")).ok());
+  for (int64_t n = 0; n < 300; ++n) {
+    ASSERT_TRUE(store_->PutTrial(MakeTrial("d", n)).ok());
+  }
+  Report("d", 7, 1, {{"loss", 1.0}});
+  ASSERT_TRUE(store_->PutTrial(MakeTrial("keep", 0)).ok());
+  ASSERT_TRUE(store_->DeleteStudy("d").ok());
+  EXPECT_EQ(store_->GetStudy("d").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->ListStudies()->size(), 1u);
+  EXPECT_EQ(store_->DeleteStudy("d").code(), absl::StatusCode::kNotFound);
+  // The name is free before the purge, and the new study starts empty.
+  ASSERT_TRUE(store_->CreateStudy(MakeStudy("d")).ok());
+  EXPECT_TRUE(store_->ListTrials("d", {})->empty());
+  ASSERT_TRUE(store_->PurgeDeleted().ok());
+  ASSERT_TRUE(store_->PurgeDeleted().ok());  // nothing left: still OK
+  EXPECT_TRUE(store_->ListTrials("d", {})->empty());
+  EXPECT_EQ(store_->ListTrials("keep", {})->size(), 1u);
+  EXPECT_EQ(store_->ListStudies()->size(), 2u);
+}
+
 // Owners (never changed by UpdateStudy), lease tokens, and the audit log.
 TEST_P(StudyStoreContract, OwnersLeaseTokensAndTheAuditLogRoundTrip) {
   v1::Study owned = MakeStudy("o");
@@ -657,6 +682,47 @@ TEST_F(SqliteStudyStoreTest, UsesWalAndForeignKeys) {
   // Foreign keys: a trial for a study that is gone cannot be written.
   EXPECT_EQ((*store)->PutCheckpoint({"none", 0, 1, "x", 0, ""}).code(),
             absl::StatusCode::kNotFound);
+}
+
+// A deleted study's rows are gone from the file once purged, also when the
+// purge comes only after a restart.
+TEST_F(SqliteStudyStoreTest, PurgeRemovesDeletedRowsAlsoAfterARestart) {
+  const std::string path = dir_.File("purge.db");
+  {
+    auto store = SqliteStudyStore::Create({path});
+    ASSERT_TRUE(store.ok());
+    v1::Study study;
+    study.set_name("big");
+    ASSERT_TRUE((*store)->CreateStudy(study).ok());
+    for (int64_t n = 0; n < 600; ++n) {
+      v1::Trial t;
+      t.set_study("big");
+      t.set_number(n);
+      (*t.mutable_params())["x"].set_double_value(n);
+      ASSERT_TRUE((*store)->PutTrial(t).ok());
+    }
+    ASSERT_TRUE((*store)->DeleteStudy("big").ok());
+  }
+  auto count = [&](const char* sql) {
+    sqlite3* db;
+    EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* stmt;
+    sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
+    EXPECT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+    const int64_t n = sqlite3_column_int64(stmt, 0);
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+    return n;
+  };
+  EXPECT_EQ(count("SELECT count(*) FROM trials"), 600);  // not purged yet
+  auto store = SqliteStudyStore::Create({path});
+  ASSERT_TRUE(store.ok());
+  EXPECT_TRUE((*store)->ListStudies()->empty());
+  ASSERT_TRUE((*store)->PurgeDeleted().ok());
+  store->reset();
+  EXPECT_EQ(count("SELECT count(*) FROM trials"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM params"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM studies"), 0);
 }
 
 }  // namespace
