@@ -16,6 +16,7 @@
 #include "common/spec.h"
 #include "dial/v1/service.grpc.pb.h"
 #include "scheduler/server.h"
+#include "storage/memory_study_store.h"
 #include "storage/sqlite_study_store.h"
 #include "storage/testing/temp_dir.h"
 
@@ -565,6 +566,74 @@ TEST_F(SecurityTest, StudiesPerOwnerAreCapped) {
   EXPECT_EQ(
       Call(studies_, &v1::StudyService::Stub::CreateStudy, kBob, create, &made),
       grpc::StatusCode::OK);
+}
+
+// Finding 5: a 58-byte spec with max_trials 10^6 created 700k PENDING rows.
+// Now a worker-run study queues at most max_pending_ahead trials, however
+// large its budget and parallelism, and tops up as workers take them.
+TEST_F(SecurityTest, PendingTrialsAreQueuedOnlyAheadOfDemand) {
+  std::string spec = kWorkerRun;
+  spec.replace(spec.find("max_trials: 4, max_parallel_trials: 2"), 37,
+               "max_trials: 1000000, max_parallel_trials: 1000");
+  Create(spec.c_str(), kAlice);
+  SchedulerCore* core = server_->core();
+  core->WaitIdle();
+  const int pending = server_->core()->limits().max_pending_ahead;
+  auto study = core->GetStudy("workerrun");
+  ASSERT_TRUE(study.ok());
+  EXPECT_EQ(study->trials_created(), pending);
+  EXPECT_EQ(study->trial_counts().at("PENDING"), pending);
+  std::string worker_id;
+  Acquire(kWorker, &worker_id);
+  core->WaitIdle();
+  study = core->GetStudy("workerrun");
+  EXPECT_EQ(study->trials_created(), pending + 1);  // topped up by one
+  EXPECT_EQ(study->trial_counts().at("PENDING"), pending);
+}
+
+// Registered workers and parked long polls are bounded per principal, and
+// one principal's use does not hold back another's.
+TEST_F(SecurityTest, WorkersAndParkedPollsAreBoundedPerPrincipal) {
+  storage::MemoryStudyStore store;
+  SchedulerCoreOptions options;
+  options.store = &store;
+  options.tick = absl::ZeroDuration();
+  options.limits.max_workers_per_principal = 2;
+  options.limits.max_parked_polls_per_principal = 1;
+  auto core = SchedulerCore::Create(options);
+  ASSERT_TRUE(core.ok());
+  const auth::Principal node1{"node1", auth::Role::kWorker};
+  const auth::Principal node2{"node2", auth::Role::kWorker};
+  v1::WorkerResources resources;
+  resources.set_slots(1);
+  auto a = (*core)->RegisterWorker("h", resources, node1);
+  auto b = (*core)->RegisterWorker("h", resources, node1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto c = (*core)->RegisterWorker("h", resources, node1);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(c.status().message(), HasSubstr("--max-workers-per-principal"));
+  auto other = (*core)->RegisterWorker("h", resources, node2);
+  ASSERT_TRUE(other.ok());
+
+  // One poll parks (no trial is ready); the second of node1's is refused.
+  std::vector<absl::Status> answers;
+  auto acquire = [&](const std::string& id, const auth::Principal& who) {
+    (*core)->AcquireTrial(
+        id, 0, absl::Seconds(30), [] { return true; },
+        [&](Reply<std::optional<Assignment>> r) {
+          answers.push_back(r.status());
+        },
+        who);
+  };
+  acquire(a->worker_id(), node1);
+  EXPECT_TRUE(answers.empty());  // parked
+  acquire(b->worker_id(), node1);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers[0].code(), absl::StatusCode::kResourceExhausted);
+  acquire(other->worker_id(), node2);
+  EXPECT_EQ(answers.size(), 1u);  // node2's parks
+  (*core)->StopWaiting();         // ends the parked ones
+  EXPECT_EQ(answers.size(), 3u);
 }
 
 TEST_F(SecurityTest, ATokenFileReloadRevokesAndAddsTokens) {
