@@ -92,6 +92,13 @@ struct ManifestEntry {
   std::string crc;
 };
 
+// A checkpoint's files are plain names in its own directory: no '/', no
+// leading '.', not the manifest itself.
+bool PlainFileName(absl::string_view name) {
+  return !name.empty() && name != kManifest && name[0] != '.' &&
+         name.find('/') == name.npos && name.find('\0') == name.npos;
+}
+
 absl::StatusOr<std::vector<ManifestEntry>> ParseManifest(
     const std::string& text, const std::string& path) {
   std::vector<ManifestEntry> entries;
@@ -101,6 +108,12 @@ absl::StatusOr<std::vector<ManifestEntry>> ParseManifest(
     int64_t size = 0;
     if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &size)) {
       return absl::DataLossError(absl::StrCat("malformed manifest ", path));
+    }
+    // A manifest never sends a reader outside its checkpoint.
+    if (!PlainFileName(parts[2])) {
+      return absl::DataLossError(
+          absl::StrCat("manifest ", path, " names '", parts[2].substr(0, 256),
+                       "', not a file of the checkpoint"));
     }
     entries.push_back({parts[2], size, parts[1]});
   }
@@ -330,8 +343,7 @@ absl::StatusOr<std::string> FileCheckpointStore::Stage(
     const std::map<std::string, std::string>& files) {
   DIAL_ASSIGN_OR_RETURN(std::string staging, BeginWrite(study, trial, step));
   for (const auto& [name, data] : files) {
-    if (name.empty() || name == kManifest || name.find('/') != name.npos ||
-        name[0] == '.') {
+    if (!PlainFileName(name)) {
       std::error_code ec;
       fs::remove_all(staging, ec);
       return absl::InvalidArgumentError(

@@ -62,6 +62,32 @@ TEST_F(CheckpointStoreTest, CorruptionIsDetected) {
             absl::StatusCode::kDataLoss);
 }
 
+// Issue 16: manifest file names are validated, so a tampered manifest can
+// never make a reader (a resumed trial, a PBT copy) open files elsewhere.
+TEST_F(CheckpointStoreTest, AManifestNamingFilesElsewhereIsRefused) {
+  std::ofstream(root_ / "secret") << "top";
+  for (const std::string& name :
+       {std::string("../../../secret"), std::string("/etc/passwd"),
+        std::string(".hidden"), std::string("MANIFEST")}) {
+    auto info = store_->Write("s", 0, 1, {{"w", "abc"}});
+    ASSERT_TRUE(info.ok()) << info.status();
+    {
+      std::ofstream out(root_ / "s/0/1/MANIFEST", std::ios::app);
+      out << "3 00000000 " << name << "\n";
+    }
+    auto verified = store_->Verify(info->id);
+    EXPECT_EQ(verified.status().code(), absl::StatusCode::kDataLoss) << name;
+    EXPECT_THAT(std::string(verified.status().message()),
+                ::testing::HasSubstr("not a file of the checkpoint"))
+        << name;
+    EXPECT_EQ(store_->Read(info->id).status().code(),
+              absl::StatusCode::kDataLoss);
+    EXPECT_EQ(store_->CopyInto(info->id, "s", 2).status().code(),
+              absl::StatusCode::kDataLoss);
+    ASSERT_TRUE(store_->Delete(info->id).ok());
+  }
+}
+
 TEST_F(CheckpointStoreTest, UnfinishedWritesAreInvisible) {
   // A writer that dies before Commit leaves only a staging directory.
   auto staging = store_->BeginWrite("s", 1, 50);
