@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/process.h"
+#include "storage/testing/temp_dir.h"
 #include "worker/cgroups.h"
 #include "worker/trial_process.h"
 
@@ -46,13 +47,6 @@ class SafetyTest : public ::testing::Test {
  protected:
   void SetUp() override {
     signal(SIGPIPE, SIG_IGN);  // as dial-worker's main
-    std::string tmpl = (fs::temp_directory_path() / "dial-safety-XXXXXX");
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
   }
   TrialProcessOptions Shell(const std::string& script) {
     TrialProcessOptions o;
@@ -78,7 +72,8 @@ class SafetyTest : public ::testing::Test {
                         "; exec sleep 600' & ) ; while [ ! -s ", file,
                         " ]; do :; done; ");
   }
-  fs::path dir_;
+  storage::testing::ScopedTempDir temp_{"safety"};
+  const fs::path dir_ = temp_.path();
 };
 
 // Finding 6c: a double-forked grandchild outlived its trial, and one that
