@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
@@ -153,6 +155,17 @@ absl::StatusOr<std::vector<v1::Trial>> DialClient::ListAllTrials(
     token = page->next_page_token();
   } while (!token.empty());
   return out;
+}
+
+absl::StatusOr<transfer::TransferStats> DialClient::DownloadCheckpoint(
+    const std::string& study, const std::string& id, const std::string& dest) {
+  transfer::GrpcCheckpointTransferOptions options;
+  options.channel = channel_;
+  options.token = token_;
+  options.call_timeout = timeout_;
+  options.give_up_after = std::max(timeout_, absl::Minutes(2));
+  return transfer::NewGrpcCheckpointTransfer(options)->Download(study, id,
+                                                                dest);
 }
 
 absl::StatusOr<v1::Trial> DialClient::GetTrial(const std::string& study,

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "dial/v1/service.grpc.pb.h"
+#include "transfer/transfer_client.h"
 
 namespace dial::client {
 
@@ -98,6 +99,13 @@ class DialClient {
   absl::StatusOr<v1::ListAuditEventsResponse> ListAuditEvents(
       const std::string& study, int32_t page_size,
       const std::string& page_token);
+
+  // Downloads checkpoint `id` of `study` (CheckpointService) to `dest`, a
+  // file or directory path replaced atomically; chunks are checked, and a
+  // broken stream resumes where it stopped (docs/checkpoint-transfer.md).
+  // For whoever may read the study.
+  absl::StatusOr<transfer::TransferStats> DownloadCheckpoint(
+      const std::string& study, const std::string& id, const std::string& dest);
 
   // Streams events to `on_event` until the study finishes, the callback
   // returns false, or the stream breaks. No deadline: a watch may be long.

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -70,11 +71,15 @@ ABSL_FLAG(std::string, checkpoint_root, "",
 ABSL_FLAG(std::string, trainer, "",
           "Path of dial-train, for trials evaluate (default: next to "
           "dialctl, then the build tree, then PATH)");
+ABSL_FLAG(std::string, checkpoint, "",
+          "For trials download: this checkpoint id of the trial instead of "
+          "its latest");
 ABSL_FLAG(std::string, predictions, "",
           "For trials evaluate: write per-example predictions to this CSV");
 
 namespace {
 
+namespace fs = std::filesystem;
 using dial::client::DialClient;
 namespace v1 = dial::v1;
 namespace cli = dial::client;
@@ -349,10 +354,28 @@ int TrialsEvaluate(DialClient& client, const Args& args) {
   if (root.empty() && std::getenv(dial::kEnvCheckpointRoot)) {
     root = std::getenv(dial::kEnvCheckpointRoot);
   }
-  if (root.empty()) {
-    return Usage(
-        "trials evaluate needs --checkpoint-root: the store the workers write "
-        "to");
+  // Without the store on this host's disk, the checkpoint comes from the
+  // scheduler into a temporary root, removed afterwards.
+  struct RemoveAtEnd {
+    std::string path;
+    ~RemoveAtEnd() {
+      std::error_code ec;
+      if (!path.empty()) fs::remove_all(path, ec);
+    }
+  } fetched;
+  std::error_code ec;
+  if (root.empty() || !fs::exists(fs::path(root) / trial->checkpoint(), ec)) {
+    std::string temp =
+        (fs::temp_directory_path() / "dialctl-evaluate-XXXXXX").string();
+    if (mkdtemp(temp.data()) == nullptr) {
+      return Fail(absl::UnavailableError(absl::StrCat(
+          "cannot make a temporary directory: ", std::strerror(errno))));
+    }
+    fetched.path = root = temp;
+    auto got = client.DownloadCheckpoint(
+        name, trial->checkpoint(),
+        (fs::path(root) / trial->checkpoint()).string());
+    if (!got.ok()) return Fail(got.status());
   }
   std::string knobs;
   (void)google::protobuf::util::MessageToJsonString(
@@ -384,6 +407,38 @@ int TrialsEvaluate(DialClient& client, const Args& args) {
     std::cout << cli::ToJson(metrics) << "\n";
   } else {
     std::cout << cli::FormatEvaluation(number, trial->checkpoint(), metrics);
+  }
+  return 0;
+}
+
+// Fetches a trial's checkpoint from the scheduler (no shared filesystem
+// needed) into DIR/<last part of its id>.
+int TrialsDownload(DialClient& client, const Args& args) {
+  int64_t number;
+  if (!TrialNumber(args, &number) || args.size() < 5) {
+    return Usage("trials download needs STUDY, a trial number and DIR");
+  }
+  const std::string& name = args[2];
+  std::string id = absl::GetFlag(FLAGS_checkpoint);
+  if (id.empty()) {
+    auto trial = client.GetTrial(name, number);
+    if (!trial.ok()) return Fail(trial.status());
+    id = trial->checkpoint();
+    if (id.empty()) {
+      return Fail(absl::FailedPreconditionError(
+          absl::StrCat("trial ", number, " has no checkpoint yet")));
+    }
+  }
+  const std::string dest =
+      (fs::path(args[4]) / fs::path(id).filename()).string();
+  auto got = client.DownloadCheckpoint(name, id, dest);
+  if (!got.ok()) return Fail(got.status());
+  if (Json()) {
+    std::cout << absl::StrCat("{\"checkpoint\":\"", id, "\",\"path\":\"", dest,
+                              "\",\"bytes\":", got->bytes_total, "}\n");
+  } else {
+    std::cout << "downloaded checkpoint " << id << " to " << dest << " ("
+              << got->bytes_total << " bytes)\n";
   }
   return 0;
 }
@@ -454,8 +509,13 @@ constexpr Command kCommands[] = {
      "the hyperparameter schedule behind a PBT trial", true, TrialsLineage},
     {"trials", "evaluate", "STUDY N [--split=test] [--checkpoint-root=DIR]",
      "evaluate a trial's latest checkpoint on the\n"
-     "held-out test split (runs dial-train here)",
+     "held-out test split (runs dial-train here;\n"
+     "downloads the checkpoint unless DIR has it)",
      true, TrialsEvaluate},
+    {"trials", "download", "STUDY N DIR [--checkpoint=ID]",
+     "fetch a trial's latest checkpoint from the\n"
+     "scheduler into DIR",
+     true, TrialsDownload},
     {"study", "replay", "STUDY N -o FILE",
      "a spec that retrains that schedule in one trial", true, StudyReplay},
     {"admin", "backup", "NAME",

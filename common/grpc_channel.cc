@@ -45,6 +45,17 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
   // locally a request it would refuse.
   args.SetMaxReceiveMessageSize(kMaxResponseBytes);
   args.SetMaxSendMessageSize(kMaxRequestBytes);
+  // Reconnect within a second or two once the scheduler is back (gRPC's
+  // default backoff grows to minutes: a restarted scheduler was reached
+  // ~10 s late), and notice a dead connection (a partition, a host gone)
+  // by keepalive pings instead of TCP's retransmission timeout.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (options.tls_ca.empty()) {
     credentials = grpc::InsecureChannelCredentials();

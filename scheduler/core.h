@@ -231,6 +231,26 @@ class SchedulerCore {
   StatusReply FinishTrial(const v1::FinishTrialRequest& request,
                           const auth::Principal& who = auth::Anonymous());
 
+  // Checkpoint transfer (CheckpointService; docs/checkpoint-transfer.md).
+  // OK when `lease`'s attempt may upload a checkpoint `id`: checked as a
+  // report is (worker role, its worker id, the attempt and its lease
+  // token), and `id` must be the trial's own. Codes as ReportProgress.
+  absl::Status CheckUploader(const v1::TrialLease& lease, const std::string& id,
+                             const auth::Principal& who = auth::Anonymous());
+  // The checkpoint `id` that `lease`'s attempt reported at `step` (with
+  // checkpoint_uploading) is durable in the store: it becomes the trial's
+  // restore point (true) unless the trial restores from a later step
+  // (false). FAILED_PRECONDITION when the attempt is stale; UNAVAILABLE
+  // while the step is not reported yet (retry after the report).
+  Reply<bool> CheckpointUploaded(
+      const v1::TrialLease& lease, int64_t step, const std::string& id,
+      const auth::Principal& who = auth::Anonymous());
+  // OK when `who` may download checkpoints of `study`: whoever may read
+  // the study, or a worker (the principal that registered it) running one
+  // of its trials. NOT_FOUND or PERMISSION_DENIED.
+  absl::Status CheckCheckpointReader(
+      const std::string& study, const auth::Principal& who = auth::Anonymous());
+
   // Writes a consistent copy of the database to `path` on this machine
   // while the core goes on serving; `done` gets its size in bytes. Codes as
   // StudyStore::Backup, plus ABORTED while another backup runs and

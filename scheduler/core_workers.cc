@@ -166,7 +166,8 @@ Reply<v1::Decision> SchedulerCore::ReportProgress(
       return decision;
     }
     return lifecycle_.RecordReport(*entry, *stored, request.step(),
-                                   request.metrics(), request.checkpoint());
+                                   request.metrics(), request.checkpoint(),
+                                   request.checkpoint_uploading());
   });
 }
 
@@ -234,6 +235,61 @@ StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request,
     return true;
   });
   return StatusReply(reply.status(), reply.ticket());
+}
+
+absl::Status SchedulerCore::CheckUploader(const v1::TrialLease& lease,
+                                          const std::string& id,
+                                          const auth::Principal& who) {
+  DIAL_RETURN_IF_ERROR(CheckCheckpointId(id, lease.study(), lease.trial()));
+  if (id.empty()) return absl::InvalidArgumentError("checkpoint: empty");
+  Reply<bool> reply = Locked<bool>([&]() -> absl::StatusOr<bool> {
+    DIAL_RETURN_IF_ERROR(CheckWorker(who, lease.worker_id()));
+    DIAL_RETURN_IF_ERROR(workers_.Touch(lease.worker_id()));
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(lease.study()));
+    DIAL_RETURN_IF_ERROR(lifecycle_
+                             .Fence(*entry, lease.worker_id(), lease.trial(),
+                                    lease.attempt(), lease.lease_token())
+                             .status());
+    return true;
+  });
+  return reply.status();
+}
+
+Reply<bool> SchedulerCore::CheckpointUploaded(const v1::TrialLease& lease,
+                                              int64_t step,
+                                              const std::string& id,
+                                              const auth::Principal& who) {
+  return Locked<bool>([&]() -> absl::StatusOr<bool> {
+    DIAL_RETURN_IF_ERROR(CheckWorker(who, lease.worker_id()));
+    DIAL_RETURN_IF_ERROR(workers_.Touch(lease.worker_id()));
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(lease.study()));
+    DIAL_ASSIGN_OR_RETURN(
+        v1::Trial * stored,
+        lifecycle_.Fence(*entry, lease.worker_id(), lease.trial(),
+                         lease.attempt(), lease.lease_token()));
+    return lifecycle_.CheckpointUploaded(*entry, *stored, step, id);
+  });
+}
+
+absl::Status SchedulerCore::CheckCheckpointReader(const std::string& study,
+                                                  const auth::Principal& who) {
+  Reply<bool> reply = Locked<bool>([&]() -> absl::StatusOr<bool> {
+    DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(study));
+    if (who.can_read(entry->study.owner())) return true;
+    if (who.role == auth::Role::kWorker) {
+      for (const auto& [number, trial] : entry->trials) {
+        if (trial.state() == v1::RUNNING &&
+            workers_.CheckOwner(trial.worker_id(), who.name, false).ok()) {
+          return true;
+        }
+      }
+    }
+    return absl::PermissionDeniedError(
+        absl::StrCat(auth::RoleName(who.role), " '", who.name,
+                     "' may not read checkpoints of study '", study,
+                     "' (its readers may, and workers running its trials)"));
+  });
+  return reply.status();
 }
 
 absl::Status SchedulerCore::LoseWorker(const std::string& worker_id) {

@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
   dial::scheduler::SchedulerServerOptions options;
   options.store = store->get();
   options.checkpoints = checkpoints->get();
+  options.checkpoint_root = (*checkpoints)->root();
   options.listen = absl::GetFlag(FLAGS_listen);
   options.tokens = tokens.get();
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);

@@ -12,6 +12,7 @@
 #include "common/grpc_channel.h"
 #include "common/message_limits.h"
 #include "common/status.h"
+#include "scheduler/checkpoint_service.h"
 #include "scheduler/services.h"
 
 namespace dial::scheduler {
@@ -99,6 +100,12 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
       std::make_unique<StudyServiceImpl>(server->core_.get(), options.tokens);
   server->worker_service_ =
       std::make_unique<WorkerServiceImpl>(server->core_.get(), options.tokens);
+  if (!options.checkpoint_root.empty()) {
+    DIAL_ASSIGN_OR_RETURN(server->depot_, transfer::CheckpointDepot::Create(
+                                              {options.checkpoint_root}));
+    server->checkpoint_service_ = std::make_unique<CheckpointServiceImpl>(
+        server->core_.get(), server->depot_.get(), options.tokens);
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -106,6 +113,15 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
   builder.AddListeningPort(options.listen, credentials, &server->port_);
   builder.RegisterService(server->study_service_.get());
   builder.RegisterService(server->worker_service_.get());
+  if (server->checkpoint_service_) {
+    builder.RegisterService(server->checkpoint_service_.get());
+  }
+  // Clients send keepalive pings (every 10 s, also between calls) to
+  // notice dead connections: allow them.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   // Explicit limits (see common/message_limits.h): gRPC's defaults (4 MiB
   // in, unlimited out) are not what Dial's clients are built to expect.
   builder.SetMaxReceiveMessageSize(kMaxRequestBytes);

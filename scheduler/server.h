@@ -11,6 +11,7 @@
 #include "scheduler/core.h"
 #include "storage/checkpoint_store.h"
 #include "storage/study_store.h"
+#include "transfer/checkpoint_depot.h"
 
 namespace grpc {
 class Server;
@@ -20,6 +21,7 @@ namespace dial::scheduler {
 
 class StudyServiceImpl;
 class WorkerServiceImpl;
+class CheckpointServiceImpl;
 
 struct SchedulerServerOptions {
   storage::StudyStore* store = nullptr;   // required, not owned
@@ -38,6 +40,9 @@ struct SchedulerServerOptions {
   const Clock* clock = nullptr;
   absl::Duration worker_lease = absl::Seconds(10);
   storage::CheckpointStore* checkpoints = nullptr;  // for retention
+  // Serves CheckpointService (uploads and downloads for hosts without a
+  // shared filesystem) over this root; empty: not served.
+  std::string checkpoint_root = "";
   // Core options passed through (backups, limits).
   std::string backup_dir = "";
   Limits limits = Limits{};
@@ -66,6 +71,8 @@ class SchedulerServer {
   std::unique_ptr<SchedulerCore> core_;
   std::unique_ptr<StudyServiceImpl> study_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
+  std::unique_ptr<transfer::CheckpointDepot> depot_;
+  std::unique_ptr<CheckpointServiceImpl> checkpoint_service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   int port_ = 0;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -59,6 +60,15 @@ struct StudyEntry {
   // Decisions whose report is recorded but whose effect (STOP, PAUSE,
   // EXPLOIT) failed to save, by trial: (step, decision).
   std::map<int64_t, std::pair<int64_t, v1::Decision>> unsaved_decisions;
+  // Checkpoints reported while still uploading (checkpoint transfer):
+  // (trial, step) -> the checkpoint id and its retention score (none for a
+  // checkpoint that is not the trainer's), until CommitUpload makes it
+  // durable. At most a few per trial: older ones are dropped.
+  struct UploadingCheckpoint {
+    std::string id;
+    std::optional<double> score;
+  };
+  std::map<std::pair<int64_t, int64_t>, UploadingCheckpoint> uploading;
   int open_trials = 0;     // PENDING, RUNNING or PAUSED
   int active_trials = 0;   // PENDING or RUNNING: what max_parallel counts
   bool exhausted = false;  // the searcher has no more points

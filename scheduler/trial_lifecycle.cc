@@ -78,11 +78,44 @@ void TrialLifecycle::Doom(std::vector<std::string> ids) {
   for (auto& id : ids) p_.outbox->doomed.push_back(std::move(id));
 }
 
+std::optional<double> TrialLifecycle::RetentionScore(
+    const StudyEntry& entry, const v1::Trial& trial, int64_t step,
+    const searchers::Metrics& metrics, const std::string& checkpoint) const {
+  if (!p_.retention || checkpoint.empty() ||
+      !entry.study.spec().trial().has_trainer() ||
+      checkpoint != storage::CheckpointStore::MakeId(entry.name(),
+                                                     trial.number(), step)) {
+    return std::nullopt;
+  }
+  const auto& objective = entry.study.spec().objective();
+  auto value = metrics.find(objective.metric());
+  double score = -std::numeric_limits<double>::infinity();
+  if (value != metrics.end() && std::isfinite(value->second)) {
+    score = objective.goal() == v1::MAXIMIZE ? value->second : -value->second;
+  }
+  return score;
+}
+
+absl::Status TrialLifecycle::IndexCheckpoint(StudyEntry& entry,
+                                             const v1::Trial& trial,
+                                             int64_t step,
+                                             const std::string& checkpoint,
+                                             double score) {
+  storage::CheckpointRecord record;
+  record.study = entry.name();
+  record.trial = trial.number();
+  record.step = step;
+  record.id = checkpoint;
+  record.score = score;
+  return p_.store->PutCheckpoint(record);
+}
+
 absl::StatusOr<v1::Decision> TrialLifecycle::RecordReport(
     StudyEntry& entry, v1::Trial trial, int64_t step,
-    const searchers::Metrics& metrics, const std::string& checkpoint) {
+    const searchers::Metrics& metrics, const std::string& checkpoint,
+    bool uploading) {
   trial.set_last_step(step);
-  if (!checkpoint.empty()) {
+  if (!checkpoint.empty() && !uploading) {
     trial.set_checkpoint(checkpoint);
     trial.set_checkpoint_step(step);
   }
@@ -93,29 +126,29 @@ absl::StatusOr<v1::Decision> TrialLifecycle::RecordReport(
   // A trainer checkpoint of this step is indexed (with its score) before
   // the report, so a restarted scheduler finds every checkpoint a recorded
   // report names; a stray index entry (the report then failed) is replaced
-  // when the report is retried.
-  std::optional<double> score;
-  if (p_.retention && !checkpoint.empty() &&
-      entry.study.spec().trial().has_trainer() &&
-      checkpoint == storage::CheckpointStore::MakeId(entry.name(),
-                                                     trial.number(), step)) {
-    const auto& objective = entry.study.spec().objective();
-    auto value = metrics.find(objective.metric());
-    score = -std::numeric_limits<double>::infinity();
-    if (value != metrics.end() && std::isfinite(value->second)) {
-      score = objective.goal() == v1::MAXIMIZE ? value->second : -value->second;
-    }
-    storage::CheckpointRecord record;
-    record.study = entry.name();
-    record.trial = trial.number();
-    record.step = step;
-    record.id = checkpoint;
-    record.score = *score;
-    DIAL_RETURN_IF_ERROR(p_.store->PutCheckpoint(record));
+  // when the report is retried. One still uploading is indexed when it is
+  // durable.
+  std::optional<double> score =
+      RetentionScore(entry, trial, step, metrics, checkpoint);
+  if (score && !uploading) {
+    DIAL_RETURN_IF_ERROR(
+        IndexCheckpoint(entry, trial, step, checkpoint, *score));
   }
   DIAL_RETURN_IF_ERROR(p_.store->RecordReport(trial, point));
   entry.Mirror(trial);
   entry.unsaved_decisions.erase(trial.number());
+  if (uploading && !checkpoint.empty()) {
+    // A few per trial: uploads are coalesced, so older ones may never come.
+    auto& pending = entry.uploading;
+    pending[{trial.number(), step}] = {checkpoint, score};
+    auto first = pending.lower_bound({trial.number(), 0});
+    int count = 0;
+    for (auto it = first;
+         it != pending.end() && it->first.first == trial.number(); ++it) {
+      ++count;
+    }
+    if (count > 8) pending.erase(first);
+  }
   if (entry.wants_reports) {
     entry.unobserved_reports.push_back({trial, step, metrics});
   }
@@ -123,7 +156,7 @@ absl::StatusOr<v1::Decision> TrialLifecycle::RecordReport(
     // Pins taken for this trial's exploit are released: reporting again
     // means its worker finished copying.
     Doom(p_.retention->Release(entry.study, trial.number()));
-    if (score) {
+    if (score && !uploading) {
       Doom(p_.retention->Record(entry.study, trial.number(), step, *score));
     }
   }
@@ -145,6 +178,43 @@ absl::StatusOr<v1::Decision> TrialLifecycle::RecordReport(
     return applied;
   }
   return decision;
+}
+
+absl::StatusOr<bool> TrialLifecycle::CheckpointUploaded(StudyEntry& entry,
+                                                        v1::Trial trial,
+                                                        int64_t step,
+                                                        const std::string& id) {
+  if (step > trial.last_step()) {
+    // Its report may still be on its way (buffered through an outage).
+    return absl::UnavailableError(absl::StrCat(
+        "checkpoint ", id, " of step ", step,
+        ": that step is not reported yet; retry after the report"));
+  }
+  std::optional<double> score;
+  auto pending = entry.uploading.find({trial.number(), step});
+  if (pending != entry.uploading.end()) {
+    if (pending->second.id == id) score = pending->second.score;
+    entry.uploading.erase(pending);
+  }
+  if (!trial.checkpoint().empty() && trial.checkpoint_step() > step) {
+    return false;  // it restores from later already
+  }
+  if (!score && p_.retention && entry.study.spec().trial().has_trainer() &&
+      id == storage::CheckpointStore::MakeId(entry.name(), trial.number(),
+                                             step)) {
+    // Reported before a scheduler restart: its metrics are on disk, not
+    // here; retention keeps it as the latest all the same.
+    score = -std::numeric_limits<double>::infinity();
+  }
+  if (score)
+    DIAL_RETURN_IF_ERROR(IndexCheckpoint(entry, trial, step, id, *score));
+  trial.set_checkpoint(id);
+  trial.set_checkpoint_step(step);
+  DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
+  if (score) {
+    Doom(p_.retention->Record(entry.study, trial.number(), step, *score));
+  }
+  return true;
 }
 
 absl::Status TrialLifecycle::ApplyDecision(StudyEntry& entry, v1::Trial trial,

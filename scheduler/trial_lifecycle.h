@@ -52,11 +52,20 @@ class TrialLifecycle {
   // Records a report of RUNNING `trial` (as stored) and returns the trial
   // scheduler's decision, with its effect saved. If the report is saved but
   // its effect is not, the error is returned and a retry of that report
-  // saves the effect (SaveUnsavedDecision).
+  // saves the effect (SaveUnsavedDecision). A checkpoint still
+  // `uploading` is remembered, not yet the trial's restore point
+  // (CheckpointUploaded makes it one).
   absl::StatusOr<v1::Decision> RecordReport(StudyEntry& entry, v1::Trial trial,
                                             int64_t step,
                                             const searchers::Metrics& metrics,
-                                            const std::string& checkpoint);
+                                            const std::string& checkpoint,
+                                            bool uploading = false);
+  // Checkpoint `id` of `trial` (as stored), reported at `step`, is now
+  // durable in the store: it becomes the restore point (and is indexed for
+  // retention) unless the trial already restores from a later step.
+  // Returns whether it did. UNAVAILABLE if `step` is not reported yet.
+  absl::StatusOr<bool> CheckpointUploaded(StudyEntry& entry, v1::Trial trial,
+                                          int64_t step, const std::string& id);
   // For a retried report: if the effect of the decision given to trial
   // `number`'s report at `step` could not be saved, saves it now and returns
   // that decision; nullopt if there is none.
@@ -88,6 +97,18 @@ class TrialLifecycle {
   absl::Status ApplyDecision(StudyEntry& entry, v1::Trial trial, int64_t step,
                              const v1::Decision& decision);
   void Doom(std::vector<std::string> ids);
+  // Retention's score of a trainer checkpoint `checkpoint` reported with
+  // `metrics` at `step`; nullopt for any other checkpoint (command
+  // trials') or without retention.
+  std::optional<double> RetentionScore(const StudyEntry& entry,
+                                       const v1::Trial& trial, int64_t step,
+                                       const searchers::Metrics& metrics,
+                                       const std::string& checkpoint) const;
+  // Indexes a trainer checkpoint with its score in the store and in
+  // retention (what it dooms goes to the outbox).
+  absl::Status IndexCheckpoint(StudyEntry& entry, const v1::Trial& trial,
+                               int64_t step, const std::string& checkpoint,
+                               double score);
 
   Parts p_;
 };

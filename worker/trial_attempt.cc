@@ -146,6 +146,8 @@ AttemptEnd TrialAttempt::RelayReports(ReportRelay& relay) {
       (*request.mutable_metrics())[k] = v;
     }
     request.set_checkpoint(report->checkpoint);
+    const bool upload = options_.upload && !report->checkpoint.empty();
+    request.set_checkpoint_uploading(upload);
     auto decision = relay.Send(request);
     if (!decision.ok()) {
       if (IsFence(decision.status())) {
@@ -165,11 +167,22 @@ AttemptEnd TrialAttempt::RelayReports(ReportRelay& relay) {
       break;
     }
     end.last_metrics = report->metrics;
+    if (upload) options_.upload(report->step, report->checkpoint);
     TrialDecision out{ActionName(decision->action()), decision->reason(), "",
                       ""};
     if (decision->action() == v1::Decision::EXPLOIT) {
       // A private copy of the source checkpoint: the source may be deleted
-      // later, the copy may not.
+      // later, the copy may not. Without a shared root the source comes
+      // from the scheduler first.
+      absl::Status fetched = options_.fetch
+                                 ? options_.fetch(decision->source_checkpoint())
+                                 : absl::OkStatus();
+      if (!fetched.ok()) {
+        end.protocol_error = absl::StrCat("cannot fetch checkpoint ",
+                                          decision->source_checkpoint(), ": ",
+                                          fetched.message());
+        break;
+      }
       auto copy =
           options_.checkpoints
               ? options_.checkpoints->CopyInto(decision->source_checkpoint(),

@@ -8,6 +8,7 @@
 // thread, except Signal, which any thread may call.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,6 +44,12 @@ struct TrialAttemptOptions {
   int64_t max_log_bytes = 0;  // per log file; 0: no cap
   // Per-trial cgroup scopes; null: the supervisor alone. Not owned.
   Cgroups* cgroups = nullptr;
+  // Checkpoint transfer (--checkpoint-cache), both null on a shared root:
+  // `upload` gets each acknowledged report's checkpoint (the report says
+  // it is still uploading); `fetch` makes a checkpoint of the study local
+  // before an EXPLOIT copies it.
+  std::function<void(int64_t step, const std::string& id)> upload;
+  std::function<absl::Status(const std::string& id)> fetch;
 };
 
 // How the report loop ended.

@@ -9,7 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/process.h"
+#include "common/status.h"
 #include "spdlog/spdlog.h"
+#include "transfer/manifest.h"
 #include "worker/report_relay.h"
 #include "worker/trial_attempt.h"
 
@@ -38,6 +40,26 @@ Worker::Worker(const WorkerOptions& options)
       spdlog::warn("checkpoint root: {}", store.status().ToString());
     }
   }
+  if (options_.transfer != nullptr) {
+    uploader_ = std::make_unique<CheckpointUploader>(CheckpointUploaderOptions{
+        options_.transfer, options_.checkpoint_root, checkpoints_.get()});
+  }
+}
+
+absl::Status Worker::Fetch(const std::string& study, const std::string& id) {
+  auto parsed = storage::CheckpointStore::ParseId(id);
+  if (parsed.ok() && checkpoints_ && checkpoints_->Verify(id).ok()) {
+    return absl::OkStatus();  // a trainer checkpoint never changes
+  }
+  if (!transfer::SafeRelativePath(id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint '", id, "' is not a relative path"));
+  }
+  auto got = options_.transfer->Download(
+      study, id, absl::StrCat(options_.checkpoint_root, "/", id));
+  if (!got.ok()) return got.status();
+  spdlog::info("downloaded checkpoint {}: {} bytes", id, got->bytes_sent);
+  return absl::OkStatus();
 }
 
 Worker::~Worker() { Shutdown(); }
@@ -281,11 +303,43 @@ void Worker::RunTrial(const std::string& worker_id,
   o.worker_env = *options_.environment;
   o.max_log_bytes = options_.max_log_bytes;
   o.cgroups = options_.cgroups;
+  v1::TrialLease lease;
+  lease.set_worker_id(worker_id);
+  lease.set_study(trial.study());
+  lease.set_trial(trial.number());
+  lease.set_attempt(a.attempt());
+  lease.set_lease_token(a.lease_token());
+  if (uploader_) {
+    if (!a.restore_checkpoint().empty()) {
+      // Resumed here without the checkpoint on this host's disk.
+      absl::Status fetched = Fetch(trial.study(), a.restore_checkpoint());
+      if (!fetched.ok()) {
+        release_gpus();
+        finish.set_error(absl::StrCat("cannot download restore checkpoint ",
+                                      a.restore_checkpoint(), ": ",
+                                      fetched.message()));
+        spdlog::warn("{}: failed: {}", name, finish.error());
+        return SendFinish(finish, name);
+      }
+      uploader_->Begin(lease, {a.restore_checkpoint()});
+    } else {
+      uploader_->Begin(lease, {});
+    }
+    o.upload = [this, lease](int64_t step, const std::string& id) {
+      uploader_->Enqueue(lease, step, id);
+    };
+    o.fetch = [this, lease](const std::string& id) {
+      DIAL_RETURN_IF_ERROR(Fetch(lease.study(), id));
+      uploader_->AddBase(lease, id);
+      return absl::OkStatus();
+    };
+  }
   auto attempt = TrialAttempt::Start(o);
   if (!attempt.ok()) {
     // Refused here (a command this worker does not run, a missing secret,
     // a foreign restore checkpoint) or not startable: a counted failure.
     release_gpus();
+    if (uploader_) uploader_->Cancel(lease);
     finish.set_error(std::string(attempt.status().message()));
     spdlog::warn("{}: failed: {}", name, finish.error());
     return SendFinish(finish, name);
@@ -321,6 +375,19 @@ void Worker::RunTrial(const std::string& worker_id,
     } else if (!flushed.ok() && end.rejected.empty()) {
       end.rejected =
           absl::StrCat("the scheduler rejected a report: ", flushed.message());
+    }
+  }
+  // Its checkpoints reach the scheduler before the attempt is reported
+  // finished, so whoever resumes it starts from the newest one. The trial
+  // stays listed meanwhile, which keeps its lease.
+  if (uploader_) {
+    if (lost) {
+      uploader_->Cancel(lease);
+    } else if (!uploader_->Finish(lease, options_.upload_wait)) {
+      spdlog::warn(
+          "{}: checkpoint uploads did not finish in {}; it resumes from an "
+          "earlier checkpoint",
+          name, absl::FormatDuration(options_.upload_wait));
     }
   }
   const bool shutting_down = Untrack(run);

@@ -24,7 +24,9 @@
 #include "common/clock.h"
 #include "dial/v1/service.pb.h"
 #include "storage/checkpoint_store.h"
+#include "transfer/transfer_client.h"
 #include "worker/cgroups.h"
+#include "worker/checkpoint_uploader.h"
 #include "worker/gpu_pool.h"
 #include "worker/scheduler_client.h"
 #include "worker/sleeper.h"
@@ -43,7 +45,17 @@ struct WorkerOptions {
   std::string host;               // default: hostname
   std::string trainer_path;       // dial-train
   std::string work_dir;           // trial logs
-  std::string checkpoint_root;    // shared with the scheduler and trials
+  // Where trials write checkpoints: the root shared with the scheduler,
+  // or with `transfer` this host's own cache.
+  std::string checkpoint_root;
+  // Checkpoint transfer (--checkpoint-cache): checkpoints are uploaded to
+  // the scheduler in the background and downloaded before a resume or a
+  // PBT exploit needs them. Null: checkpoint_root is shared. Not owned.
+  transfer::CheckpointTransfer* transfer = nullptr;
+  // How long a finished attempt waits for its uploads before it is
+  // reported finished (a paused trial then resumes from its newest
+  // checkpoint).
+  absl::Duration upload_wait = absl::Minutes(10);
   absl::Duration acquire_wait = absl::Seconds(10);
   absl::Duration grace = absl::Seconds(30);  // SIGTERM -> SIGKILL
   // Reports kept in memory per trial while the scheduler is unreachable;
@@ -126,9 +138,15 @@ class Worker {
   RealSleeper real_sleeper_;
   const Clock* const clock_;
   Sleeper* const sleeper_;
-  // The shared checkpoint root (for PBT copies); null if it cannot be made.
+  // Makes checkpoint `id` of `study` local (transfer mode): a trainer
+  // checkpoint already in the cache is used as it is; anything else is
+  // downloaded.
+  absl::Status Fetch(const std::string& study, const std::string& id);
+
+  // The checkpoint root (for PBT copies); null if it cannot be made.
   std::unique_ptr<storage::FileCheckpointStore> checkpoints_;
-  absl::Mutex register_mu_;  // one registration at a time
+  std::unique_ptr<CheckpointUploader> uploader_;  // transfer mode only
+  absl::Mutex register_mu_;                       // one registration at a time
   absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

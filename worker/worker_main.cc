@@ -22,6 +22,7 @@
 #include "common/grpc_channel.h"
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
+#include "transfer/transfer_client.h"
 #include "worker/worker.h"
 
 ABSL_FLAG(std::string, scheduler, "",
@@ -40,6 +41,13 @@ ABSL_FLAG(std::string, work_dir, "dial-worker",
 ABSL_FLAG(
     std::string, checkpoint_root, "dial-checkpoints",
     "Checkpoint root shared with the scheduler (local or a shared mount)");
+ABSL_FLAG(std::string, checkpoint_cache, "",
+          "Keep checkpoints on this host's disk, in this directory, and "
+          "upload them to the scheduler (for hosts that share no filesystem "
+          "with it; docs/checkpoint-transfer.md). Replaces --checkpoint-root");
+ABSL_FLAG(int32_t, upload_wait_s, 600,
+          "With --checkpoint-cache: seconds a finished trial waits for its "
+          "checkpoint uploads before it is reported finished");
 ABSL_FLAG(int32_t, grace_s, 30,
           "Seconds a trial gets to checkpoint and exit on shutdown");
 ABSL_FLAG(int32_t, acquire_wait_ms, 5000, "Long-poll wait of AcquireTrial");
@@ -200,10 +208,32 @@ int main(int argc, char** argv) {
   }
   std::error_code ec;
   fs::create_directories(absl::GetFlag(FLAGS_work_dir), ec);
-  fs::create_directories(absl::GetFlag(FLAGS_checkpoint_root), ec);
+  const std::string cache = absl::GetFlag(FLAGS_checkpoint_cache);
+  const std::string root =
+      cache.empty() ? absl::GetFlag(FLAGS_checkpoint_root) : cache;
+  fs::create_directories(root, ec);
   options.work_dir = fs::absolute(absl::GetFlag(FLAGS_work_dir)).string();
-  options.checkpoint_root =
-      fs::absolute(absl::GetFlag(FLAGS_checkpoint_root)).string();
+  options.checkpoint_root = fs::absolute(root).string();
+  std::unique_ptr<dial::transfer::CheckpointTransfer> transfer;
+  if (!cache.empty()) {
+    dial::ConnectOptions connect;
+    connect.target = target;
+    connect.tls_ca = client_options.tls_ca;
+    connect.tls_cert = client_options.tls_cert;
+    connect.tls_key = client_options.tls_key;
+    connect.tls_server_name = client_options.tls_server_name;
+    connect.token = client_options.token;
+    auto made = dial::transfer::ConnectCheckpointTransfer(connect, {});
+    if (!made.ok()) {
+      spdlog::error("{}", made.status().ToString());
+      return 2;
+    }
+    transfer = std::move(*made);
+    options.transfer = transfer.get();
+    options.upload_wait = absl::Seconds(absl::GetFlag(FLAGS_upload_wait_s));
+    spdlog::info("checkpoints: cache {}, uploaded to the scheduler",
+                 options.checkpoint_root);
+  }
   options.grace = absl::Seconds(absl::GetFlag(FLAGS_grace_s));
   options.ack_log = absl::GetFlag(FLAGS_ack_log);
   options.acquire_wait =
