@@ -18,8 +18,9 @@ PACKAGES=(
   libeigen3-dev libnlopt-dev libtorch-dev libgtest-dev libgmock-dev
   libbenchmark-dev
   # TLS and token hashing (OpenSSL's libcrypto), the development CA
-  # (deploy/dev-ca.sh) and the network-namespace tests (ip netns)
-  libssl-dev openssl iproute2
+  # (deploy/dev-ca.sh), the network-namespace tests (ip netns; nftables
+  # for packet loss) and the transfer bench (socat: the plain TCP copy)
+  libssl-dev openssl iproute2 nftables socat
   # LibTorch calls the system libblas.so.3: without OpenBLAS it runs on the
   # reference BLAS, about 20x slower.
   libopenblas0-pthread

@@ -180,6 +180,16 @@ StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request,
     DIAL_RETURN_IF_ERROR(CheckWorker(who, request.worker_id()));
     DIAL_RETURN_IF_ERROR(workers_.Touch(request.worker_id()));
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(request.study()));
+    // The worker finishes an attempt after its uploads (or gave up on
+    // them): nothing more of it will come, even for a trial promoted since.
+    if (entry->Uploading(request.trial()) &&
+        lifecycle_
+            .FenceUpload(*entry, request.worker_id(), request.trial(),
+                         request.attempt(), request.lease_token())
+            .ok()) {
+      entry->ForgetUploads(request.trial());
+      outbox_.dispatch = true;
+    }
     DIAL_ASSIGN_OR_RETURN(
         v1::Trial * stored,
         lifecycle_.Fence(*entry, request.worker_id(), request.trial(),
@@ -247,8 +257,9 @@ absl::Status SchedulerCore::CheckUploader(const v1::TrialLease& lease,
     DIAL_RETURN_IF_ERROR(workers_.Touch(lease.worker_id()));
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(lease.study()));
     DIAL_RETURN_IF_ERROR(lifecycle_
-                             .Fence(*entry, lease.worker_id(), lease.trial(),
-                                    lease.attempt(), lease.lease_token())
+                             .FenceUpload(*entry, lease.worker_id(),
+                                          lease.trial(), lease.attempt(),
+                                          lease.lease_token())
                              .status());
     return true;
   });
@@ -265,8 +276,8 @@ Reply<bool> SchedulerCore::CheckpointUploaded(const v1::TrialLease& lease,
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(lease.study()));
     DIAL_ASSIGN_OR_RETURN(
         v1::Trial * stored,
-        lifecycle_.Fence(*entry, lease.worker_id(), lease.trial(),
-                         lease.attempt(), lease.lease_token()));
+        lifecycle_.FenceUpload(*entry, lease.worker_id(), lease.trial(),
+                               lease.attempt(), lease.lease_token()));
     return lifecycle_.CheckpointUploaded(*entry, *stored, step, id);
   });
 }
@@ -304,6 +315,14 @@ absl::Status SchedulerCore::LoseWorker(const std::string& worker_id) {
   for (auto& [entry, trial] : lost) {
     DIAL_RETURN_IF_ERROR(lifecycle_.Requeue(*entry, trial));
   }
+  // Uploads it still had for trials that paused meanwhile never come.
+  for (const auto& [name, entry] : studies_.all()) {
+    auto& uploading = entry->uploading;
+    for (auto it = uploading.begin(); it != uploading.end();) {
+      it = it->second.worker_id == worker_id ? uploading.erase(it) : ++it;
+    }
+  }
+  outbox_.dispatch = true;
   workers_.Forget(worker_id);
   // Its parked long polls must not be handed the trials just requeued.
   dispatcher_.DropWorker(worker_id, outbox_);

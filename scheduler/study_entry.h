@@ -61,14 +61,29 @@ struct StudyEntry {
   // EXPLOIT) failed to save, by trial: (step, decision).
   std::map<int64_t, std::pair<int64_t, v1::Decision>> unsaved_decisions;
   // Checkpoints reported while still uploading (checkpoint transfer):
-  // (trial, step) -> the checkpoint id and its retention score (none for a
-  // checkpoint that is not the trainer's), until CommitUpload makes it
-  // durable. At most a few per trial: older ones are dropped.
+  // (trial, step) -> the checkpoint id, its retention score (none for a
+  // checkpoint that is not the trainer's) and the worker uploading it,
+  // until CommitUpload makes it durable, or the attempt finishes or its
+  // worker is lost. A trial with one is not dispatched again (it would
+  // resume from an older checkpoint). At most a few per trial.
   struct UploadingCheckpoint {
     std::string id;
     std::optional<double> score;
+    std::string worker_id;
   };
   std::map<std::pair<int64_t, int64_t>, UploadingCheckpoint> uploading;
+  bool Uploading(int64_t trial) const {
+    auto it = uploading.lower_bound({trial, INT64_MIN});
+    return it != uploading.end() && it->first.first == trial;
+  }
+  // Forgets trial `trial`'s uploads up to `step` (all by default).
+  void ForgetUploads(int64_t trial, int64_t step = INT64_MAX) {
+    auto it = uploading.lower_bound({trial, INT64_MIN});
+    while (it != uploading.end() && it->first.first == trial &&
+           it->first.second <= step) {
+      it = uploading.erase(it);
+    }
+  }
   int open_trials = 0;     // PENDING, RUNNING or PAUSED
   int active_trials = 0;   // PENDING or RUNNING: what max_parallel counts
   bool exhausted = false;  // the searcher has no more points

@@ -140,7 +140,7 @@ absl::StatusOr<v1::Decision> TrialLifecycle::RecordReport(
   if (uploading && !checkpoint.empty()) {
     // A few per trial: uploads are coalesced, so older ones may never come.
     auto& pending = entry.uploading;
-    pending[{trial.number(), step}] = {checkpoint, score};
+    pending[{trial.number(), step}] = {checkpoint, score, trial.worker_id()};
     auto first = pending.lower_bound({trial.number(), 0});
     int count = 0;
     for (auto it = first;
@@ -192,9 +192,13 @@ absl::StatusOr<bool> TrialLifecycle::CheckpointUploaded(StudyEntry& entry,
   }
   std::optional<double> score;
   auto pending = entry.uploading.find({trial.number(), step});
-  if (pending != entry.uploading.end()) {
-    if (pending->second.id == id) score = pending->second.score;
-    entry.uploading.erase(pending);
+  if (pending != entry.uploading.end() && pending->second.id == id) {
+    score = pending->second.score;
+  }
+  if (entry.Uploading(trial.number())) {
+    entry.ForgetUploads(trial.number(), step);
+    // A trial held back for this upload may run again.
+    if (!entry.Uploading(trial.number())) p_.outbox->dispatch = true;
   }
   if (!trial.checkpoint().empty() && trial.checkpoint_step() > step) {
     return false;  // it restores from later already
@@ -211,6 +215,8 @@ absl::StatusOr<bool> TrialLifecycle::CheckpointUploaded(StudyEntry& entry,
   trial.set_checkpoint(id);
   trial.set_checkpoint_step(step);
   DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
+  // PBT's donors point at restore points, which retention keeps.
+  entry.trial_scheduler->OnCheckpoint(trial);
   if (score) {
     Doom(p_.retention->Record(entry.study, trial.number(), step, *score));
   }
@@ -288,6 +294,8 @@ absl::Status TrialLifecycle::Finalize(StudyEntry& entry, v1::Trial trial) {
 }
 
 absl::Status TrialLifecycle::Requeue(StudyEntry& entry, v1::Trial trial) {
+  // Its worker is gone or gives it up: no upload of this attempt will come.
+  entry.ForgetUploads(trial.number());
   if (entry.study.state() != v1::STUDY_ACTIVE) {
     // Nobody will run it again: it ends where it is.
     trial.set_state(v1::STOPPED);
@@ -323,6 +331,20 @@ absl::StatusOr<v1::Trial*> TrialLifecycle::Fence(
             : " on worker '" + trial->worker_id() + "'"));
   }
   return trial;
+}
+
+absl::StatusOr<v1::Trial*> TrialLifecycle::FenceUpload(
+    StudyEntry& entry, const std::string& worker_id, int64_t number,
+    int32_t attempt, const std::string& lease_token) {
+  DIAL_ASSIGN_OR_RETURN(v1::Trial * trial, FindTrial(entry, number));
+  // A paused trial may already be promoted (PENDING, no worker) while its
+  // last checkpoint uploads: still this attempt's, until another starts.
+  if (trial->attempt() == attempt && !trial->lease_token().empty() &&
+      trial->lease_token() == lease_token &&
+      (trial->worker_id() == worker_id || trial->worker_id().empty())) {
+    return trial;
+  }
+  return Fence(entry, worker_id, number, attempt, lease_token);
 }
 
 absl::Status TrialLifecycle::MaybeFinish(StudyEntry& entry) {
@@ -381,9 +403,17 @@ absl::StatusOr<std::optional<Assignment>> TrialLifecycle::Assign(
         entry->study.spec().trial().resources().gpus() > free_gpus) {
       continue;
     }
-    // Trials are in number order: the first PENDING is the oldest.
-    if (entry->pending.empty()) continue;
-    const v1::Trial& trial = entry->trials.at(*entry->pending.begin());
+    // Trials are in number order: the first PENDING is the oldest, unless
+    // its last checkpoint is still being uploaded.
+    const v1::Trial* first = nullptr;
+    for (int64_t number : entry->pending) {
+      if (!entry->Uploading(number)) {
+        first = &entry->trials.at(number);
+        break;
+      }
+    }
+    if (first == nullptr) continue;
+    const v1::Trial& trial = *first;
     const int64_t ms =
         google::protobuf::util::TimeUtil::TimestampToMilliseconds(
             trial.create_time());

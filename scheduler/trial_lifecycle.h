@@ -82,6 +82,13 @@ class TrialLifecycle {
                                    const std::string& worker_id, int64_t number,
                                    int32_t attempt,
                                    const std::string& lease_token);
+  // Fence for checkpoint uploads: also accepts the attempt of a trial that
+  // was paused (or promoted since, with no worker yet) while its last
+  // checkpoint uploads, as long as no other attempt has started.
+  absl::StatusOr<v1::Trial*> FenceUpload(StudyEntry& entry,
+                                         const std::string& worker_id,
+                                         int64_t number, int32_t attempt,
+                                         const std::string& lease_token);
   // Ends the study (COMPLETED) once its budget is spent and nothing runs.
   absl::Status MaybeFinish(StudyEntry& entry);
   // MaybeFinish after a change that is already durable: a store error is

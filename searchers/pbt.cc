@@ -58,6 +58,13 @@ Params PbtScheduler::Perturb(const Params& params, std::mt19937_64& rng) const {
   return out;
 }
 
+void PbtScheduler::OnCheckpoint(const v1::Trial& trial) {
+  auto it = members_.find(trial.number());
+  if (it == members_.end() || trial.checkpoint().empty()) return;
+  it->second.checkpoint = trial.checkpoint();
+  it->second.checkpoint_step = trial.checkpoint_step();
+}
+
 bool PbtScheduler::Update(const v1::Trial& trial, int64_t step,
                           const Metrics& metrics) {
   Member& me = members_[trial.number()];

@@ -26,6 +26,9 @@ class PbtScheduler : public TrialScheduler {
       const v1::StudySpec& spec);
   v1::Decision OnReport(const v1::Trial& trial, int64_t step,
                         const Metrics& metrics) override;
+  // Donors' checkpoints follow the restore point (uploads that became
+  // durable), which retention keeps.
+  void OnCheckpoint(const v1::Trial& trial) override;
   // Updates the member (params, checkpoint, latest score) without ranking.
   void Replay(const v1::Trial& trial, int64_t step,
               const Metrics& metrics) override;

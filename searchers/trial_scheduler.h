@@ -45,6 +45,10 @@ class TrialScheduler {
   // `trial` reached a final state.
   virtual void OnTrialFinished(const v1::Trial& trial) {}
 
+  // `trial`'s restore point (checkpoint, checkpoint_step) changed outside a
+  // report: an uploaded checkpoint became durable.
+  virtual void OnCheckpoint(const v1::Trial& trial) {}
+
   // Whether a restarted scheduler must replay stored reports through
   // OnReport to rebuild this scheduler's state.
   virtual bool NeedsHistory() const { return true; }

@@ -80,13 +80,24 @@ class WorkerE2eTest : public ::testing::Test {
     scheduler_.Kill(SIGKILL);
     if (!HasFailure()) fs::remove_all(dir_);
   }
-  testing::Subprocess& StartWorker(const std::string& host) {
+  // Whether workers keep checkpoints in caches of their own and upload
+  // them (--checkpoint-cache) instead of sharing the scheduler's root.
+  virtual bool Transfer() const { return false; }
+  // The worker's checkpoint flag: the shared root, or its own cache.
+  std::string CheckpointFlag(const std::string& host) const {
+    return Transfer() ? "--checkpoint-cache=" + Cache(host).string()
+                      : "--checkpoint-root=" + (dir_ / "ckpt").string();
+  }
+  fs::path Cache(const std::string& host) const {
+    return dir_ / host / "cache";
+  }
+  testing::Subprocess& StartWorker(const std::string& host, int slots = 1) {
     workers_.push_back(std::make_unique<testing::Subprocess>());
     EXPECT_TRUE(workers_.back()->Start(
-        {DIAL_WORKER_BIN, "--scheduler=" + address_, "--slots=1", "--cpus=1",
+        {DIAL_WORKER_BIN, "--scheduler=" + address_,
+         "--slots=" + std::to_string(slots), "--cpus=" + std::to_string(slots),
          "--host=" + host, "--trainer=" DIAL_TRAIN_BIN,
-         "--work-dir=" + (dir_ / host).string(),
-         "--checkpoint-root=" + (dir_ / "ckpt").string(),
+         "--work-dir=" + (dir_ / host).string(), CheckpointFlag(host),
          "--acquire-wait-ms=1000", "--grace-s=5",
          // The command trials these tests run (docs/workers.md, "Safe
          // workers"); the trainer needs no flag.

@@ -21,6 +21,27 @@ namespace fs = std::filesystem;
 using client::DialClient;
 using ::testing::HasSubstr;
 
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The tests that move checkpoints between workers, run twice: with the
+// shared checkpoint root, and with each worker's own cache and uploads
+// (CheckpointService; nothing shared but the network).
+class CheckpointModesTest : public WorkerE2eTest,
+                            public ::testing::WithParamInterface<bool> {
+ protected:
+  bool Transfer() const override { return GetParam(); }
+};
+INSTANTIATE_TEST_SUITE_P(Roots, CheckpointModesTest,
+                         ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "OwnCaches" : "SharedRoot";
+                         });
+
 TEST_F(WorkerE2eTest, TwoWorkersRunAFourTrialStudyToCompletion) {
   StartWorker("wa");
   StartWorker("wb");
@@ -118,7 +139,8 @@ trial: {command: {argv: [/usr/bin/python3, -c, "import sys; sys.exit('bad things
   EXPECT_THAT(Dialctl("trials get broken 0"), HasSubstr("bad things happened"));
 }
 
-TEST_F(WorkerE2eTest, AKilledWorkersTrialResumesElsewhereFromItsCheckpoint) {
+TEST_P(CheckpointModesTest,
+       AKilledWorkersTrialResumesElsewhereFromItsCheckpoint) {
   std::map<std::string, testing::Subprocess*> workers = {
       {"wa", &StartWorker("wa")}, {"wb", &StartWorker("wb")}};
   auto spec = ParseStudySpec(R"(
@@ -133,8 +155,10 @@ trial: {trainer: {dataset: synthetic, steps: 6000, eval_every: 200, batch_size: 
   std::string killed_host;
   int64_t killed_at = 0;
   auto last = WaitForEnd("resume", [&](const v1::StudyEvent& e) {
+    // Killed once its restore point (with own caches: its last uploaded
+    // checkpoint) is at step 400 or later.
     if (killed_host.empty() && e.trial().state() == v1::RUNNING &&
-        e.trial().last_step() >= 400 && !e.trial().checkpoint().empty()) {
+        e.trial().checkpoint_step() >= 400 && !e.trial().checkpoint().empty()) {
       killed_host = e.trial().worker_id().substr(0, 2);
       killed_at = e.trial().checkpoint_step();
       workers.at(killed_host)->Kill(SIGKILL);
@@ -162,6 +186,15 @@ trial: {trainer: {dataset: synthetic, steps: 6000, eval_every: 200, batch_size: 
                                     std::to_string(killed_at) + " at step " +
                                     std::to_string(killed_at)));
   EXPECT_GE(killed_at, 400);
+  if (Transfer()) {
+    // The checkpoint came over the network, from the scheduler's store,
+    // which the killed host had uploaded it to.
+    EXPECT_THAT(ReadText(dir_ / (survivor + ".log")),
+                HasSubstr("downloaded checkpoint resume/0/" +
+                          std::to_string(killed_at)));
+    EXPECT_TRUE(fs::exists(dir_ / "ckpt/resume/0" / std::to_string(killed_at) /
+                           "MANIFEST"));
+  }
 }
 
 TEST_F(WorkerE2eTest, StoppingAStudyEndsItsRunningTrialAndFreesTheSlot) {
@@ -234,17 +267,9 @@ trial: {trainer: {dataset: synthetic, steps: 450, eval_every: 50, batch_size: 32
   EXPECT_EQ(best->at(0).last_step(), 450);
 }
 
-TEST_F(WorkerE2eTest, PbtExploitsCopyBetterWeightsAndRecordLineage) {
-  for (const char* host : {"wa", "wb"}) {
-    workers_.push_back(std::make_unique<testing::Subprocess>());
-    ASSERT_TRUE(workers_.back()->Start(
-        {DIAL_WORKER_BIN, "--scheduler=" + address_, "--slots=2", "--cpus=2",
-         std::string("--host=") + host, "--trainer=" DIAL_TRAIN_BIN,
-         "--work-dir=" + (dir_ / host).string(),
-         "--checkpoint-root=" + (dir_ / "ckpt").string(),
-         "--acquire-wait-ms=1000"},
-        (dir_ / (std::string(host) + ".log")).string()));
-  }
+TEST_P(CheckpointModesTest, PbtExploitsCopyBetterWeightsAndRecordLineage) {
+  StartWorker("wa", 2);
+  StartWorker("wb", 2);
   // Some members start with hopeless learning rates.
   auto spec = ParseStudySpec(R"(
 name: pbt
@@ -288,10 +313,13 @@ trial: {trainer: {dataset: synthetic, steps: 800, eval_every: 50, batch_size: 32
       ++checked;
       EXPECT_LT(std::abs(next - donor), 0.5 * std::abs(own - donor))
           << "trial " << t.number() << " step " << e.step();
-      EXPECT_TRUE(fs::exists(dir_ / "ckpt/pbt" / std::to_string(t.number()) /
-                             ("from-" + std::to_string(e.source_trial()) + "-" +
-                              std::to_string(e.source_step())) /
-                             "MANIFEST"));
+      const fs::path copy = fs::path("pbt") / std::to_string(t.number()) /
+                            ("from-" + std::to_string(e.source_trial()) + "-" +
+                             std::to_string(e.source_step())) /
+                            "MANIFEST";
+      EXPECT_TRUE(Transfer() ? fs::exists(Cache("wa") / copy) ||
+                                   fs::exists(Cache("wb") / copy)
+                             : fs::exists(dir_ / "ckpt" / copy));
     }
   }
   EXPECT_GE(exploits, 1);
@@ -299,7 +327,7 @@ trial: {trainer: {dataset: synthetic, steps: 800, eval_every: 50, batch_size: 32
   EXPECT_THAT(Dialctl("trials lineage pbt 0"), HasSubstr("STEPS"));
 }
 
-TEST_F(WorkerE2eTest,
+TEST_P(CheckpointModesTest,
        AshaPromotionPausesTrialsAndResumesTheBestFromCheckpoints) {
   StartWorker("wa");
   StartWorker("wb");
