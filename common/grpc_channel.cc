@@ -49,8 +49,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
   // default backoff grows to minutes: a restarted scheduler was reached
   // ~10 s late), and notice a dead connection (a partition, a host gone)
   // by keepalive pings instead of TCP's retransmission timeout.
+  // (Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC also takes it as the
+  // connect timeout, and a TLS handshake over a slow link needs seconds.)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);

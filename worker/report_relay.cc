@@ -97,6 +97,7 @@ absl::Status ReportRelay::Flush(absl::Duration outage_limit) {
   // keeps it there), so a restarted scheduler keeps it attached.
   absl::Duration backoff = absl::Milliseconds(200);
   const absl::Time give_up = options_.clock->Now() + outage_limit;
+  absl::Time next_log = options_.clock->Now();
   absl::Status rejected;
   while (!pending_.empty()) {
     v1::Decision ignored;
@@ -112,6 +113,12 @@ absl::Status ReportRelay::Flush(absl::Duration outage_limit) {
       spdlog::warn("{}: {} buffered report(s) dropped: {}", options_.name,
                    pending_.size(), sent.ToString());
       return sent;
+    }
+    if (options_.clock->Now() >= next_log) {
+      // Once in a while, so an operator sees why the attempt is not over.
+      spdlog::warn("{}: {} report(s) still buffered: {}; retrying",
+                   options_.name, pending_.size(), sent.ToString());
+      next_log = options_.clock->Now() + absl::Seconds(30);
     }
     options_.sleeper->SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(5));

@@ -34,6 +34,7 @@
 #include "absl/strings/strip.h"
 #include "dial/v1/service.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "tests/e2e/netns.h"
 #include "tests/e2e/subprocess.h"
 
 namespace dial {
@@ -43,107 +44,17 @@ namespace fs = std::filesystem;
 using ::testing::AnyOf;
 using ::testing::Eq;
 using ::testing::HasSubstr;
+using testing::IpBinary;
 using ::testing::Not;
+using testing::Ran;
+using testing::ReadFile;
+using testing::RunCommand;
+using testing::Tail;
+using testing::WriteFile;
 
 constexpr int kPort = 7443;
 constexpr int kSteps = 5;  // reports of each of alice's trials
 constexpr auto kProbeTimeout = std::chrono::seconds(150);
-
-std::string IpBinary() {
-  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-    if (access(p, X_OK) == 0) return p;
-  }
-  return "";
-}
-
-// Runs argv (a path first) to its end, at most `timeout`; its exit status
-// (-1 if it could not start or was killed at the deadline) and its stdout
-// and stderr together.
-struct Ran {
-  int status = -1;
-  std::string output;
-  bool ok() const { return status == 0; }
-};
-Ran RunCommand(const std::vector<std::string>& argv,
-               std::chrono::seconds timeout = std::chrono::seconds(30)) {
-  auto out = MakePipe();
-  if (!out.ok()) return {-1, out.status().ToString()};
-  SpawnOptions options;
-  options.argv = argv;
-  options.search_path = false;
-  options.stdout_fd = ChildFd::Fd(out->write.get());
-  options.stderr_fd = ChildFd::Fd(out->write.get());
-  auto pid = Spawn(options);
-  if (!pid.ok()) return {-1, pid.status().ToString()};
-  out->write.reset();
-  Ran ran;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  bool timed_out = false;
-  while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd p{out->read.get(), POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-    char chunk[4096];
-    const ssize_t n = read(out->read.get(), chunk, sizeof(chunk));
-    if (n <= 0) break;
-    ran.output.append(chunk, static_cast<size_t>(n));
-  }
-  if (timed_out) kill(*pid, SIGKILL);
-  const int status = WaitForExit(*pid).value_or(-1);
-  ran.status = timed_out ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (timed_out) absl::StrAppend(&ran.output, "\n(killed: ran past deadline)");
-  return ran;
-}
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void WriteFile(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-// The end of a log file, for failure messages.
-std::string Tail(const fs::path& path, size_t bytes = 3000) {
-  const std::string text = ReadFile(path);
-  return text.size() <= bytes ? text : text.substr(text.size() - bytes);
-}
-
-// Deletes the namespaces it was given (and with them their links) when it
-// goes out of scope, test failed or not. Declared before the processes
-// that run in them, so those are killed first.
-class NetnsGuard {
- public:
-  explicit NetnsGuard(std::string ip) : ip_(std::move(ip)) {}
-  NetnsGuard(const NetnsGuard&) = delete;
-  ~NetnsGuard() {
-    for (auto it = names_.rbegin(); it != names_.rend(); ++it) {
-      RunCommand({ip_, "netns", "delete", *it});
-    }
-  }
-  // Creates namespace `name`; false (and why in `error`) if it cannot.
-  bool Add(const std::string& name, std::string* error) {
-    Ran ran = RunCommand({ip_, "netns", "add", name});
-    if (!ran.ok()) {
-      *error = ran.output;
-      return false;
-    }
-    names_.push_back(name);
-    return true;
-  }
-
- private:
-  const std::string ip_;
-  std::vector<std::string> names_;
-};
 
 // Credentials a probe connects with.
 struct Creds {
@@ -180,13 +91,14 @@ class NetnsSecurityTest : public ::testing::Test {
                       "cannot list network namespaces)";
     }
     const std::string pid = std::to_string(getpid());
-    prefix_ = "dsec" + pid;
-    RemoveStaleNamespaces();
-    guard_ = std::make_unique<NetnsGuard>(ip_);
+    const int subnet = 1 + getpid() % 250;
+    net_ = absl::StrCat("10.213.", subnet, ".");
+    network_ = std::make_unique<testing::TestNetwork>(ip_, "dsec", net_);
     std::string error;
-    if (!guard_->Add(prefix_ + "-probe", &error)) {
+    if (!network_->Build({"sch", "wrk", "usr", "atk"}, &error)) {
       GTEST_SKIP() << "`ip netns add` does not work here: " << error;
     }
+    ASSERT_FALSE(HasFailure()) << "the test network could not be built";
 
     dir_ = fs::temp_directory_path() /
            ("dial-netns-sec-" + pid + "-" +
@@ -194,11 +106,8 @@ class NetnsSecurityTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "backups");
     fs::create_directories(dir_ / "secrets");
-    const int subnet = 1 + getpid() % 250;
-    net_ = absl::StrCat("10.213.", subnet, ".");
     scheduler_ip_ = net_ + "1";
     target_ = absl::StrCat(scheduler_ip_, ":", kPort);
-    ASSERT_NO_FATAL_FAILURE(BuildNetwork());
 
     Ran ca = RunCommand({"/bin/bash", DIAL_SOURCE_DIR "/deploy/dev-ca.sh",
                          (dir_ / "ca").string(), "--san", scheduler_ip_});
@@ -250,13 +159,13 @@ class NetnsSecurityTest : public ::testing::Test {
     worker_.Kill(SIGKILL);
     scheduler_.Kill(SIGKILL);
     for (auto& p : probes_) p->Kill(SIGKILL);
-    guard_.reset();  // the namespaces, after the processes in them
+    network_.reset();  // the namespaces, after the processes in them
     if (!dir_.empty() && !HasFailure() && !std::getenv("DIAL_KEEP_E2E_DIR")) {
       fs::remove_all(dir_);
     }
   }
 
-  std::string Ns(const std::string& role) const { return prefix_ + "-" + role; }
+  std::string Ns(const std::string& role) const { return network_->Ns(role); }
   std::string Ca(const std::string& file) const {
     return (dir_ / "ca" / file).string();
   }
@@ -271,71 +180,6 @@ class NetnsSecurityTest : public ::testing::Test {
   Creds Worker() const {
     return {true, Ca("ca.crt"), Ca("worker.crt"), Ca("worker.key"),
             Token("worker")};
-  }
-
-  // Namespaces left by an earlier run of this test that was killed (its
-  // pid gone), so they do not pile up.
-  void RemoveStaleNamespaces() {
-    Ran list = RunCommand({ip_, "netns", "list"});
-    for (absl::string_view line : absl::StrSplit(list.output, '\n')) {
-      std::vector<std::string> words = absl::StrSplit(line, ' ');
-      const std::string& name = words[0];
-      if (name.rfind("dsec", 0) != 0) continue;
-      const std::string pid = name.substr(4, name.find('-') - 4);
-      if (pid.empty() || fs::exists("/proc/" + pid)) continue;
-      RunCommand({ip_, "netns", "delete", name});
-    }
-  }
-
-  void Ip(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {ip_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    Ran ran = RunCommand(argv);
-    ASSERT_TRUE(ran.ok()) << absl::StrJoin(argv, " ") << ": " << ran.output;
-  }
-
-  // The bridge in its own namespace; one veth pair per host namespace,
-  // created inside the bridge's namespace with the other end moved straight
-  // into the host's, so no link ever exists in the machine's namespace.
-  void BuildNetwork() {
-    std::string error;
-    const std::string br = Ns("br");
-    ASSERT_TRUE(guard_->Add(br, &error)) << error;
-    Ip({"-n", br, "link", "set", "lo", "up"});
-    Ip({"-n", br, "link", "add", "br0", "type", "bridge", "stp_state", "0",
-        "forward_delay", "0"});
-    Ip({"-n", br, "link", "set", "br0", "up"});
-    const std::vector<std::string> hosts = {"sch", "wrk", "usr", "atk"};
-    for (size_t i = 0; i < hosts.size(); ++i) {
-      const std::string ns = Ns(hosts[i]);
-      ASSERT_TRUE(guard_->Add(ns, &error)) << error;
-      const std::string port = absl::StrCat("p", i);
-      Ip({"-n", br, "link", "add", port, "type", "veth", "peer", "name",
-          Link(hosts[i]), "netns", ns});
-      Ip({"-n", br, "link", "set", port, "master", "br0", "up"});
-      Ip({"-n", ns, "link", "set", "lo", "up"});
-      Ip({"-n", ns, "addr", "add", absl::StrCat(net_, i + 1, "/24"), "dev",
-          Link(hosts[i])});
-      Ip({"-n", ns, "link", "set", Link(hosts[i]), "up"});
-    }
-    // Before any connection: no way out, and the scheduler's address is
-    // reached over this test's own link.
-    for (const std::string& host : hosts) {
-      Ran routes = RunCommand({ip_, "-n", Ns(host), "route", "show"});
-      ASSERT_TRUE(routes.ok()) << routes.output;
-      EXPECT_THAT(routes.output, Not(HasSubstr("default")))
-          << Ns(host) << " has a default route";
-      if (host == "sch") continue;
-      Ran route = RunCommand(
-          {ip_, "netns", "exec", Ns(host), ip_, "route", "get", scheduler_ip_});
-      ASSERT_TRUE(route.ok()) << route.output;
-      ASSERT_THAT(route.output, HasSubstr("dev " + Link(host) + " "))
-          << "in " << Ns(host) << ", " << scheduler_ip_
-          << " is not reached over the test's link " << Link(host);
-    }
-  }
-  std::string Link(const std::string& host) const {
-    return absl::StrCat("dl", getpid(), host.substr(0, 1));
   }
 
   // Runs e2e_probe_client in namespace `host` (usr or atk) with `creds`.
@@ -411,9 +255,9 @@ class NetnsSecurityTest : public ::testing::Test {
            << Tail(dir_ / "scheduler.log");
   }
 
-  std::string ip_, prefix_, net_, scheduler_ip_, target_, secret_;
+  std::string ip_, net_, scheduler_ip_, target_, secret_;
   fs::path dir_;
-  std::unique_ptr<NetnsGuard> guard_;
+  std::unique_ptr<testing::TestNetwork> network_;
   testing::Subprocess scheduler_;
   testing::Subprocess worker_;
   std::vector<std::unique_ptr<testing::Subprocess>> probes_;
