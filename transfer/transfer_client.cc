@@ -197,6 +197,9 @@ class GrpcCheckpointTransfer final : public CheckpointTransfer {
  private:
   void Prepare(grpc::ClientContext& ctx, int64_t bytes) {
     Authorize(ctx, options_.token);
+    // Wait for (and so drive) the connection instead of failing at once:
+    // a retry after a partition then finds the channel connected.
+    ctx.set_wait_for_ready(true);
     const absl::Duration timeout =
         options_.call_timeout +
         absl::Seconds(static_cast<double>(bytes) /

@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "dial/v1/service.grpc.pb.h"
@@ -21,37 +23,49 @@ class GrpcSchedulerClient : public SchedulerClient {
   absl::StatusOr<v1::RegisterWorkerResponse> Register(
       const v1::RegisterWorkerRequest& request) override {
     return Call(&v1::WorkerService::Stub::RegisterWorker, request,
-                v1::RegisterWorkerResponse(), timeout_);
+                v1::RegisterWorkerResponse(), timeout_, false);
   }
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request) override {
+    // Waits for the channel (a few seconds at most, so shutdown stays
+    // quick): the heartbeat thread is what drives a reconnect.
     return Call(&v1::WorkerService::Stub::Heartbeat, request,
-                v1::HeartbeatResponse(), timeout_);
+                v1::HeartbeatResponse(), std::min(timeout_, absl::Seconds(5)),
+                true);
   }
   absl::StatusOr<v1::AcquireTrialResponse> Acquire(
       const v1::AcquireTrialRequest& request) override {
     // The scheduler holds the call up to wait_ms; leave room past it.
     return Call(&v1::WorkerService::Stub::AcquireTrial, request,
                 v1::AcquireTrialResponse(),
-                absl::Milliseconds(request.wait_ms()) + timeout_);
+                absl::Milliseconds(request.wait_ms()) + timeout_, false);
   }
   absl::StatusOr<v1::ReportProgressResponse> Report(
       const v1::ReportProgressRequest& request) override {
+    // Fails fast while the scheduler is unreachable: the relay buffers the
+    // report and the trial trains on.
     return Call(&v1::WorkerService::Stub::ReportProgress, request,
-                v1::ReportProgressResponse(), timeout_);
+                v1::ReportProgressResponse(), timeout_, false);
   }
   absl::Status Finish(const v1::FinishTrialRequest& request) override {
     return Call(&v1::WorkerService::Stub::FinishTrial, request,
-                v1::FinishTrialResponse(), timeout_)
+                v1::FinishTrialResponse(), timeout_, true)
         .status();
   }
 
  private:
   template <typename Method, typename Request, typename Response>
+  // `wait_for_ready`: the call waits (up to its deadline) for the channel
+  // to connect instead of failing at once, and while it waits this thread
+  // drives the connection. Without such a call a reconnect only advances
+  // on gRPC's backup poller (every 5 s), too slowly for a TLS handshake
+  // over a slow link: after a partition the worker never got back.
   absl::StatusOr<Response> Call(Method method, const Request& request,
-                                Response response, absl::Duration timeout) {
+                                Response response, absl::Duration timeout,
+                                bool wait_for_ready) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    ctx.set_wait_for_ready(wait_for_ready);
     Authorize(ctx, token_);
     grpc::Status status = ((*stub_).*method)(&ctx, request, &response);
     if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
