@@ -45,14 +45,15 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
   // locally a request it would refuse.
   args.SetMaxReceiveMessageSize(kMaxResponseBytes);
   args.SetMaxSendMessageSize(kMaxRequestBytes);
-  // Reconnect within a second or two once the scheduler is back (gRPC's
-  // default backoff grows to minutes: a restarted scheduler was reached
-  // ~10 s late), and notice a dead connection (a partition, a host gone)
-  // by keepalive pings instead of TCP's retransmission timeout.
+  // Reconnect within a second once the scheduler is back (gRPC's default
+  // backoff grows to two minutes, longer than a worker's lease), and
+  // notice a dead connection (a partition, a host gone) by keepalive pings
+  // instead of TCP's retransmission timeout. (A reconnect also needs a
+  // thread waiting in a call to advance: see worker/scheduler_client.cc.)
   // (Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC also takes it as the
   // connect timeout, and a TLS handshake over a slow link needs seconds.)
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);

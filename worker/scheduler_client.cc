@@ -90,13 +90,7 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> NewGrpcSchedulerClient(
   if (options.target.empty()) {
     return absl::InvalidArgumentError("--scheduler: address is required");
   }
-  grpc::ChannelArguments args;
-  // After a scheduler restart, reconnect within a second: gRPC's default
-  // backoff grows to two minutes, longer than a worker's lease.
-  // (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS stays at its default: gRPC also
-  // uses it as the connection timeout.)
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  grpc::ChannelArguments args;  // MakeChannel sets the reconnect backoff
   ConnectOptions connect;
   connect.target = options.target;
   connect.tls_ca = options.tls_ca;

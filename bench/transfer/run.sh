@@ -54,10 +54,14 @@ in_wrk() { ip netns exec $wrk "$@"; }
 
 # The plain TCP copy, both ways.
 dd if=/dev/urandom of="$work/plain.bin" bs=1M count="$size_mb" status=none
-copy() {  # copy FROM_NS TO_NS TO_ADDR -> seconds
-  local from=$1 to=$2 addr=$3 port=$((9000 + RANDOM % 1000))
+copy() {  # copy FROM_NS TO_NS TO_ADDR [SINK] -> seconds
+  local from=$1 to=$2 addr=$3 sink=${4:-file} port=$((9000 + RANDOM % 1000))
   rm -f "$work/received.bin"
-  ip netns exec "$to" sh -c "socat -u TCP-LISTEN:$port,reuseaddr STDOUT | dd of=$work/received.bin bs=1M conv=fsync status=none" &
+  if [[ $sink == null ]]; then
+    ip netns exec "$to" sh -c "socat -u TCP-LISTEN:$port,reuseaddr STDOUT >/dev/null" &
+  else
+    ip netns exec "$to" sh -c "socat -u TCP-LISTEN:$port,reuseaddr STDOUT | dd of=$work/received.bin bs=1M conv=fsync status=none" &
+  fi
   local listener=$!
   for _ in $(seq 50); do
     ip netns exec "$to" ss -ltn | grep -q ":$port " && break
@@ -68,11 +72,15 @@ copy() {  # copy FROM_NS TO_NS TO_ADDR -> seconds
   ip netns exec "$from" socat -u FILE:"$work/plain.bin" TCP:"$addr":$port
   wait $listener
   t1=$(date +%s.%N)
-  cmp -s "$work/plain.bin" "$work/received.bin" || { echo "socat copy differs" >&2; exit 1; }
+  if [[ $sink != null ]]; then
+    cmp -s "$work/plain.bin" "$work/received.bin" || { echo "socat copy differs" >&2; exit 1; }
+  fi
   /usr/bin/python3 -c "print($t1 - $t0)"
 }
 plain_up=$(copy $wrk $sch 10.77.0.1)
 plain_down=$(copy $sch $wrk 10.77.0.2)
+# The network alone (nothing written): the ceiling, for reference.
+wire_up=$(copy $wrk $sch 10.77.0.1 null)
 rm -f "$work/plain.bin" "$work/received.bin"
 
 # A non-loopback address needs tokens: the bench acts as one admin (who
@@ -92,12 +100,14 @@ json=$(DIAL_TOKEN=$token in_wrk "$build/bench/transfer_bench" --target=10.77.0.1
 
 mkdir -p bench/transfer/results
 out=bench/transfer/results/$(date +%F).txt
-/usr/bin/python3 - "$size_mb" "$plain_up" "$plain_down" "$json" <<'EOF' | tee "$out"
+/usr/bin/python3 - "$size_mb" "$plain_up" "$plain_down" "$json" "$wire_up" <<'EOF' | tee "$out"
 import json, sys
 size, up, down, j = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), json.loads(sys.argv[4])
+wire = size / float(sys.argv[5])
 pu, pd = size / up, size / down
 print(f"checkpoint of {size:.0f} MiB between two network namespaces (veth + bridge)")
 print(f"plain TCP copy (socat, fsync): upload {pu:.0f} MiB/s, download {pd:.0f} MiB/s")
+print(f"plain TCP copy to /dev/null:   {wire:.0f} MiB/s (the network alone, nothing stored)")
 print(f"Dial CheckpointService:        upload {j['upload_mb_s']:.0f} MiB/s, download {j['download_mb_s']:.0f} MiB/s")
 print(f"ratio Dial/plain:              upload {j['upload_mb_s']/pu:.2f}, download {j['download_mb_s']/pd:.2f} (target >= 0.50)")
 print(f"second checkpoint, {j['second_changed_chunks']} of {int(size)} chunks changed: "
