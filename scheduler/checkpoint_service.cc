@@ -180,37 +180,45 @@ void CheckpointServiceImpl::Run(std::function<void()> task) {
   wake_.notify_one();
 }
 
-grpc::ServerUnaryReactor* CheckpointServiceImpl::StartUpload(
-    grpc::CallbackServerContext* ctx, const v1::StartUploadRequest* request,
-    v1::StartUploadResponse* response) {
+template <typename Task>
+grpc::ServerUnaryReactor* CheckpointServiceImpl::OnIoThread(
+    grpc::CallbackServerContext* ctx, Task task) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::StatusOr<auth::Principal> who = Authenticate(tokens_, *ctx);
   if (!who.ok()) {
     reactor->Finish(ToGrpcStatus(who.status()));
     return reactor;
   }
-  Run([this, reactor, request, response, who = *who] {
-    absl::Status status = CheckUploadRole(who);
-    if (status.ok()) {
-      status = core_->CheckUploader(request->lease(),
-                                    request->manifest().checkpoint(), who);
-    }
-    if (status.ok()) {
-      const std::vector<std::string> bases(request->bases().begin(),
-                                           request->bases().end());
-      auto upload =
-          depot_->Start(request->lease().study(), request->lease().trial(),
-                        request->step(), request->manifest(), bases);
-      if (upload.ok()) {
-        response->set_upload_id(upload->upload_id);
-        for (int64_t i : upload->missing) response->add_missing(i);
-        response->set_missing_bytes(upload->missing_bytes);
-      }
-      status = upload.status();
-    }
-    reactor->Finish(ToGrpcStatus(status));
-  });
+  Run([reactor, task = std::move(task), who = *who] { task(reactor, who); });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* CheckpointServiceImpl::StartUpload(
+    grpc::CallbackServerContext* ctx, const v1::StartUploadRequest* request,
+    v1::StartUploadResponse* response) {
+  return OnIoThread(
+      ctx, [this, request, response](grpc::ServerUnaryReactor* reactor,
+                                     const auth::Principal& who) {
+        absl::Status status = CheckUploadRole(who);
+        if (status.ok()) {
+          status = core_->CheckUploader(request->lease(),
+                                        request->manifest().checkpoint(), who);
+        }
+        if (status.ok()) {
+          const std::vector<std::string> bases(request->bases().begin(),
+                                               request->bases().end());
+          auto upload =
+              depot_->Start(request->lease().study(), request->lease().trial(),
+                            request->step(), request->manifest(), bases);
+          if (upload.ok()) {
+            response->set_upload_id(upload->upload_id);
+            for (int64_t i : upload->missing) response->add_missing(i);
+            response->set_missing_bytes(upload->missing_bytes);
+          }
+          status = upload.status();
+        }
+        reactor->Finish(ToGrpcStatus(status));
+      });
 }
 
 grpc::ServerReadReactor<v1::UploadChunksRequest>*
@@ -224,13 +232,9 @@ CheckpointServiceImpl::UploadChunks(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* CheckpointServiceImpl::CommitUpload(
     grpc::CallbackServerContext* ctx, const v1::CommitUploadRequest* request,
     v1::CommitUploadResponse* response) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  absl::StatusOr<auth::Principal> who = Authenticate(tokens_, *ctx);
-  if (!who.ok()) {
-    reactor->Finish(ToGrpcStatus(who.status()));
-    return reactor;
-  }
-  Run([this, reactor, request, response, who = *who] {
+  return OnIoThread(ctx, [this, request, response](
+                             grpc::ServerUnaryReactor* reactor,
+                             const auth::Principal& who) {
     const v1::TrialLease& lease = request->lease();
     auto finish = [reactor](absl::Status s) {
       reactor->Finish(ToGrpcStatus(s));
@@ -256,7 +260,6 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::CommitUpload(
       reactor->Finish(ToGrpcStatus(durable.ok() ? status : durable));
     });
   });
-  return reactor;
 }
 
 grpc::ServerWriteReactor<v1::DownloadCheckpointResponse>*

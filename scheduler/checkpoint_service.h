@@ -53,6 +53,12 @@ class CheckpointServiceImpl final
   transfer::CheckpointDepot* depot() const { return depot_; }
 
  private:
+  // Authenticates the caller, then runs task(reactor, principal) on an
+  // I/O thread; the task finishes the reactor.
+  template <typename Task>
+  grpc::ServerUnaryReactor* OnIoThread(grpc::CallbackServerContext* ctx,
+                                       Task task);
+
   SchedulerCore* const core_;
   transfer::CheckpointDepot* const depot_;
   const auth::TokenTable* const tokens_;

@@ -194,17 +194,22 @@ int64_t CheckpointDepot::CopyKnownChunks(
   return copied;
 }
 
+absl::StatusOr<std::shared_ptr<CheckpointDepot::Session>>
+CheckpointDepot::OpenLocked(const std::string& upload_id) const {
+  auto it = sessions_.find(upload_id);
+  if (it == sessions_.end() || it->second->committing) {
+    return absl::AbortedError(
+        absl::StrCat("upload ", upload_id, " is not open (start it again)"));
+  }
+  return it->second;
+}
+
 absl::Status CheckpointDepot::Put(const std::string& upload_id, int64_t index,
                                   absl::string_view data) {
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&mu_);
-    auto it = sessions_.find(upload_id);
-    if (it == sessions_.end() || it->second->committing) {
-      return absl::AbortedError(
-          absl::StrCat("upload ", upload_id, " is not open (start it again)"));
-    }
-    session = it->second;
+    DIAL_ASSIGN_OR_RETURN(session, OpenLocked(upload_id));
     session->touched = absl::Now();
   }
   if (index < 0 || index >= static_cast<int64_t>(session->chunks.size())) {
@@ -229,12 +234,9 @@ absl::Status CheckpointDepot::Put(const std::string& upload_id, int64_t index,
 absl::StatusOr<CheckpointDepot::Upload> CheckpointDepot::Find(
     const std::string& upload_id) const {
   absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(upload_id);
-  if (it == sessions_.end()) {
-    return absl::AbortedError(
-        absl::StrCat("upload ", upload_id, " is not open (start it again)"));
-  }
-  return it->second->upload;
+  DIAL_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
+                        OpenLocked(upload_id));
+  return session->upload;
 }
 
 absl::StatusOr<CheckpointDepot::Upload> CheckpointDepot::Commit(
@@ -242,12 +244,7 @@ absl::StatusOr<CheckpointDepot::Upload> CheckpointDepot::Commit(
   std::shared_ptr<Session> session;
   {
     absl::MutexLock lock(&mu_);
-    auto it = sessions_.find(upload_id);
-    if (it == sessions_.end() || it->second->committing) {
-      return absl::AbortedError(
-          absl::StrCat("upload ", upload_id, " is not open (start it again)"));
-    }
-    session = it->second;
+    DIAL_ASSIGN_OR_RETURN(session, OpenLocked(upload_id));
     int64_t missing = 0;
     for (bool r : session->received) missing += r ? 0 : 1;
     if (missing > 0) {

@@ -97,6 +97,9 @@ class CheckpointDepot {
   };
   explicit CheckpointDepot(const CheckpointDepotOptions& options)
       : options_(options) {}
+  // The open session `upload_id`; ABORTED if it is not open.
+  absl::StatusOr<std::shared_ptr<Session>> OpenLocked(
+      const std::string& upload_id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Drops idle sessions; returns their staging paths to delete.
   std::vector<std::string> ExpireLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies into `session`'s staging the chunks that `sources` hold.
