@@ -59,6 +59,8 @@ std::string NftBinary() {
 
 class NetnsTransferTest : public ::testing::Test {
  protected:
+  // Latency and loss on the workers' links (else a clean network).
+  virtual bool Faults() const { return true; }
   void SetUp() override {
     if (geteuid() != 0) {
       GTEST_SKIP() << "needs root (network namespaces); running as uid "
@@ -130,6 +132,10 @@ class NetnsTransferTest : public ::testing::Test {
   // dial-worker with its own cache, reaching the scheduler through it.
   void StartWorkerHost(const std::string& host) {
     const int i = host == "wa" ? 0 : 1;
+    if (!Faults()) {
+      ASSERT_NO_FATAL_FAILURE(StartWorker(host, target_));
+      return;
+    }
     for (const std::string& rule :
          {std::string("add table inet dialloss"),
           std::string("add chain inet dialloss in { type filter hook input "
@@ -151,9 +157,13 @@ class NetnsTransferTest : public ::testing::Test {
         (dir_ / (host + "-proxy.log")).string()));
     auto proxy = proxies_[i].WaitFor("listening on ", std::chrono::seconds(30));
     ASSERT_TRUE(proxy.has_value()) << Tail(dir_ / (host + "-proxy.log"));
+    ASSERT_NO_FATAL_FAILURE(StartWorker(host, *proxy));
+  }
+  void StartWorker(const std::string& host, const std::string& address) {
+    const int i = host == "wa" ? 0 : 1;
     ASSERT_TRUE(workers_[i].Start(
         network_->In(
-            host, {DIAL_WORKER_BIN, "--scheduler=" + *proxy,
+            host, {DIAL_WORKER_BIN, "--scheduler=" + address,
                    "--tls-ca=" + Ca("ca.crt"), "--tls-cert=" + Ca("worker.crt"),
                    "--tls-key=" + Ca("worker.key"),
                    "--token=" + ReadFile(dir_ / "ca/tokens/worker.token"),
@@ -179,6 +189,40 @@ class NetnsTransferTest : public ::testing::Test {
     argv.insert(argv.end(), args.begin(), args.end());
     return RunCommand(network_->In("cli", argv), timeout);
   }
+  // Creates a study from `yaml`, retrying while the scheduler is not yet
+  // reachable over the new links.
+  void CreateStudy(const std::string& name, const std::string& yaml) {
+    const fs::path spec = dir_ / (name + ".yaml");
+    WriteFile(spec, yaml);
+    Ran created;
+    const auto reach_by =
+        std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    do {
+      created = Probe({"--action=create-study", "--spec=" + spec.string(),
+                       "--call_timeout_s=3"});
+    } while (!absl::StrContains(created.output, "RESULT 0 ") &&
+             absl::StrContains(created.output, "UNAVAILABLE") &&
+             std::chrono::steady_clock::now() < reach_by);
+    ASSERT_THAT(created.output, HasSubstr("RESULT 0 OK")) << created.output;
+  }
+  void WaitDone(const std::string& study) {
+    Ran done = Probe({"--action=wait-done", "--study=" + study,
+                      "--timeout_s=240", "--call_timeout_s=5"},
+                     std::chrono::seconds(260));
+    ASSERT_THAT(done.output, HasSubstr("RESULT 0 OK"))
+        << done.output << "\nscheduler log:\n"
+        << Tail(dir_ / "scheduler.log") << "\nwa log:\n"
+        << Tail(dir_ / "wa.log") << "\nwb log:\n"
+        << Tail(dir_ / "wb.log");
+  }
+  v1::Trial GetTrial(const std::string& study, int64_t n) {
+    v1::GetTrialResponse got;
+    EXPECT_TRUE(ProbeJson({"--action=get-trial", "--study=" + study,
+                           "--trial=" + std::to_string(n)},
+                          &got));
+    return got.trial();
+  }
+
   // The JSON line and RESULT of a probe, parsed into `message`.
   template <typename Message>
   bool ProbeJson(const std::vector<std::string>& args, Message* message) {
@@ -201,28 +245,17 @@ class NetnsTransferTest : public ::testing::Test {
 
 TEST_F(NetnsTransferTest, LatencyLossAndAPartitionLoseAndDoubleNothing) {
   const std::string study = "faults-" + std::to_string(getpid());
-  WriteFile(dir_ / "spec.yaml",
-            absl::StrCat("name: ", study, R"(
+  ASSERT_NO_FATAL_FAILURE(CreateStudy(
+      study,
+      absl::StrCat("name: ", study, R"(
 objective: {metric: val_accuracy, goal: MAXIMIZE}
 search_space: [{name: lr, float: {min: 0.001, max: 0.01}}]
 searcher: {random: {seed: 5}}
 budget: {max_trials: )",
-                         kTrials,
-                         R"(, max_parallel_trials: 2, max_failures_per_trial: 2}
+                   kTrials,
+                   R"(, max_parallel_trials: 2, max_failures_per_trial: 2}
 trial: {trainer: {dataset: synthetic, steps: 3000, eval_every: 100, batch_size: 64, units: 128}}
-)"));
-  // The scheduler may take a moment to answer over the new links.
-  Ran created;
-  const auto reach_by =
-      std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  do {
-    created = Probe({"--action=create-study",
-                     "--spec=" + (dir_ / "spec.yaml").string(),
-                     "--call_timeout_s=3"});
-  } while (!absl::StrContains(created.output, "RESULT 0 ") &&
-           absl::StrContains(created.output, "UNAVAILABLE") &&
-           std::chrono::steady_clock::now() < reach_by);
-  ASSERT_THAT(created.output, HasSubstr("RESULT 0 OK")) << created.output;
+)")));
 
   // Cut wb off once its trial has a restore point uploaded past step 200.
   v1::Trial victim;
@@ -251,23 +284,12 @@ trial: {trainer: {dataset: synthetic, steps: 3000, eval_every: 100, batch_size: 
   std::this_thread::sleep_until(heal_at);
   network_->SetLink("wb", true);
 
-  Ran done = Probe({"--action=wait-done", "--study=" + study, "--timeout_s=240",
-                    "--call_timeout_s=5"},
-                   std::chrono::seconds(260));
-  ASSERT_THAT(done.output, HasSubstr("RESULT 0 OK"))
-      << done.output << "\nscheduler log:\n"
-      << Tail(dir_ / "scheduler.log") << "\nwa log:\n"
-      << Tail(dir_ / "wa.log") << "\nwb log:\n"
-      << Tail(dir_ / "wb.log");
+  ASSERT_NO_FATAL_FAILURE(WaitDone(study));
 
   // Every trial completed, each evaluation step once, in order.
   std::map<int64_t, std::set<int64_t>> recorded;
   for (int64_t n = 0; n < kTrials; ++n) {
-    v1::GetTrialResponse got;
-    ASSERT_TRUE(ProbeJson({"--action=get-trial", "--study=" + study,
-                           "--trial=" + std::to_string(n)},
-                          &got));
-    const v1::Trial& t = got.trial();
+    const v1::Trial t = GetTrial(study, n);
     EXPECT_EQ(t.state(), v1::COMPLETED) << n << ": " << t.error();
     ASSERT_EQ(t.metric_history_size(), kEvals) << "trial " << n;
     for (int i = 0; i < kEvals; ++i) {
@@ -318,6 +340,81 @@ trial: {trainer: {dataset: synthetic, steps: 3000, eval_every: 100, batch_size: 
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   EXPECT_TRUE(fenced()) << Tail(dir_ / "wb.log");
+}
+
+// The same hosts on a clean network: an ASHA study with promotion (trials
+// pause and resume on whichever host is free) and a PBT study (exploits
+// copy checkpoints between hosts) run at once and complete.
+class NetnsHostsTest : public NetnsTransferTest {
+ protected:
+  bool Faults() const override { return false; }
+};
+
+TEST_F(NetnsHostsTest, AshaPromotionAndPbtCompleteAcrossTwoHosts) {
+  const std::string pid = std::to_string(getpid());
+  const std::string asha = "promo-" + pid, pbt = "pbt-" + pid;
+  ASSERT_NO_FATAL_FAILURE(CreateStudy(asha, "name: " + asha + R"(
+objective: {metric: val_accuracy, goal: MAXIMIZE}
+search_space: [{name: lr, float: {min: 1.0e-6, max: 0.01, scale: LOG}}]
+searcher: {random: {seed: 4}}
+scheduler: {asha: {min_steps: 50, max_steps: 450, reduction_factor: 3, promotion: true}}
+budget: {max_trials: 9, max_parallel_trials: 2}
+trial: {trainer: {dataset: synthetic, steps: 450, eval_every: 50, batch_size: 32}}
+)"));
+  ASSERT_NO_FATAL_FAILURE(CreateStudy(pbt, "name: " + pbt + R"(
+objective: {metric: val_loss, goal: MINIMIZE}
+search_space: [{name: lr, discrete: {values: [1.0e-7, 1.0e-6, 0.003, 0.01]}}]
+searcher: {grid: {}}
+scheduler: {pbt: {perturbation_interval: 100, quantile: 0.25, seed: 2}}
+budget: {max_trials: 4, max_parallel_trials: 4}
+trial: {trainer: {dataset: synthetic, steps: 800, eval_every: 50, batch_size: 32}}
+)"));
+  ASSERT_NO_FATAL_FAILURE(WaitDone(asha));
+  ASSERT_NO_FATAL_FAILURE(WaitDone(pbt));
+
+  // Each reported step once, in order, in every trial of both studies.
+  auto steps_once = [](const v1::Trial& t) {
+    for (int i = 0; i < t.metric_history_size(); ++i) {
+      EXPECT_EQ(t.metric_history(i).step(), 50 * (i + 1))
+          << t.study() << "/" << t.number();
+    }
+  };
+  int resumed = 0, completed = 0;
+  for (int64_t n = 0; n < 9; ++n) {
+    const v1::Trial t = GetTrial(asha, n);
+    EXPECT_TRUE(t.state() == v1::COMPLETED || t.state() == v1::STOPPED)
+        << n << ": " << v1::TrialState_Name(t.state()) << " " << t.error();
+    completed += t.state() == v1::COMPLETED;
+    resumed += t.attempt() >= 2;
+    steps_once(t);
+  }
+  EXPECT_GE(completed, 1);
+  EXPECT_GE(resumed, 1);
+  int exploits = 0;
+  for (int64_t n = 0; n < 4; ++n) {
+    const v1::Trial t = GetTrial(pbt, n);
+    EXPECT_EQ(t.state(), v1::COMPLETED) << n << ": " << t.error();
+    EXPECT_EQ(t.last_step(), 800);
+    steps_once(t);
+    for (const v1::LineageEntry& e : t.lineage()) {
+      ++exploits;
+      // The copy the trial restored from is in the cache of the host that
+      // ran it; its source came from the scheduler's store.
+      const fs::path copy = fs::path(pbt) / std::to_string(n) /
+                            ("from-" + std::to_string(e.source_trial()) + "-" +
+                             std::to_string(e.source_step())) /
+                            "MANIFEST";
+      EXPECT_TRUE(fs::exists(dir_ / "wa/cache" / copy) ||
+                  fs::exists(dir_ / "wb/cache" / copy))
+          << copy;
+    }
+  }
+  EXPECT_GE(exploits, 1);
+  // Checkpoints crossed between the hosts: some resume or exploit on one
+  // host used a checkpoint the other had uploaded.
+  const std::string logs =
+      ReadFile(dir_ / "wa.log") + ReadFile(dir_ / "wb.log");
+  EXPECT_THAT(logs, HasSubstr("downloaded checkpoint "));
 }
 
 }  // namespace

@@ -195,6 +195,16 @@ trial: {trainer: {dataset: synthetic, steps: 6000, eval_every: 200, batch_size: 
     // The scheduler's store holds what the trial ended with.
     EXPECT_TRUE(fs::exists(dir_ / "ckpt" / trial->checkpoint() / "MANIFEST"))
         << trial->checkpoint();
+    // dialctl fetches it without the store on its disk, and evaluates it
+    // (downloading it into a temporary root).
+    const std::string step = fs::path(trial->checkpoint()).filename();
+    EXPECT_THAT(Dialctl("trials download resume 0 " + (dir_ / "got").string()),
+                HasSubstr("downloaded checkpoint " + trial->checkpoint()));
+    EXPECT_EQ(ReadText(dir_ / "got" / step / "MANIFEST"),
+              ReadText(dir_ / "ckpt" / trial->checkpoint() / "MANIFEST"));
+    EXPECT_THAT(Dialctl("trials evaluate resume 0 --split=val --trainer=" +
+                        std::string(DIAL_TRAIN_BIN)),
+                HasSubstr("checkpoint " + trial->checkpoint()));
   }
 }
 
