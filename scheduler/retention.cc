@@ -13,6 +13,7 @@ std::vector<std::string> CheckpointRetention::Record(const v1::Study& study,
                                                      double score) {
   PerStudy& state = studies_[study.name()];
   state.scores[trial][step] = score;
+  state.restore[trial] = step;
   return Retain(study, state, trial);
 }
 
@@ -21,6 +22,15 @@ std::vector<std::string> CheckpointRetention::Restore(
     const std::vector<storage::CheckpointRecord>& records,
     const std::map<int64_t, v1::Trial>& trials) {
   PerStudy& state = studies_[study.name()];
+  for (const auto& [number, trial] : trials) {
+    // An index entry newer than the trial's restore point (its report was
+    // not saved) must not cost the checkpoint the trial resumes from.
+    if (trial.checkpoint() ==
+        storage::CheckpointStore::MakeId(study.name(), number,
+                                         trial.checkpoint_step())) {
+      state.restore[number] = trial.checkpoint_step();
+    }
+  }
   for (const auto& [number, trial] : trials) {
     // A RUNNING trial whose last report got the exploit has not copied
     // its source yet (it would have reported again).
@@ -84,6 +94,8 @@ std::vector<std::string> CheckpointRetention::Retain(const v1::Study& study,
   }
   auto& scores = it->second;
   std::set<int64_t> keep = {scores.rbegin()->first};  // the latest
+  auto restore = state.restore.find(trial);
+  if (restore != state.restore.end()) keep.insert(restore->second);
   std::vector<std::pair<double, int64_t>> ranked;
   for (const auto& [step, score] : scores) ranked.push_back({score, -step});
   std::sort(ranked.rbegin(), ranked.rend());  // best first, earlier on ties

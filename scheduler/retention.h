@@ -1,6 +1,7 @@
 // CheckpointRetention: which checkpoints of worker trials a study keeps:
-// each trial's latest and its best `keep_best` (by the objective), plus any
-// that a pending PBT exploit still has to copy. It only decides; the core
+// each trial's latest and its best `keep_best` (by the objective), its
+// restore point (what its next attempt loads), plus any that a pending PBT
+// exploit still has to copy. It only decides; the core
 // deletes what it returns once the write that made them obsolete is
 // durable, and keeps the store's checkpoint index (with each checkpoint's
 // score) so that a restarted scheduler restores this state. Not thread-safe:
@@ -20,8 +21,9 @@ namespace dial::scheduler {
 
 class CheckpointRetention {
  public:
-  // Notes `trial`'s checkpoint at `step` with its score (higher is better);
-  // returns the ids of `study`'s checkpoints it no longer keeps.
+  // Notes `trial`'s checkpoint at `step` with its score (higher is better),
+  // now its restore point; returns the ids of `study`'s checkpoints it no
+  // longer keeps.
   std::vector<std::string> Record(const v1::Study& study, int64_t trial,
                                   int64_t step, double score);
   // Keeps checkpoint `id` until `trial` (which copies it) releases it.
@@ -31,8 +33,9 @@ class CheckpointRetention {
   std::vector<std::string> Release(const v1::Study& study, int64_t trial);
   // After a restart: takes over what the store's checkpoint index holds of
   // `study` (`records`, by trial and step) and re-pins the source of every
-  // exploit whose trial has not reported since (`trials`, as loaded);
-  // returns the ids the policy no longer keeps.
+  // exploit whose trial has not reported since (`trials`, as loaded), and
+  // keeps each trial's restore point (its `checkpoint_step`) whatever the
+  // index says is newer; returns the ids the policy no longer keeps.
   std::vector<std::string> Restore(
       const v1::Study& study,
       const std::vector<storage::CheckpointRecord>& records,
@@ -46,6 +49,8 @@ class CheckpointRetention {
     std::map<int64_t, std::map<int64_t, double>> scores;
     // checkpoint id -> trials whose exploit copies it.
     std::map<std::string, std::set<int64_t>> pins;
+    // trial -> the step of its restore point.
+    std::map<int64_t, int64_t> restore;
   };
   // What `trial`'s checkpoints the policy no longer keeps (forgotten here).
   std::vector<std::string> Retain(const v1::Study& study, PerStudy& state,

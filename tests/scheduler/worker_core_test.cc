@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "common/spec.h"
@@ -457,6 +458,39 @@ TEST_F(RetentionTest, CheckpointsFromBeforeARestartAreReclaimedAfterIt) {
   auto records = store_->ListCheckpoints("w");
   ASSERT_TRUE(records.ok());
   for (const auto& r : *records) EXPECT_NE(r.id, "w/3/10");
+}
+
+// An index entry newer than a trial's restore point (the checkpoint was
+// indexed, its report was not saved) must not cost, after a restart, the
+// checkpoint the trial resumes from. (Before, the restored policy took the
+// stray entry for the latest and deleted the restore point: "checkpoint
+// .../250 not found" when the trial resumed.)
+TEST_F(RetentionTest, ATrialsRestorePointSurvivesAStrayNewerIndexEntry) {
+  auto spec = WorkerSpec(1, 1);
+  spec.mutable_checkpoints()->set_keep_best(1);
+  Create(spec);
+  const std::string w = Register("a");
+  auto a = Acquire(w);
+  ASSERT_TRUE(a);
+  Report(w, *a, 10, 0.9);  // the best
+  Report(w, *a, 20, 0.5);
+  Report(w, *a, 30, 0.6);  // the restore point
+  ASSERT_EQ(Steps(0), (std::vector<int64_t>{10, 30}));
+  ASSERT_TRUE(checkpoints_->Write("w", 0, 40, {{"model.pt", "w"}}).ok());
+  storage::CheckpointRecord stray;
+  stray.study = "w";
+  stray.trial = 0;
+  stray.step = 40;
+  stray.id = "w/0/40";
+  stray.score = 0.1;
+  ASSERT_TRUE(store_->PutCheckpoint(stray).ok());
+
+  Restart();
+  core_->WaitIdle();
+  EXPECT_EQ(core_->GetTrial("w", 0)->checkpoint(), "w/0/30");
+  const std::vector<int64_t> kept = Steps(0);
+  EXPECT_NE(std::find(kept.begin(), kept.end(), 30), kept.end())
+      << "the restore point was deleted";
 }
 
 }  // namespace
