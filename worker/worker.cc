@@ -383,11 +383,17 @@ void Worker::RunTrial(const std::string& worker_id,
   if (uploader_) {
     if (lost) {
       uploader_->Cancel(lease);
-    } else if (!uploader_->Finish(lease, options_.upload_wait)) {
-      spdlog::warn(
-          "{}: checkpoint uploads did not finish in {}; it resumes from an "
-          "earlier checkpoint",
-          name, absl::FormatDuration(options_.upload_wait));
+    } else {
+      // Shutting down, uploads get the trials' grace period, not more.
+      const absl::Duration wait =
+          Stopping() ? std::min(options_.grace, options_.upload_wait)
+                     : options_.upload_wait;
+      if (!uploader_->Finish(lease, wait)) {
+        spdlog::warn(
+            "{}: checkpoint uploads did not finish in {}; it resumes from an "
+            "earlier checkpoint",
+            name, absl::FormatDuration(wait));
+      }
     }
   }
   const bool shutting_down = Untrack(run);

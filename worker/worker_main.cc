@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -95,6 +96,9 @@ ABSL_FLAG(std::string, token, "",
 namespace fs = std::filesystem;
 
 namespace {
+
+// Set on SIGTERM/SIGINT: checkpoint uploads stop retrying.
+std::atomic<bool> stopping{false};
 
 // Abseil's list flags keep the last occurrence only: merges every
 // "--name=value" and "--name value" of the list flags `names` (after
@@ -223,7 +227,15 @@ int main(int argc, char** argv) {
     connect.tls_key = client_options.tls_key;
     connect.tls_server_name = client_options.tls_server_name;
     connect.token = client_options.token;
-    auto made = dial::transfer::ConnectCheckpointTransfer(connect, {});
+    dial::transfer::GrpcCheckpointTransferOptions transfer_options;
+    // Retries end at shutdown: the uploads left are given up (their trials
+    // resume from their last uploaded checkpoint).
+    transfer_options.sleep = [](absl::Duration d) {
+      absl::SleepFor(d);
+      return !stopping.load();
+    };
+    auto made =
+        dial::transfer::ConnectCheckpointTransfer(connect, transfer_options);
     if (!made.ok()) {
       spdlog::error("{}", made.status().ToString());
       return 2;
@@ -293,6 +305,7 @@ int main(int argc, char** argv) {
     sigwait(&stop_signals, &signal);
     spdlog::info("signal {}: stopping; running trials checkpoint and exit",
                  signal);
+    stopping = true;
     worker.Shutdown();
   });
   spdlog::info("worker for {}: {} slots, trainer {}", target, options.slots,
