@@ -36,14 +36,23 @@ start_scheduler() {
     --checkpoint-root="$work/ckpt" --listen=127.0.0.1:$port \
     --worker-lease-ms=10000 >>"$work/scheduler.log" 2>&1 &
   sched=$!
-  until grep -c "listening on" "$work/scheduler.log" | grep -qx "$1"; do sleep 0.05; done
+  for _ in $(seq 600); do
+    grep -c "listening on" "$work/scheduler.log" | grep -qx "$1" && return
+    sleep 0.05
+  done
+  echo "dial-scheduler did not start" >&2; exit 1
 }
 start_scheduler 1
 "$build/worker/dial-worker" --scheduler=127.0.0.1:$port --slots=1 \
   --work-dir="$work/w" --checkpoint-root="$work/ckpt" \
   --allow-command=/usr/bin/python3 >"$work/worker.log" 2>&1 &
 "$build/client/dialctl" --scheduler=127.0.0.1:$port study create -f "$work/spec.yaml" >/dev/null
-until grep -q "starting /usr/bin/python3" "$work/worker.log"; do sleep 0.1; done
+for _ in $(seq 300); do
+  grep -q "starting /usr/bin/python3" "$work/worker.log" && break
+  sleep 0.1
+done
+grep -q "starting /usr/bin/python3" "$work/worker.log" || {
+  echo "the trial never started" >&2; exit 1; }
 sleep 2
 for round in $(seq "$rounds"); do
   kill -9 $sched; wait $sched 2>/dev/null || true
