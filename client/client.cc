@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace dial::client {
 namespace {
@@ -58,6 +59,24 @@ absl::Status DialClient::WaitForReady(absl::Duration timeout) {
     return absl::OkStatus();
   }
   return absl::UnavailableError("scheduler not reachable");
+}
+
+absl::Status DialClient::CheckHealth(const std::string& service) {
+  using grpc::health::v1::HealthCheckResponse;
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  HealthCheckResponse response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+  grpc::Status status = health->Check(&ctx, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  if (response.status() != HealthCheckResponse::SERVING) {
+    return absl::UnavailableError(absl::StrCat(
+        "health: ",
+        HealthCheckResponse::ServingStatus_Name(response.status())));
+  }
+  return absl::OkStatus();
 }
 
 // Runs one unary RPC with the client's deadline and token.

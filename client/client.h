@@ -107,6 +107,11 @@ class DialClient {
   absl::StatusOr<transfer::TransferStats> DownloadCheckpoint(
       const std::string& study, const std::string& id, const std::string& dest);
 
+  // The scheduler's gRPC health (grpc.health.v1 Check) for `service` (""
+  // for the server): OK when it serves, UNAVAILABLE with the status it
+  // gave otherwise. Needs no token.
+  absl::Status CheckHealth(const std::string& service);
+
   // Streams events to `on_event` until the study finishes, the callback
   // returns false, or the stream breaks. No deadline: a watch may be long.
   absl::Status WatchStudy(

@@ -76,6 +76,9 @@ ABSL_FLAG(std::string, checkpoint, "",
           "its latest");
 ABSL_FLAG(std::string, predictions, "",
           "For trials evaluate: write per-example predictions to this CSV");
+ABSL_FLAG(std::string, service, "",
+          "scheduler health: the gRPC service to ask about (default: the "
+          "whole server)");
 
 namespace {
 
@@ -485,6 +488,13 @@ int AdminAudit(DialClient& client, const Args& args) {
   return 0;
 }
 
+int SchedulerHealth(DialClient& client, const Args& args) {
+  absl::Status status = client.CheckHealth(absl::GetFlag(FLAGS_service));
+  if (!status.ok()) return Fail(status);
+  std::cout << "SERVING\n";
+  return 0;
+}
+
 // In the order of the usage text.
 constexpr Command kCommands[] = {
     {"study", "create", "-f SPEC", "create a study from a YAML or JSON spec",
@@ -524,6 +534,10 @@ constexpr Command kCommands[] = {
      "scheduler's --backup-dir; prints its path\n"
      "(admins; raise --timeout-s for a large one)",
      false, AdminBackup},
+    {"scheduler", "health", "[--service=NAME]",
+     "exit 0 when the scheduler serves (gRPC health,\n"
+     "no token needed; the Kubernetes probes)",
+     false, SchedulerHealth},
     {"admin", "audit", "[--study=S] [--limit=N]",
      "the audit log, newest first (admins; --limit=0\n"
      "for every event)",

@@ -9,8 +9,12 @@ namespace dial {
 
 // Abseil flag names cannot hold '-': rewrites "--checkpoint-root=x" (and
 // "-checkpoint-root") to "--checkpoint_root=x" so both spellings work.
-// Stops at "--". Returns storage for the rewritten argv; keep it alive.
-std::vector<std::string> DashesToUnderscores(int argc, char** argv);
+// Expands "--flagfile=PATH" in place (one flag a line, either spelling;
+// blank and '#' lines skipped; nested files too), so a Kubernetes
+// ConfigMap or a systemd EnvironmentFile can hold flags as the docs spell
+// them; an unreadable file is left for Abseil to report. Stops at "--".
+// Points argc/argv at the result; returns its storage (keep it alive).
+std::vector<std::string> DashesToUnderscores(int& argc, char**& argv);
 
 // Where dial-train is: next to the running binary (an install), else in
 // the build tree beside it (build/trainer/dial-train), else "dial-train"

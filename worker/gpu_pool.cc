@@ -1,8 +1,50 @@
 #include "worker/gpu_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_split.h"
 
 namespace dial::worker {
+
+std::vector<std::string> VisibleGpus(
+    const std::string& flag,
+    const std::function<std::optional<std::string>(const char*)>& env,
+    int driver_count) {
+  auto list = [](const std::string& s) -> std::vector<std::string> {
+    return absl::StrSplit(s, ',', absl::SkipWhitespace());
+  };
+  if (!flag.empty()) return list(flag);
+  if (auto cuda = env("CUDA_VISIBLE_DEVICES")) return list(*cuda);
+  if (auto slurm = env("SLURM_JOB_GPUS")) return list(*slurm);
+  if (env("SLURM_JOB_ID")) return {};
+  std::vector<std::string> all;
+  for (int i = 0; i < driver_count; ++i) all.push_back(std::to_string(i));
+  return all;
+}
+
+int DriverGpuCount() {
+  std::error_code ec;
+  int count = 0;
+  for (auto it =
+           std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++count;
+  }
+  return count;
+}
+
+int AvailableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    return std::max(1, CPU_COUNT(&set));
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 
 GpuPool::GpuPool(const std::vector<std::string>& ids, int trials_per_gpu)
     : shares_(std::max(1, trials_per_gpu)) {

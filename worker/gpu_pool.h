@@ -4,12 +4,32 @@
 // guards it with its mutex.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace dial::worker {
+
+// The GPUs a worker offers, in order of precedence:
+//  1. `flag` (--gpus), a comma list;
+//  2. $CUDA_VISIBLE_DEVICES, when set (empty: no GPU), as Slurm's gres and
+//     Kubernetes' device plugin set it;
+//  3. $SLURM_JOB_GPUS, when a Slurm job sets it without the former;
+//  4. inside a Slurm job ($SLURM_JOB_ID set) that was given no GPU: none,
+//     so a CPU job on a GPU node never takes the node's GPUs;
+//  5. every GPU the driver lists (`driver_count`, from /proc/driver/nvidia).
+// `env` looks a variable up (nullopt: unset).
+std::vector<std::string> VisibleGpus(
+    const std::string& flag,
+    const std::function<std::optional<std::string>(const char*)>& env,
+    int driver_count);
+// GPUs the NVIDIA driver lists on this host (0 without the driver).
+int DriverGpuCount();
+// CPUs this process may run on (its affinity mask, as Slurm's task plugins
+// and cpusets restrict it), at least 1.
+int AvailableCpus();
 
 class GpuPool {
  public:

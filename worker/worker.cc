@@ -23,7 +23,7 @@ Worker::Worker(const WorkerOptions& options)
       sleeper_(options.sleeper != nullptr ? options.sleeper : &real_sleeper_),
       gpus_(options.gpus, options.trials_per_gpu) {
   if (options_.cpus <= 0) {
-    options_.cpus = std::max(1u, std::thread::hardware_concurrency());
+    options_.cpus = AvailableCpus();
   }
   if (options_.host.empty()) {
     char name[256] = {0};

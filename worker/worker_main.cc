@@ -1,5 +1,6 @@
 // dial-worker: runs trials for a scheduler on this machine. GPUs come from
-// CUDA_VISIBLE_DEVICES (or --gpus); without GPUs it offers --slots CPU slots.
+// --gpus, CUDA_VISIBLE_DEVICES or a Slurm job's SLURM_JOB_GPUS (VisibleGpus);
+// without GPUs it offers --slots CPU slots.
 // SIGTERM/SIGINT: stop taking trials, let running ones checkpoint, exit.
 #include <signal.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
 #include "transfer/transfer_client.h"
+#include "worker/gpu_pool.h"
 #include "worker/worker.h"
 
 ABSL_FLAG(std::string, scheduler, "",
@@ -31,10 +34,13 @@ ABSL_FLAG(std::string, scheduler, "",
 ABSL_FLAG(int32_t, slots, 1, "Trials run at once (CPU slots)");
 ABSL_FLAG(std::string, gpus, "",
           "Comma-separated GPU ids to use (default: $CUDA_VISIBLE_DEVICES, "
-          "else every GPU the NVIDIA driver lists)");
+          "else $SLURM_JOB_GPUS, else none inside a Slurm job, else every "
+          "GPU the NVIDIA driver lists)");
 ABSL_FLAG(int32_t, trials_per_gpu, 1,
           "Trials that may share one GPU (small trials on big GPUs)");
-ABSL_FLAG(int32_t, cpus, 0, "CPU cores to share among slots (0: all)");
+ABSL_FLAG(int32_t, cpus, 0,
+          "CPU cores to share among slots (0: those this process may run "
+          "on, e.g. a Slurm job's or a cpuset's)");
 ABSL_FLAG(std::string, trainer, "",
           "Path of dial-train (default: next to dial-worker, then PATH)");
 ABSL_FLAG(std::string, work_dir, "dial-worker",
@@ -183,22 +189,14 @@ int main(int argc, char** argv) {
     spdlog::error("--slots must be at least 1");
     return 2;
   }
-  std::string gpus = absl::GetFlag(FLAGS_gpus);
-  if (gpus.empty()) {
-    const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
-    gpus = env ? env : "";
-  }
-  options.gpus = absl::StrSplit(gpus, ',', absl::SkipWhitespace());
-  if (options.gpus.empty() && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
-    // No explicit list: every GPU the NVIDIA driver reports.
-    std::error_code dir_ec;
-    int count = 0;
-    for (auto it = fs::directory_iterator("/proc/driver/nvidia/gpus", dir_ec);
-         !dir_ec && it != fs::directory_iterator(); it.increment(dir_ec)) {
-      ++count;
-    }
-    for (int i = 0; i < count; ++i) options.gpus.push_back(std::to_string(i));
-  }
+  options.gpus = dial::worker::VisibleGpus(
+      absl::GetFlag(FLAGS_gpus),
+      [](const char* name) -> std::optional<std::string> {
+        const char* value = std::getenv(name);
+        if (value == nullptr) return std::nullopt;
+        return std::string(value);
+      },
+      dial::worker::DriverGpuCount());
   options.trials_per_gpu = absl::GetFlag(FLAGS_trials_per_gpu);
   if (options.trials_per_gpu < 1) {
     spdlog::error("--trials-per-gpu must be at least 1");

@@ -2,6 +2,9 @@
 #include "worker/gpu_pool.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+
+#include <map>
 
 namespace dial::worker {
 namespace {
@@ -36,6 +39,76 @@ TEST(GpuPoolTest, SharedGpusSpreadTrialsAndNeverGiveOneTrialADeviceTwice) {
   EXPECT_EQ(pool.Take(1), Ids{"0"});
   EXPECT_EQ(pool.Take(1), Ids{"0"});
   EXPECT_EQ(pool.Take(1), std::nullopt);
+}
+
+}  // namespace
+}  // namespace dial::worker
+
+namespace dial::worker {
+namespace {
+
+// An environment of the given variables (others unset).
+std::function<std::optional<std::string>(const char*)> Env(
+    std::map<std::string, std::string> vars) {
+  return [vars](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(VisibleGpusTest, TheFlagWinsOverEveryVariable) {
+  EXPECT_EQ(
+      VisibleGpus("2,3",
+                  Env({{"CUDA_VISIBLE_DEVICES", "0"}, {"SLURM_JOB_GPUS", "1"}}),
+                  8),
+      (std::vector<std::string>{"2", "3"}));
+}
+
+TEST(VisibleGpusTest, CudaVisibleDevicesWinsOverSlurmsGlobalIds) {
+  // With device cgroups Slurm renumbers: the job sees its GPUs 4,5 as 0,1.
+  EXPECT_EQ(VisibleGpus("",
+                        Env({{"CUDA_VISIBLE_DEVICES", "0,1"},
+                             {"SLURM_JOB_GPUS", "4,5"},
+                             {"SLURM_JOB_ID", "7"}}),
+                        8),
+            (std::vector<std::string>{"0", "1"}));
+  // Set but empty: no GPU, even where the driver lists some.
+  EXPECT_TRUE(VisibleGpus("", Env({{"CUDA_VISIBLE_DEVICES", ""}}), 8).empty());
+}
+
+TEST(VisibleGpusTest, ASlurmJobUsesItsAllocationAndNeverTheWholeNode) {
+  EXPECT_EQ(VisibleGpus(
+                "", Env({{"SLURM_JOB_GPUS", "1,3"}, {"SLURM_JOB_ID", "7"}}), 4),
+            (std::vector<std::string>{"1", "3"}));
+  // A CPU job on a GPU node.
+  EXPECT_TRUE(VisibleGpus("", Env({{"SLURM_JOB_ID", "7"}}), 4).empty());
+}
+
+TEST(VisibleGpusTest, OutsideAJobEveryGpuTheDriverListsIsUsed) {
+  EXPECT_EQ(VisibleGpus("", Env({}), 3),
+            (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_TRUE(VisibleGpus("", Env({}), 0).empty());
+}
+
+TEST(AvailableCpusTest, CountsTheAffinityMaskNotTheMachine) {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  EXPECT_EQ(AvailableCpus(), CPU_COUNT(&all));
+  // Restricted to one CPU (as a one-CPU Slurm task is): 1, whatever the
+  // machine has.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &all)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  EXPECT_EQ(AvailableCpus(), 1);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
 }
 
 }  // namespace
