@@ -9,9 +9,11 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +24,14 @@
 namespace dial {
 
 namespace fs = std::filesystem;
+
+// The whole of a text file ("" when it cannot be read).
+inline std::string ReadText(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 class WorkerE2eTest : public ::testing::Test {
  protected:

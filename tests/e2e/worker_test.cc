@@ -21,13 +21,6 @@ namespace fs = std::filesystem;
 using client::DialClient;
 using ::testing::HasSubstr;
 
-std::string ReadText(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // The tests that move checkpoints between workers, run twice: with the
 // shared checkpoint root, and with each worker's own cache and uploads
 // (CheckpointService; nothing shared but the network).
