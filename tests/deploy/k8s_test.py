@@ -1,0 +1,318 @@
+#!/usr/bin/python3
+"""Renders every overlay of deploy/k8s with `kubectl kustomize` and checks
+the objects against the binaries themselves: every flag (in args and in the
+ConfigMap flag files) is one the binary lists in --helpfull; every path a
+flag names is on a volume mount (writable where the binary writes), secret
+files are keys of their Secret; the probes ask the scheduler's --listen
+port with dialctl flags that exist; the Service and the workers'
+--scheduler agree with it; GPU requests match --gpus and the image; the
+pods' grace period covers the worker's drain.
+
+usage: k8s_test.py SOURCE_DIR DIAL_SCHEDULER DIAL_WORKER DIALCTL
+Exits 77 (skipped) without kubectl."""
+
+import copy
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+SKIP = 77
+# Flags whose value is a directory or file the binary writes.
+WRITES = {"db", "checkpoint_root", "backup_dir", "checkpoint_cache", "work_dir"}
+# Flags whose value is a file the binary reads.
+READS = {"tls_cert", "tls_key", "tls_ca", "tls_client_ca", "auth_tokens",
+         "secrets_dir", "flagfile"}
+
+
+def known_flags(binary):
+    """Flag name -> default (a string), from the binary's --helpfull."""
+    out = subprocess.run([binary, "--helpfull"], capture_output=True,
+                         text=True, check=False).stdout
+    flags = {}
+    for m in re.finditer(r"^\s+--(\w+) \((.*?)\);(?:\s+default: (\"[^\"]*\"|\S+);)?",
+                         out, re.M | re.S):
+        flags[m.group(1)] = (m.group(3) or "").strip('"')
+    if len(flags) < 10:
+        sys.exit(f"could not read the flags of {binary}")
+    return flags
+
+
+def parse_flags(args):
+    """['--a-b=1', '--c', ...] -> [('a_b', '1'), ('c', 'true'), ...]"""
+    out = []
+    for a in args:
+        if not a.startswith("--"):
+            continue
+        name, _, value = a[2:].partition("=")
+        out.append((name.replace("-", "_"), value if "=" in a else "true"))
+    return out
+
+
+class Rendered:
+    def __init__(self, docs):
+        self.docs = [d for d in docs if d]
+
+    def find(self, kind, name=None):
+        return [d for d in self.docs if d["kind"] == kind and
+                (name is None or d["metadata"]["name"] == name)]
+
+
+def mount_of(path, mounts):
+    """The volumeMount whose mountPath holds path (deepest), or None."""
+    best = None
+    for m in mounts:
+        root = m["mountPath"].rstrip("/") + "/"
+        if (path + "/").startswith(root) and (
+                best is None or len(root) > len(best["mountPath"])):
+            best = m
+    return best
+
+
+def check_workload(obj, rendered, flags_of, errors):
+    """Checks one StatefulSet or Deployment; returns its flags (a dict)."""
+    name = obj["metadata"]["name"]
+    pod = obj["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for claim in obj["spec"].get("volumeClaimTemplates", []):
+        volumes[claim["metadata"]["name"]] = {"pvc": claim}
+    c = pod["containers"][0]
+    where = f"{name}/{c['name']}"
+    binary = {"dial-scheduler": "dial-scheduler",
+              "dial-worker": "dial-worker"}[name]
+    known = flags_of[binary]
+    mounts = c.get("volumeMounts", [])
+    for m in mounts:
+        if m["name"] not in volumes:
+            errors.append(f"{where}: mount {m['name']} has no volume")
+
+    def volume_at(path):
+        m = mount_of(path, mounts)
+        return (m, volumes.get(m["name"])) if m else (None, None)
+
+    def file_in_volume(path, flag):
+        m, v = volume_at(path)
+        if m is None:
+            errors.append(f"{where}: --{flag}={path} is on no volume mount")
+            return None
+        rel = os.path.relpath(path, m["mountPath"])
+        for kind, key_field in (("secret", "secretName"),
+                                ("configMap", "name")):
+            if kind in v:
+                items = v[kind].get("items")
+                keys = [i["path"] for i in items] if items else None
+                if keys is not None and rel not in keys:
+                    errors.append(f"{where}: --{flag}={path}: {kind} "
+                                  f"{v[kind][key_field]} mounts no {rel}")
+                return kind, v[kind][key_field], rel
+        return None
+
+    # Image: the binary's own, tagged.
+    image = c["image"]
+    if not re.fullmatch(re.escape(binary) + r"(:[\w.-]+)?", image.split("/")[-1]) \
+            or ":" not in image.split("/")[-1]:
+        errors.append(f"{where}: image {image} is not a tagged {binary} image")
+
+    # Flags: the args, with each --flagfile expanded from its ConfigMap.
+    flags = {}
+    for flag, value in parse_flags(c.get("args", [])):
+        if flag not in known:
+            errors.append(f"{where}: {binary} has no flag --{flag}")
+        if flag != "flagfile":
+            flags[flag] = value
+            continue
+        found = file_in_volume(value, flag)
+        if not found or found[0] != "configMap":
+            errors.append(f"{where}: --flagfile={value} is not in a ConfigMap")
+            continue
+        cms = rendered.find("ConfigMap", found[1])
+        text = cms[0]["data"].get(found[2]) if cms else None
+        if text is None:
+            errors.append(f"{where}: ConfigMap {found[1]} has no {found[2]}")
+            continue
+        lines = [l.strip() for l in text.splitlines()]
+        for f, v in parse_flags(l for l in lines if l and not l.startswith("#")):
+            if f not in known:
+                errors.append(f"{where}: {found[2]}: {binary} has no flag --{f}")
+            flags[f] = v
+
+    # Paths: on a mount; what the binary writes on a writable one, never
+    # the (read-only) image; what it reads from a Secret or ConfigMap key.
+    for flag, value in flags.items():
+        if flag in WRITES:
+            m, v = volume_at(value)
+            if m is None or m.get("readOnly") or v is None or \
+                    not ("pvc" in v or "emptyDir" in v):
+                errors.append(f"{where}: --{flag}={value} is not on a "
+                              "writable volume")
+        elif flag in READS and value:
+            file_in_volume(value, flag)
+    if not c.get("securityContext", {}).get("readOnlyRootFilesystem"):
+        errors.append(f"{where}: root filesystem is writable")
+    return c, flags
+
+
+def check(rendered, flags_of, overlay):
+    errors = []
+    sts = rendered.find("StatefulSet", "dial-scheduler")
+    dep = rendered.find("Deployment", "dial-worker")
+    svc = rendered.find("Service", "dial-scheduler")
+    if len(sts) != 1 or len(dep) != 1 or len(svc) != 1:
+        return [f"{overlay}: want a StatefulSet and a Service dial-scheduler "
+                "and a Deployment dial-worker"]
+    sts, dep, svc = sts[0], dep[0], svc[0]
+    if sts["spec"].get("replicas") != 1:
+        errors.append("scheduler: replicas is not 1")
+    if not sts["spec"].get("volumeClaimTemplates"):
+        errors.append("scheduler: no PersistentVolumeClaim")
+    if rendered.find("Secret"):
+        errors.append("a Secret is in the rendering: keys do not belong in git")
+
+    sc, sflags = check_workload(sts, rendered, flags_of, errors)
+    wc, wflags = check_workload(dep, rendered, flags_of, errors)
+
+    # Ports: --listen, the container port, the Service, the workers.
+    listen = sflags.get("listen", "")
+    port = int(listen.rsplit(":", 1)[1]) if ":" in listen else None
+    cports = {p.get("name"): p["containerPort"] for p in sc.get("ports", [])}
+    if port not in cports.values():
+        errors.append(f"scheduler: --listen={listen} is no containerPort")
+    sport = svc["spec"]["ports"][0]
+    target = sport["targetPort"]
+    if cports.get(target, target) != port:
+        errors.append(f"Service targetPort {target} is not --listen's {port}")
+    if svc["spec"]["selector"] != sts["spec"]["template"]["metadata"]["labels"]:
+        errors.append("Service selector does not select the scheduler pod")
+    addr = wflags.get("scheduler", "")
+    if addr != f"{svc['metadata']['name']}:{sport['port']}":
+        errors.append(f"worker --scheduler={addr} is not the Service "
+                      f"{svc['metadata']['name']}:{sport['port']}")
+
+    # TLS: the scheduler serves it, so the workers check it.
+    if sflags.get("tls_cert") and not wflags.get("tls_ca"):
+        errors.append("worker: the scheduler serves TLS but --tls-ca is unset")
+
+    # Probes: dialctl scheduler health on --listen's port, over TLS.
+    for probe in ("readinessProbe", "livenessProbe"):
+        cmd = sc.get(probe, {}).get("exec", {}).get("command", [])
+        if cmd[:3] != ["dialctl", "scheduler", "health"]:
+            errors.append(f"scheduler: {probe} is not dialctl scheduler health")
+            continue
+        pflags = dict(parse_flags(cmd[3:]))
+        for f in pflags:
+            if f not in flags_of["dialctl"]:
+                errors.append(f"scheduler: {probe}: dialctl has no flag --{f}")
+        if not pflags.get("scheduler", "").endswith(f":{port}"):
+            errors.append(f"scheduler: {probe} does not ask port {port}")
+        if sflags.get("tls_cert"):
+            ca = pflags.get("tls_ca")
+            if not ca or not mount_of(ca, sc.get("volumeMounts", [])):
+                errors.append(f"scheduler: {probe} has no mounted --tls-ca")
+
+    # Token: from a Secret, never a literal.
+    env = {e["name"]: e for e in wc.get("env", [])}
+    if "token" in wflags or "secretKeyRef" not in env.get(
+            "DIAL_TOKEN", {}).get("valueFrom", {}):
+        errors.append("worker: DIAL_TOKEN does not come from a Secret")
+
+    # Drain: the pod outlives the trials' checkpoints and their upload.
+    wknown = flags_of["dial-worker"]
+    grace = int(wflags.get("grace_s", wknown["grace_s"]))
+    upload = int(wflags.get("upload_wait_s", wknown["upload_wait_s"])) \
+        if "checkpoint_cache" in wflags else 0
+    period = dep["spec"]["template"]["spec"].get(
+        "terminationGracePeriodSeconds", 30)
+    if period < grace + upload + 10:
+        errors.append(f"worker: terminationGracePeriodSeconds {period} < "
+                      f"--grace-s {grace} + --upload-wait-s {upload} + 10")
+
+    # Resources: GPUs asked for = GPUs named; CUDA image iff GPUs; cores.
+    limits = wc.get("resources", {}).get("limits", {})
+    gpus = int(limits.get("nvidia.com/gpu", 0))
+    named = [g for g in wflags.get("gpus", "").split(",") if g]
+    if gpus and len(named) != gpus:
+        errors.append(f"worker: {gpus} nvidia.com/gpu but --gpus={named}")
+    if not gpus and named:
+        errors.append(f"worker: --gpus={named} without nvidia.com/gpu")
+    if (gpus > 0) != wc["image"].endswith(":cuda"):
+        errors.append(f"worker: image {wc['image']} with {gpus} GPUs")
+    cpus = int(wflags.get("cpus", 0))
+    slots = int(wflags.get("slots", wknown["slots"]))
+    if "cpu" in limits and not 0 < cpus <= float(limits["cpu"]):
+        errors.append(f"worker: --cpus={cpus} but a limit of "
+                      f"{limits['cpu']} CPUs")
+    if cpus and slots > cpus:
+        errors.append(f"worker: --slots={slots} > --cpus={cpus}")
+    return [f"{overlay}: {e}" for e in errors]
+
+
+def main():
+    source, scheduler, worker, dialctl = sys.argv[1:5]
+    if not shutil.which("kubectl"):
+        print("no kubectl: skipped")
+        sys.exit(SKIP)
+    flags_of = {"dial-scheduler": known_flags(scheduler),
+                "dial-worker": known_flags(worker),
+                "dialctl": known_flags(dialctl)}
+    overlays_dir = os.path.join(source, "deploy/k8s/overlays")
+    overlays = sorted(os.listdir(overlays_dir))
+    assert {"cpu", "gpu"} <= set(overlays), overlays
+    failures = []
+    for overlay in overlays:
+        out = subprocess.run(
+            ["kubectl", "kustomize", os.path.join(overlays_dir, overlay)],
+            capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            failures.append(f"{overlay}: kubectl kustomize: {out.stderr}")
+            continue
+        rendered = Rendered(yaml.safe_load_all(out.stdout))
+        errs = check(rendered, flags_of, overlay)
+        failures += errs
+        print(f"{overlay}: {len(rendered.docs)} objects, "
+              f"{'OK' if not errs else 'FAILED'}")
+
+        # The checker catches what it claims to: each mutation must fail.
+        def mutated(edit):
+            docs = copy.deepcopy(rendered.docs)
+            for d in docs:
+                edit(d)
+            return check(Rendered(docs), flags_of, overlay)
+
+        def bad_flag(d):
+            if d["kind"] == "Deployment":
+                d["spec"]["template"]["spec"]["containers"][0]["args"].append(
+                    "--no-such-flag=1")
+
+        def bad_flagfile_line(d):
+            if d["kind"] == "ConfigMap" and "scheduler.flags" in d["data"]:
+                d["data"]["scheduler.flags"] += "--listen-port=7070\n"
+
+        def bad_port(d):
+            if d["kind"] == "Service":
+                d["spec"]["ports"][0]["targetPort"] = 7071
+
+        def bad_mount(d):
+            if d["kind"] == "StatefulSet":
+                c = d["spec"]["template"]["spec"]["containers"][0]
+                c["volumeMounts"] = [m for m in c["volumeMounts"]
+                                     if m["mountPath"] != "/etc/dial/tls"]
+
+        def short_grace(d):
+            if d["kind"] == "Deployment":
+                d["spec"]["template"]["spec"][
+                    "terminationGracePeriodSeconds"] = 30
+
+        for edit in (bad_flag, bad_flagfile_line, bad_port, bad_mount,
+                     short_grace):
+            if not mutated(edit):
+                failures.append(f"{overlay}: the check missed {edit.__name__}")
+    for f in failures:
+        print("FAIL:", f)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
