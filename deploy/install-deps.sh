@@ -24,11 +24,20 @@ PACKAGES=(
   # LibTorch calls the system libblas.so.3: without OpenBLAS it runs on the
   # reference BLAS, about 20x slower.
   libopenblas0-pthread
+  # cluster engines (deploy/slurm, deploy/systemd; tests/e2e/slurm_test.cc
+  # runs a one-node Slurm of its own, tests/deploy/systemd_test.sh checks
+  # the units with systemd-analyze)
+  slurm-wlm munge systemd
   # data and tools
   dataset-fashion-mnist sqlite3
   # Python peers for tests and benchmarks (use /usr/bin/python3)
   python3 python3-grpcio python3-protobuf python3-optuna python3-torch
 )
+
+# `kubectl kustomize` renders deploy/k8s (tests/deploy/k8s_test.py): any
+# kubectl will do (the machines have one from Google's repository);
+# Debian's otherwise.
+if ! command -v kubectl >/dev/null; then PACKAGES+=(kubernetes-client); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -45,6 +54,13 @@ fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
+# Installing never starts services (munge, slurmd, slurmctld): the tests
+# run daemons of their own. A policy-rc.d that says so, unless one exists.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod 755 /usr/sbin/policy-rc.d
+  trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 echo "install-deps: done"
