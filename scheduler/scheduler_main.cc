@@ -38,7 +38,8 @@ ABSL_FLAG(bool, insecure_allow_remote, false,
           "Allow a plaintext non-loopback --listen (tokens travel in the "
           "clear; a warning is logged at every start)");
 ABSL_FLAG(std::string, backup_dir, "",
-          "Directory BackupDatabase writes new files into (admins only); "
+          "Directory BackupDatabase writes new files into (admins only; "
+          "created if missing); "
           "empty: backups are off");
 // Limits (docs/limits.md has every one with its default and why).
 ABSL_FLAG(int32_t, max_studies_per_owner,
@@ -133,7 +134,14 @@ int main(int argc, char** argv) {
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.insecure_allow_remote = absl::GetFlag(FLAGS_insecure_allow_remote);
   if (!absl::GetFlag(FLAGS_backup_dir).empty()) {
+    // Created if missing (a fresh volume), owner-only: backups hold
+    // everything the database does.
     std::error_code ec;
+    if (std::filesystem::create_directories(absl::GetFlag(FLAGS_backup_dir),
+                                            ec)) {
+      std::filesystem::permissions(absl::GetFlag(FLAGS_backup_dir),
+                                   std::filesystem::perms::owner_all, ec);
+    }
     const auto dir =
         std::filesystem::canonical(absl::GetFlag(FLAGS_backup_dir), ec);
     if (ec || !std::filesystem::is_directory(dir)) {

@@ -15,8 +15,12 @@ import copy
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 
 import yaml
 
@@ -249,11 +253,149 @@ def check(rendered, flags_of, overlay):
     return [f"{overlay}: {e}" for e in errors]
 
 
+def pod_files(obj, rendered, root, secrets):
+    """Lays out a pod's mounts under root (ConfigMap keys, Secret keys from
+    the dict secrets {(name, key): path}, empty dirs); returns the mount
+    map {mountPath: local dir}."""
+    pod = obj["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    mapping = {}
+    for m in pod["containers"][0].get("volumeMounts", []):
+        local = os.path.join(root, m["mountPath"].strip("/").replace("/", "_"))
+        os.makedirs(local, exist_ok=True)
+        mapping[m["mountPath"]] = local
+        v = volumes.get(m["name"], {})
+        if "configMap" in v:
+            cm = rendered.find("ConfigMap", v["configMap"]["name"])[0]
+            for key, text in cm["data"].items():
+                with open(os.path.join(local, key), "w") as f:
+                    f.write(text)
+        elif "secret" in v:
+            for item in v["secret"]["items"]:
+                shutil.copy(secrets[(v["secret"]["secretName"], item["key"])],
+                            os.path.join(local, item["path"]))
+    return mapping
+
+
+def remap(args, mapping, port, flag_files=True):
+    """args with every mount path moved to its local dir, in flag files too,
+    and --listen and --scheduler on port 7070 made 127.0.0.1:port (in the
+    flag files of the mounts too, unless flag_files is False)."""
+    def fix(text):
+        # One pass, at the start of a value: a local dir is never remapped.
+        mounts = sorted(mapping, key=len, reverse=True)
+        text = re.sub(r"(^|[=\s])(" + "|".join(map(re.escape, mounts)) + ")/",
+                      lambda m: m.group(1) + mapping[m.group(2)] + "/", text,
+                      flags=re.M)
+        text = re.sub(r"--listen=[\w.]+:7070", f"--listen=127.0.0.1:{port}",
+                      text)
+        return re.sub(r"--scheduler=[\w.-]+:7070",
+                      f"--scheduler=127.0.0.1:{port}", text)
+    for local in mapping.values() if flag_files else ():
+        for name in os.listdir(local):
+            if name.endswith(".flags"):
+                path = os.path.join(local, name)
+                with open(path) as f:
+                    text = f.read()
+                with open(path, "w") as f:
+                    f.write(fix(text))
+    return [fix(a) for a in args]
+
+
+def wait_for(predicate, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def run_live(rendered, source, binaries):
+    """Runs the rendered pods' commands here, their mounts laid out in a
+    temporary directory with a development CA and tokens: the scheduler
+    with its flag files, the probe command, and a worker that registers
+    over TLS with its token and drains on SIGTERM. Returns errors."""
+    errors = []
+    sts = rendered.find("StatefulSet", "dial-scheduler")[0]
+    dep = rendered.find("Deployment", "dial-worker")[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        ca = os.path.join(tmp, "ca")
+        subprocess.run([os.path.join(source, "deploy/dev-ca.sh"), ca,
+                        "--san", "dial-scheduler"], check=True,
+                       capture_output=True)
+        secrets = {("dial-scheduler-tls", "tls.crt"): f"{ca}/server.crt",
+                   ("dial-scheduler-tls", "tls.key"): f"{ca}/server.key",
+                   ("dial-scheduler-tls", "ca.crt"): f"{ca}/ca.crt",
+                   ("dial-tokens", "tokens"): f"{ca}/auth-tokens"}
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        smap = pod_files(sts, rendered, os.path.join(tmp, "scheduler"), secrets)
+        sc = sts["spec"]["template"]["spec"]["containers"][0]
+        slog = open(os.path.join(tmp, "scheduler.log"), "w")
+        sched = subprocess.Popen(
+            [binaries["dial-scheduler"]] + remap(sc["args"], smap, port),
+            stdout=slog, stderr=subprocess.STDOUT)
+        worker = None
+        try:
+            probe = sc["readinessProbe"]["exec"]["command"]
+            probe_cmd = [binaries["dialctl"]] + remap(probe[1:], smap, port,
+                                                         flag_files=False)
+
+            def healthy():
+                if sched.poll() is not None:
+                    return True  # exited: fails below
+                r = subprocess.run(probe_cmd, capture_output=True, text=True)
+                return r.returncode == 0 and "SERVING" in r.stdout
+            if not wait_for(healthy, 30) or sched.poll() is not None:
+                errors.append("the readiness probe never passed: " +
+                              open(slog.name).read()[-2000:])
+                return errors
+            wmap = pod_files(dep, rendered, os.path.join(tmp, "worker"), secrets)
+            wc = dep["spec"]["template"]["spec"]["containers"][0]
+            env = dict(os.environ)
+            with open(f"{ca}/tokens/worker.token") as f:
+                env["DIAL_TOKEN"] = f.read().strip()
+            wargs = remap(wc["args"], wmap, port)
+            # It checks the name it checks in the cluster (the Service's);
+            # here there are no GPUs to hand out.
+            service = rendered.find("Service", "dial-scheduler")[0]
+            wargs += [f"--tls-server-name={service['metadata']['name']}",
+                      "--gpus="]
+            wlog_path = os.path.join(tmp, "worker.log")
+            wlog = open(wlog_path, "w")
+            worker = subprocess.Popen([binaries["dial-worker"]] + wargs,
+                                      env=env, stdout=wlog,
+                                      stderr=subprocess.STDOUT)
+            if not wait_for(lambda: "registered as" in open(wlog_path).read(),
+                            30):
+                errors.append("the worker never registered: " +
+                              open(wlog_path).read()[-2000:])
+                return errors
+            worker.send_signal(signal.SIGTERM)
+            try:
+                code = worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                code = None
+            if code != 0:
+                errors.append(f"the worker did not drain and exit 0 on "
+                              f"SIGTERM ({code})")
+        finally:
+            for p in (worker, sched):
+                if p and p.poll() is None:
+                    p.kill()
+                    p.wait()
+    return errors
+
+
 def main():
     source, scheduler, worker, dialctl = sys.argv[1:5]
     if not shutil.which("kubectl"):
         print("no kubectl: skipped")
         sys.exit(SKIP)
+    binaries = {"dial-scheduler": scheduler, "dial-worker": worker,
+                "dialctl": dialctl}
     flags_of = {"dial-scheduler": known_flags(scheduler),
                 "dial-worker": known_flags(worker),
                 "dialctl": known_flags(dialctl)}
@@ -304,6 +446,10 @@ def main():
             if d["kind"] == "Deployment":
                 d["spec"]["template"]["spec"][
                     "terminationGracePeriodSeconds"] = 30
+
+        live = run_live(rendered, source, binaries)
+        failures += [f"{overlay}: live: {e}" for e in live]
+        print(f"{overlay}: live run {'OK' if not live else 'FAILED'}")
 
         for edit in (bad_flag, bad_flagfile_line, bad_port, bad_mount,
                      short_grace):
