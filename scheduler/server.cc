@@ -134,6 +134,15 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen));
   }
+  // grpc.health.v1 answers for the whole server ("") on its own; name
+  // each service too, so a probe may ask for the one it needs.
+  if (auto* health = server->server_->GetHealthCheckService()) {
+    health->SetServingStatus(v1::StudyService::service_full_name(), true);
+    health->SetServingStatus(v1::WorkerService::service_full_name(), true);
+    if (server->checkpoint_service_) {
+      health->SetServingStatus(v1::CheckpointService::service_full_name(), true);
+    }
+  }
   server->address_ = absl::StrCat(
       options.listen.substr(0, options.listen.rfind(':')), ":", server->port_);
   return server;

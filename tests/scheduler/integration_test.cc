@@ -230,31 +230,14 @@ TEST_F(IntegrationTest, OversizedRequestsAreRefusedAndTheServerKeepsServing) {
 }
 
 TEST_F(IntegrationTest, HealthCheckingIsServed) {
-  auto channel = grpc::CreateChannel(server_->address(),
-                                     grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  // HealthCheckRequest{service: ""} is the empty message.
-  grpc::ByteBuffer request, response;
-  grpc::Slice empty("", 0);
-  request = grpc::ByteBuffer(&empty, 1);
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
-                 &request, &response,
-                 [&](grpc::Status s) { done.set_value(s); });
-  auto future = done.get_future();
-  ASSERT_EQ(future.wait_for(std::chrono::seconds(10)),
-            std::future_status::ready);
-  ASSERT_TRUE(future.get().ok());
-  std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(response.Dump(&slices).ok());
-  std::string bytes;
-  for (const auto& s : slices) {
-    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  // grpc.health.v1: the whole server and each of Dial's services by name
+  // (what `dialctl scheduler health [--service=NAME]` asks).
+  EXPECT_TRUE(client_->CheckHealth("").ok());
+  for (const char* service : {"dial.v1.StudyService", "dial.v1.WorkerService"}) {
+    EXPECT_TRUE(client_->CheckHealth(service).ok()) << service;
   }
-  // HealthCheckResponse{status: SERVING (1)}.
-  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+  EXPECT_EQ(client_->CheckHealth("dial.v1.NoSuchService").code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(IntegrationTest, WatchStreamsProgressUntilTheStudyEnds) {
