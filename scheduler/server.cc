@@ -140,7 +140,8 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
     health->SetServingStatus(v1::StudyService::service_full_name(), true);
     health->SetServingStatus(v1::WorkerService::service_full_name(), true);
     if (server->checkpoint_service_) {
-      health->SetServingStatus(v1::CheckpointService::service_full_name(), true);
+      health->SetServingStatus(v1::CheckpointService::service_full_name(),
+                               true);
     }
   }
   server->address_ = absl::StrCat(

@@ -100,8 +100,8 @@ class SlurmTest : public WorkerE2eTest {
 
   void SetEnv(const std::string& name, const std::string& value) {
     const char* old = getenv(name.c_str());
-    saved_env_.emplace(name, old ? std::optional<std::string>(old)
-                                 : std::nullopt);
+    saved_env_.emplace(name,
+                       old ? std::optional<std::string>(old) : std::nullopt);
     setenv(name.c_str(), value.c_str(), 1);
   }
 
@@ -207,7 +207,8 @@ trial: {trainer: {dataset: synthetic, steps: 8000, eval_every: 200, batch_size: 
   std::vector<int64_t> want;
   for (int64_t s = 200; s <= 8000; s += 200) {
     want.push_back(s);
-    if (resumed_from > s && resumed_from < s + 200) want.push_back(resumed_from);
+    if (resumed_from > s && resumed_from < s + 200)
+      want.push_back(resumed_from);
   }
   std::vector<int64_t> got;
   for (const auto& p : trial->metric_history()) got.push_back(p.step());

@@ -233,7 +233,8 @@ TEST_F(IntegrationTest, HealthCheckingIsServed) {
   // grpc.health.v1: the whole server and each of Dial's services by name
   // (what `dialctl scheduler health [--service=NAME]` asks).
   EXPECT_TRUE(client_->CheckHealth("").ok());
-  for (const char* service : {"dial.v1.StudyService", "dial.v1.WorkerService"}) {
+  for (const char* service :
+       {"dial.v1.StudyService", "dial.v1.WorkerService"}) {
     EXPECT_TRUE(client_->CheckHealth(service).ok()) << service;
   }
   EXPECT_EQ(client_->CheckHealth("dial.v1.NoSuchService").code(),
