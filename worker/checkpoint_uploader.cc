@@ -53,6 +53,7 @@ void CheckpointUploader::AddBase(const v1::TrialLease& lease,
 bool CheckpointUploader::Finish(const v1::TrialLease& lease,
                                 absl::Duration timeout) {
   const std::string key = Key(lease);
+  Unpin(key);
   absl::MutexLock lock(&mu_);
   auto idle = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = attempts_.find(key);
@@ -71,7 +72,19 @@ bool CheckpointUploader::Finish(const v1::TrialLease& lease,
   return all;
 }
 
+void CheckpointUploader::Pin(const v1::TrialLease& lease,
+                             const std::string& id) {
+  absl::MutexLock lock(&drop_mu_);
+  pins_[Key(lease)].insert(id);
+}
+
+void CheckpointUploader::Unpin(const std::string& key) {
+  absl::MutexLock lock(&drop_mu_);
+  pins_.erase(key);
+}
+
 void CheckpointUploader::Cancel(const v1::TrialLease& lease) {
+  Unpin(Key(lease));
   absl::MutexLock lock(&mu_);
   auto it = attempts_.find(Key(lease));
   if (it == attempts_.end()) return;
@@ -141,12 +154,17 @@ void CheckpointUploader::DropOlder(const std::string& id) {
   if (options_.cache == nullptr) return;
   auto parsed = storage::CheckpointStore::ParseId(id);
   if (!parsed.ok() || parsed->is_copy()) return;
+  absl::MutexLock lock(&drop_mu_);
   auto steps = options_.cache->ListSteps(parsed->study, parsed->trial);
   if (!steps.ok()) return;
   for (int64_t step : *steps) {
     if (step >= parsed->step) break;
-    (void)options_.cache->Delete(
-        storage::CheckpointStore::MakeId(parsed->study, parsed->trial, step));
+    const std::string older =
+        storage::CheckpointStore::MakeId(parsed->study, parsed->trial, step);
+    const bool pinned =
+        std::any_of(pins_.begin(), pins_.end(),
+                    [&older](const auto& p) { return p.second.count(older); });
+    if (!pinned) (void)options_.cache->Delete(older);
   }
 }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +51,11 @@ class CheckpointUploader {
                const std::string& id);
   // A checkpoint the attempt now derives from (a PBT source).
   void AddBase(const v1::TrialLease& lease, const std::string& id);
+  // Keeps checkpoint `id` in the cache while the attempt lives (until
+  // Finish or Cancel), though its own trial uploads newer ones: a PBT
+  // source the attempt is about to copy. Call it before looking for `id`
+  // in the cache: a drop under way finishes first.
+  void Pin(const v1::TrialLease& lease, const std::string& id);
   // Waits until none of the attempt's checkpoints is queued or uploading,
   // at most `timeout`; true if so. Forgets the attempt either way.
   bool Finish(const v1::TrialLease& lease, absl::Duration timeout);
@@ -79,8 +85,10 @@ class CheckpointUploader {
   };
   static std::string Key(const v1::TrialLease& lease);
   void Loop();
-  // After uploading trainer checkpoint `id`: older local ones of its trial.
+  // After uploading trainer checkpoint `id`: older local ones of its
+  // trial, except pinned ones.
   void DropOlder(const std::string& id);
+  void Unpin(const std::string& key);
 
   const CheckpointUploaderOptions options_;
   mutable absl::Mutex mu_;
@@ -88,6 +96,9 @@ class CheckpointUploader {
   std::map<std::string, Attempt> attempts_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  // Held while checking pins and deleting (never with mu_ inside it).
+  absl::Mutex drop_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::map<std::string, std::set<std::string>> pins_ ABSL_GUARDED_BY(drop_mu_);
   std::thread thread_;
 };
 

@@ -329,6 +329,9 @@ void Worker::RunTrial(const std::string& worker_id,
       uploader_->Enqueue(lease, step, id);
     };
     o.fetch = [this, lease](const std::string& id) {
+      // Pinned first: its own trial's uploads on this worker would
+      // otherwise drop it from the cache while it is copied.
+      uploader_->Pin(lease, id);
       DIAL_RETURN_IF_ERROR(Fetch(lease.study(), id));
       uploader_->AddBase(lease, id);
       return absl::OkStatus();

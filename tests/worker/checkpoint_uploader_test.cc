@@ -5,7 +5,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@
 namespace dial::worker {
 namespace {
 
+namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 
 // Records each upload; holds one while `gate_` is closed.
@@ -116,6 +119,42 @@ TEST(CheckpointUploaderTest, FinishWaitsAtMostItsTimeoutAndCancelDropsTheRest) {
   uploader.Enqueue(c, 10, "s/3/10");
   EXPECT_TRUE(uploader.Finish(c, absl::Seconds(30)));
   EXPECT_THAT(fake.uploaded(), ElementsAre("s/1/10", "s/3/10"));
+}
+
+// Regression (a flaky PBT test): trial 1's upload dropped its older
+// checkpoint from the cache while trial 2, on the same worker, was copying
+// it as a PBT source. A pinned source stays until its attempt ends.
+TEST(CheckpointUploaderTest,
+     APinnedCheckpointStaysInTheCacheUntilItsAttemptEnds) {
+  const fs::path root = fs::temp_directory_path() /
+                        ("dial-uploader-pin-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  auto cache = storage::FileCheckpointStore::Create({root.string()});
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  for (int step : {100, 200, 300, 400}) {
+    ASSERT_TRUE((*cache)->Write("s", 1, step, {{"model.pt", "w"}}).ok());
+  }
+  FakeTransfer fake;
+  CheckpointUploader uploader({&fake, root.string(), cache->get()});
+  const v1::TrialLease donor = Lease(1, 1), copier = Lease(2, 1);
+  uploader.Begin(donor, {});
+  uploader.Begin(copier, {});
+  uploader.Pin(copier, "s/1/100");
+  uploader.Enqueue(donor, 300, "s/1/300");
+  ASSERT_TRUE(uploader.Finish(donor, absl::Seconds(30)));
+  // 200 went; the pinned 100 stayed, whole.
+  EXPECT_TRUE((*cache)->Verify("s/1/100").ok());
+  EXPECT_FALSE((*cache)->Verify("s/1/200").ok());
+  EXPECT_TRUE((*cache)->CopyInto("s/1/100", "s", 2).ok());
+  // Once the copier's attempt ends, the next upload drops it.
+  ASSERT_TRUE(uploader.Finish(copier, absl::Seconds(30)));
+  const v1::TrialLease donor2 = Lease(1, 2);
+  uploader.Begin(donor2, {});
+  uploader.Enqueue(donor2, 400, "s/1/400");
+  ASSERT_TRUE(uploader.Finish(donor2, absl::Seconds(30)));
+  EXPECT_FALSE((*cache)->Verify("s/1/100").ok());
+  EXPECT_TRUE((*cache)->Verify("s/1/400").ok());
+  fs::remove_all(root);
 }
 
 }  // namespace
