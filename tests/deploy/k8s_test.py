@@ -222,16 +222,20 @@ def check(rendered, flags_of, overlay):
             "DIAL_TOKEN", {}).get("valueFrom", {}):
         errors.append("worker: DIAL_TOKEN does not come from a Secret")
 
-    # Drain: the pod outlives the trials' checkpoints and their upload.
+    # Drain: the pod outlives the long poll, the trials' checkpoints and
+    # their upload (which gets at most --grace-s while draining).
     wknown = flags_of["dial-worker"]
     grace = int(wflags.get("grace_s", wknown["grace_s"]))
-    upload = int(wflags.get("upload_wait_s", wknown["upload_wait_s"])) \
+    upload = min(grace, int(wflags.get("upload_wait_s",
+                                       wknown["upload_wait_s"]))) \
         if "checkpoint_cache" in wflags else 0
+    poll = int(wflags.get("acquire_wait_ms", wknown["acquire_wait_ms"])) / 1000
     period = dep["spec"]["template"]["spec"].get(
         "terminationGracePeriodSeconds", 30)
-    if period < grace + upload + 10:
+    if period < poll + grace + upload + 10:
         errors.append(f"worker: terminationGracePeriodSeconds {period} < "
-                      f"--grace-s {grace} + --upload-wait-s {upload} + 10")
+                      f"poll {poll} + --grace-s {grace} + upload {upload} "
+                      "+ 10")
 
     # Resources: GPUs asked for = GPUs named; CUDA image iff GPUs; cores.
     limits = wc.get("resources", {}).get("limits", {})

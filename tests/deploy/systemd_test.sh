@@ -53,6 +53,15 @@ systemd-analyze security --offline=yes --threshold=40 \
   "$tmp/units/dial-worker.service" >/dev/null ||
   fail "dial-worker.service exposure above 4.0"
 
+# The worker's stop timeout covers a drain: the long poll (5 s), the
+# trials' --grace-s, then their uploads (at most --grace-s again).
+grace=$(sed -n 's/^--grace-s=//p' \
+  "$prefix/share/dial/examples/worker.flags")
+stop=$(sed -n 's/^TimeoutStopSec=\([0-9]*\)s$/\1/p' "$units/dial-worker.service")
+[ -n "$grace" ] && [ -n "$stop" ] && [ "$stop" -gt $((2 * grace + 5)) ] ||
+  fail "dial-worker.service: TimeoutStopSec=${stop}s does not cover a" \
+    "drain with --grace-s=$grace"
+
 # Example configuration: every line is a flag the binary accepts
 # (Abseil rejects unknown flags), through the same --flagfile as the units.
 examples=$prefix/share/dial/examples
