@@ -212,6 +212,17 @@ absl::StatusOr<v1::Trial> DialClient::GetTrial(const std::string& study,
   return out;
 }
 
+absl::StatusOr<v1::GetParameterImportanceResponse>
+DialClient::GetParameterImportance(const std::string& study,
+                                   double top_quantile) {
+  v1::GetParameterImportanceRequest request;
+  request.set_study(study);
+  request.set_top_quantile(top_quantile);
+  v1::GetParameterImportanceResponse response;
+  DIAL_CALL(GetParameterImportance, request, response);
+  return response;
+}
+
 absl::StatusOr<std::vector<v1::Trial>> DialClient::GetBestTrials(
     const std::string& study, int32_t count) {
   v1::GetBestTrialsRequest request;

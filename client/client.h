@@ -69,6 +69,8 @@ class DialClient {
   // in pages, fetched here one after another. The trial's other fields are
   // the last page's, so they are at least as new as the history.
   absl::StatusOr<v1::Trial> GetTrial(const std::string& study, int64_t trial);
+  absl::StatusOr<v1::GetParameterImportanceResponse> GetParameterImportance(
+      const std::string& study, double top_quantile = 0);
   absl::StatusOr<std::vector<v1::Trial>> GetBestTrials(const std::string& study,
                                                        int32_t count);
 

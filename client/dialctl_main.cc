@@ -54,6 +54,9 @@ ABSL_FLAG(std::string, f, "",
 ABSL_FLAG(std::string, state, "",
           "Comma-separated trial states to list, e.g. COMPLETED,RUNNING");
 ABSL_FLAG(int32_t, count, 5, "How many trials for trials best");
+ABSL_FLAG(double, top, 0.1,
+          "For study importance: share of the completed trials counted as "
+          "the best, in (0, 1)");
 ABSL_FLAG(std::string, study, "",
           "For admin audit: only this study's events (default: all)");
 ABSL_FLAG(int32_t, limit, 100,
@@ -266,6 +269,13 @@ int TrialsBest(DialClient& client, const Args& args) {
   } else {
     std::cout << cli::FormatTrials(*trials);
   }
+  return 0;
+}
+
+int StudyImportance(DialClient& client, const Args& args) {
+  auto r = client.GetParameterImportance(args[2], absl::GetFlag(FLAGS_top));
+  if (!r.ok()) return Fail(r.status());
+  std::cout << (Json() ? cli::ToJson(*r) + "\n" : cli::FormatImportance(*r));
   return 0;
 }
 
@@ -509,6 +519,11 @@ constexpr Command kCommands[] = {
      true, StudyUpdate},
     {"study", "delete", "STUDY", "delete a study and its trials", true,
      StudyDelete},
+    {"study", "importance", "STUDY [--top=Q]",
+     "how much each parameter matters (PED-ANOVA\n"
+     "over the completed trials; Q: the share\n"
+     "counted as the best, default 0.1)",
+     true, StudyImportance},
     {"trials", "list", "STUDY [--state=S]",
      "list trials (S: PENDING,RUNNING,...)", true, TrialsList},
     {"trials", "best", "STUDY [--count=N]", "the best completed trials", true,

@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "absl/strings/ascii.h"
@@ -342,6 +343,19 @@ std::string FormatAuditEvents(const std::vector<v1::AuditEvent>& events) {
   }
   return FormatTable({"TIME", "PRINCIPAL", "ROLE", "ACTION", "STUDY", "DETAIL"},
                      rows);
+}
+
+std::string FormatImportance(const v1::GetParameterImportanceResponse& r) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& p : r.params()) {
+    const double share = std::clamp(p.importance(), 0.0, 1.0);
+    rows.push_back(
+        {p.name(), absl::StrFormat("%5.1f%%", 100 * share),
+         std::string(static_cast<size_t>(std::lround(40 * share)), '#')});
+  }
+  return absl::StrCat(r.method(), " over ", r.trials(),
+                      " completed trials (the best ", r.top_trials(), ")\n",
+                      FormatTable({"PARAM", "IMPORTANCE"}, rows));
 }
 
 absl::StatusOr<std::vector<v1::TrialState>> ParseTrialStates(

@@ -93,6 +93,10 @@ std::string FormatEvaluation(int64_t number, const std::string& checkpoint,
 // characters as \xNN so a detail cannot break the table or the terminal.
 std::string FormatAuditEvents(const std::vector<v1::AuditEvent>& events);
 
+// `study importance`: a line naming the method and the trials used, then
+// PARAM IMPORTANCE (percent) and a bar of up to 40 '#'.
+std::string FormatImportance(const v1::GetParameterImportanceResponse& r);
+
 // The --state flag: comma-separated trial state names, any case, empty parts
 // skipped. INVALID_ARGUMENT naming the first unknown state.
 absl::StatusOr<std::vector<v1::TrialState>> ParseTrialStates(

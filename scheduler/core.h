@@ -55,6 +55,7 @@
 #include "scheduler/suggestion_queue.h"
 #include "scheduler/trial_lifecycle.h"
 #include "scheduler/worker_registry.h"
+#include "searchers/importance.h"
 #include "searchers/searcher.h"
 #include "storage/checkpoint_store.h"
 #include "storage/study_store.h"
@@ -157,6 +158,11 @@ class SchedulerCore {
   // COMPLETED trials, best objective first.
   Reply<std::vector<v1::Trial>> GetBestTrials(
       const std::string& name, int32_t count,
+      const auth::Principal& who = auth::Anonymous());
+  // PED-ANOVA over the COMPLETED trials (searchers/importance.h); the
+  // trials are copied under the lock, the work is done outside it.
+  Reply<searchers::ImportanceResult> GetParameterImportance(
+      const std::string& name, double top_quantile,
       const auth::Principal& who = auth::Anonymous());
 
   // Ask: new RUNNING trials owned by `client_id`, or that client's open

@@ -333,6 +333,27 @@ grpc::ServerUnaryReactor* StudyServiceImpl::GetBestTrials(
   });
 }
 
+grpc::ServerUnaryReactor* StudyServiceImpl::GetParameterImportance(
+    grpc::CallbackServerContext* ctx,
+    const v1::GetParameterImportanceRequest* request,
+    v1::GetParameterImportanceResponse* response) {
+  return AsPrincipal(tokens_, ctx, [&](const auth::Principal& who) {
+    return Answer(core_, ctx,
+                  core_->GetParameterImportance(request->study(),
+                                                request->top_quantile(), who),
+                  [&](searchers::ImportanceResult& result) {
+                    for (const auto& p : result.params) {
+                      auto* out = response->add_params();
+                      out->set_name(p.name);
+                      out->set_importance(p.importance);
+                    }
+                    response->set_trials(result.trials);
+                    response->set_top_trials(result.top_trials);
+                    response->set_method("ped-anova");
+                  });
+  });
+}
+
 grpc::ServerWriteReactor<v1::WatchStudyResponse>* StudyServiceImpl::WatchStudy(
     grpc::CallbackServerContext* ctx, const v1::WatchStudyRequest* request) {
   absl::StatusOr<auth::Principal> who = Authenticate(tokens_, *ctx);

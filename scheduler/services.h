@@ -59,6 +59,10 @@ class StudyServiceImpl final : public v1::StudyService::CallbackService {
   grpc::ServerUnaryReactor* GetBestTrials(
       grpc::CallbackServerContext* ctx, const v1::GetBestTrialsRequest* request,
       v1::GetBestTrialsResponse* response) override;
+  grpc::ServerUnaryReactor* GetParameterImportance(
+      grpc::CallbackServerContext* ctx,
+      const v1::GetParameterImportanceRequest* request,
+      v1::GetParameterImportanceResponse* response) override;
   grpc::ServerWriteReactor<v1::WatchStudyResponse>* WatchStudy(
       grpc::CallbackServerContext* ctx,
       const v1::WatchStudyRequest* request) override;

@@ -419,5 +419,23 @@ TEST(ParseTrialStatesTest, AnUnknownStateIsInvalidAndNamed) {
               HasSubstr("'done'"));
 }
 
+TEST(FormatTest, ImportanceListsSharesWithBars) {
+  v1::GetParameterImportanceResponse r;
+  r.set_method("ped-anova");
+  r.set_trials(300);
+  r.set_top_trials(30);
+  auto* a = r.add_params();
+  a->set_name("lr");
+  a->set_importance(0.75);
+  auto* b = r.add_params();
+  b->set_name("dropout");
+  b->set_importance(0.25);
+  EXPECT_EQ(FormatImportance(r),
+            "ped-anova over 300 completed trials (the best 30)\n"
+            "PARAM    IMPORTANCE\n"
+            "lr        75.0%      ##############################\n"
+            "dropout   25.0%      ##########\n");
+}
+
 }  // namespace
 }  // namespace dial::client

@@ -279,9 +279,21 @@ trial: {trainer: {dataset: synthetic, steps: 3000, eval_every: 100, batch_size: 
       << Tail(dir_ / "wb.log");
   network_->SetLink("wb", false);
   const auto heal_at = std::chrono::steady_clock::now() + kPartition;
-  // The partition lasts its 20 s (the fault itself, not a wait for a
-  // result); meanwhile wb's lease runs out and wa takes the trial over.
+  // The partition lasts at least its 20 s (the fault itself, not a wait
+  // for a result); meanwhile wb's lease runs out and wa takes the trial
+  // over. wa has one slot: if it was busy with another trial, the
+  // partition lasts until wa has started the victim (at most 150 s more),
+  // so a healed wb cannot win it back first.
   std::this_thread::sleep_until(heal_at);
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(150);
+  for (v1::Trial now = GetTrial(study, victim.number());
+       !(absl::StartsWith(now.worker_id(), "wa") &&
+         now.attempt() > victim.attempt()) &&
+       now.state() != v1::COMPLETED &&
+       std::chrono::steady_clock::now() < give_up;
+       now = GetTrial(study, victim.number())) {
+  }
   network_->SetLink("wb", true);
 
   ASSERT_NO_FATAL_FAILURE(WaitDone(study));

@@ -135,6 +135,48 @@ TEST_F(IntegrationTest, FullAskTellStudyOverGrpc) {
   EXPECT_TRUE(rest->next_page_token().empty());
 }
 
+TEST_F(IntegrationTest, ParameterImportanceFindsWhatTheObjectiveDependsOn) {
+  // x decides the loss; "noise" does not. Too few trials first.
+  auto spec = ParseStudySpec(R"(
+name: imp
+objective: {metric: loss, goal: MAXIMIZE}
+search_space:
+  - {name: x, float: {min: -3, max: 3}}
+  - {name: noise, float: {min: 0, max: 1}}
+searcher: {random: {seed: 9}}
+budget: {max_trials: 300, max_parallel_trials: 100}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(client_->CreateStudy(*spec).ok());
+  EXPECT_EQ(client_->GetParameterImportance("imp").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  for (int round = 0; round < 3; ++round) {
+    auto s = client_->SuggestTrials("imp", 100, "c");
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (const auto& t : s->trials()) {
+      const double x = t.params().at("x").double_value();
+      // Maximised: the best trials have x near 1.
+      ASSERT_TRUE(
+          client_
+              ->CompleteTrial("imp", t.number(), {{"loss", -(x - 1) * (x - 1)}})
+              .ok());
+    }
+  }
+  auto r = client_->GetParameterImportance("imp");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->method(), "ped-anova");
+  EXPECT_EQ(r->trials(), 300);
+  EXPECT_EQ(r->top_trials(), 30);
+  ASSERT_EQ(r->params_size(), 2);
+  EXPECT_EQ(r->params(0).name(), "x");
+  EXPECT_GT(r->params(0).importance(), 0.8);
+  EXPECT_NEAR(r->params(0).importance() + r->params(1).importance(), 1, 1e-9);
+  EXPECT_EQ(client_->GetParameterImportance("imp", 1.5).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->GetParameterImportance("nope").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(IntegrationTest, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
   v1::StudySpec bad = Spec();
   bad.mutable_search_space(0)->mutable_float_()->set_min(10);
