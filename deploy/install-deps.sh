@@ -32,6 +32,8 @@ PACKAGES=(
   dataset-fashion-mnist sqlite3
   # Python peers for tests and benchmarks (use /usr/bin/python3)
   python3 python3-grpcio python3-protobuf python3-optuna python3-torch
+  # the parameter-importance peer (Optuna's fANOVA needs scikit-learn)
+  python3-sklearn
 )
 
 # `kubectl kustomize` renders deploy/k8s (tests/deploy/k8s_test.py): any

@@ -649,24 +649,25 @@ Reply<std::vector<v1::Trial>> SchedulerCore::GetBestTrials(
 Reply<searchers::ImportanceResult> SchedulerCore::GetParameterImportance(
     const std::string& name, double top_quantile, const auth::Principal& who) {
   if (top_quantile == 0) top_quantile = 0.1;
-  v1::StudySpec spec;
-  std::vector<searchers::ScoredTrial> trials;
+  // Under the lock only the bins are taken (no copies of the params); the
+  // estimate runs outside it.
+  std::optional<searchers::SearchSpace> space;
+  std::optional<searchers::ImportanceInput> input;
   absl::Status read =
       Locked<bool>([&]() -> absl::StatusOr<bool> {
         DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
                               FindFor(who, name, Access::kRead));
-        spec = entry->study.spec();
-        trials.reserve(entry->ranked.size());
+        DIAL_ASSIGN_OR_RETURN(
+            space, searchers::SearchSpace::Create(entry->study.spec()));
+        input.emplace(*space);
         // `ranked` holds the loss: lower is better.
         for (const auto& [loss, number] : entry->ranked) {
-          trials.push_back({entry->trials.at(number).params(), loss});
+          input->Add(entry->trials.at(number).params(), loss);
         }
         return true;
       }).status();
   DIAL_RETURN_IF_ERROR(read);
-  DIAL_ASSIGN_OR_RETURN(searchers::SearchSpace space,
-                        searchers::SearchSpace::Create(spec));
-  return searchers::PedAnovaImportance(space, trials, top_quantile);
+  return searchers::PedAnovaImportance(*input, top_quantile);
 }
 
 Reply<Suggestion> SchedulerCore::SuggestTrials(const std::string& name,

@@ -97,16 +97,46 @@ double PearsonDivergence(const std::vector<double>& top,
 
 }  // namespace
 
+ImportanceInput::ImportanceInput(const SearchSpace& space) : space_(&space) {
+  for (int i = 0; i < space.size(); ++i) {
+    const Binning b = BinningOf(space.param(i));
+    bins_per_param_.push_back(b.bins);
+    smooth_.push_back(b.smooth);
+  }
+}
+
+void ImportanceInput::Add(const Params& params, double loss) {
+  for (int i = 0; i < space_->size(); ++i) {
+    const auto it = params.find(space_->param(i).name());
+    bins_.push_back(
+        it == params.end()
+            ? int16_t{-1}
+            : static_cast<int16_t>(
+                  BinOf(*space_, i,
+                        {bins_per_param_[i], static_cast<bool>(smooth_[i])},
+                        it->second)));
+  }
+  loss_.push_back(loss);
+}
+
 absl::StatusOr<ImportanceResult> PedAnovaImportance(
     const SearchSpace& space, const std::vector<ScoredTrial>& trials,
     double top_quantile) {
+  ImportanceInput input(space);
+  for (const auto& t : trials) input.Add(t.params, t.loss);
+  return PedAnovaImportance(input, top_quantile);
+}
+
+absl::StatusOr<ImportanceResult> PedAnovaImportance(
+    const ImportanceInput& input, double top_quantile) {
   if (!(top_quantile > 0 && top_quantile < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("top_quantile: must be in (0, 1), got ", top_quantile));
   }
+  const std::vector<double>& loss = input.loss_;
   std::vector<size_t> order;
-  for (size_t t = 0; t < trials.size(); ++t) {
-    if (std::isfinite(trials[t].loss)) order.push_back(t);
+  for (size_t t = 0; t < loss.size(); ++t) {
+    if (std::isfinite(loss[t])) order.push_back(t);
   }
   if (order.size() < 4) {
     return absl::FailedPreconditionError(
@@ -117,35 +147,35 @@ absl::StatusOr<ImportanceResult> PedAnovaImportance(
   const size_t top = std::clamp<size_t>(
       static_cast<size_t>(std::ceil(top_quantile * order.size())), 2,
       order.size() - 1);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return trials[a].loss < trials[b].loss;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return loss[a] < loss[b]; });
 
+  const SearchSpace& space = *input.space_;
+  const size_t params = static_cast<size_t>(space.size());
   ImportanceResult result;
   result.trials = static_cast<int64_t>(order.size());
   result.top_trials = static_cast<int64_t>(top);
   double total = 0;
-  for (int i = 0; i < space.size(); ++i) {
-    const std::string& name = space.param(i).name();
-    const Binning binning = BinningOf(space.param(i));
+  for (size_t i = 0; i < params; ++i) {
+    const int nbins = input.bins_per_param_[i];
     std::vector<int> all, best;
     for (size_t k = 0; k < order.size(); ++k) {
-      const auto it = trials[order[k]].params.find(name);
-      if (it == trials[order[k]].params.end()) continue;  // inactive
-      const int bin = BinOf(space, i, binning, it->second);
+      const int bin = input.bins_[order[k] * params + i];
+      if (bin < 0) continue;  // inactive
       all.push_back(bin);
       if (k < top) best.push_back(bin);
     }
     double d = 0;
-    if (best.size() >= 2 && binning.bins > 1) {
-      d = PearsonDivergence(Density(best, binning.bins, binning.smooth),
-                            Density(all, binning.bins, binning.smooth));
+    if (best.size() >= 2 && nbins > 1) {
+      d = PearsonDivergence(Density(best, nbins, input.smooth_[i]),
+                            Density(all, nbins, input.smooth_[i]));
     }
-    result.params.push_back({name, d});
+    result.params.push_back({space.param(static_cast<int>(i)).name(), d});
     total += d;
   }
-  for (auto& p : result.params)
+  for (auto& p : result.params) {
     p.importance = total > 0 ? p.importance / total : 0;
+  }
   std::stable_sort(result.params.begin(), result.params.end(),
                    [](const ParamImportance& a, const ParamImportance& b) {
                      return a.importance > b.importance;

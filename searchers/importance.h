@@ -7,6 +7,7 @@
 // this and not fANOVA. Thread-safe: a pure function.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -33,9 +34,30 @@ struct ScoredTrial {
   double loss = 0;
 };
 
+// Trials reduced to what the estimate needs: each parameter's bin (-1:
+// inactive) and the loss. Cheap to fill (no copies of the params), so a
+// caller can fill it under a lock and compute outside it.
+class ImportanceInput {
+ public:
+  explicit ImportanceInput(const SearchSpace& space);
+  void Add(const Params& params, double loss);
+  size_t size() const { return loss_.size(); }
+
+ private:
+  friend absl::StatusOr<ImportanceResult> PedAnovaImportance(
+      const ImportanceInput& input, double top_quantile);
+  const SearchSpace* space_;
+  std::vector<int> bins_per_param_;
+  std::vector<bool> smooth_;
+  std::vector<int16_t> bins_;  // trial-major: size() x params
+  std::vector<double> loss_;
+};
+
 // `top_quantile` in (0, 1): the share of trials counted as the best (0.1
 // is the paper's default). FAILED_PRECONDITION with fewer than 4 trials
 // with a finite loss.
+absl::StatusOr<ImportanceResult> PedAnovaImportance(
+    const ImportanceInput& input, double top_quantile);
 absl::StatusOr<ImportanceResult> PedAnovaImportance(
     const SearchSpace& space, const std::vector<ScoredTrial>& trials,
     double top_quantile);
