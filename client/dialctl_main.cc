@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "client/client.h"
+#include "client/export.h"
 #include "client/format.h"
 #include "client/lineage.h"
 #include "common/flags.h"
@@ -65,7 +66,12 @@ ABSL_FLAG(int32_t, max_trials, 0, "New max_trials, for study update");
 ABSL_FLAG(int32_t, max_parallel_trials, 0,
           "New max_parallel_trials, for study update");
 ABSL_FLAG(int32_t, timeout_s, 30, "Deadline of each call, in seconds");
-ABSL_FLAG(std::string, o, "", "Output file, for study replay");
+ABSL_FLAG(std::string, o, "",
+          "Output file, for study replay and study export (export: default "
+          "stdout)");
+ABSL_FLAG(std::string, format, "csv", "For study export: csv or jsonl");
+ABSL_FLAG(bool, history, false,
+          "For study export: one row per reported step instead of per trial");
 ABSL_FLAG(std::string, split, "test",
           "Split for trials evaluate: test (held out) or val");
 ABSL_FLAG(std::string, checkpoint_root, "",
@@ -268,6 +274,35 @@ int TrialsBest(DialClient& client, const Args& args) {
     std::cout << cli::ToJson(r) << "\n";
   } else {
     std::cout << cli::FormatTrials(*trials);
+  }
+  return 0;
+}
+
+int StudyExport(DialClient& client, const Args& args) {
+  auto format = cli::ParseExportFormat(absl::GetFlag(FLAGS_format));
+  if (!format.ok()) return Fail(format.status());
+  auto study = client.GetStudy(args[2]);
+  if (!study.ok()) return Fail(study.status());
+  auto trials = client.ListAllTrials(args[2], {});
+  if (!trials.ok()) return Fail(trials.status());
+  const bool history = absl::GetFlag(FLAGS_history);
+  if (history) {
+    for (auto& t : *trials) {
+      auto full = client.GetTrial(args[2], t.number());
+      if (!full.ok()) return Fail(full.status());
+      t = std::move(*full);
+    }
+  }
+  const std::string text =
+      cli::ExportTrials(study->spec(), *trials, *format, history);
+  const std::string out_file = absl::GetFlag(FLAGS_o);
+  if (out_file.empty()) {
+    std::cout << text;
+    return 0;
+  }
+  std::ofstream out(out_file);
+  if (!(out << text) || !out.flush()) {
+    return Fail(absl::UnavailableError("cannot write " + out_file));
   }
   return 0;
 }
@@ -519,6 +554,11 @@ constexpr Command kCommands[] = {
      true, StudyUpdate},
     {"study", "delete", "STUDY", "delete a study and its trials", true,
      StudyDelete},
+    {"study", "export", "STUDY [--format=csv|jsonl] [--history] [-o FILE]",
+     "every trial (params, state, value, final\n"
+     "metrics), or with --history every reported\n"
+     "step, as CSV or JSON lines",
+     true, StudyExport},
     {"study", "importance", "STUDY [--top=Q]",
      "how much each parameter matters (PED-ANOVA\n"
      "over the completed trials; Q: the share\n"

@@ -1,16 +1,22 @@
 // The scheduler's gRPC services in-process on 127.0.0.1:0, driven by the C++
 // client library over real sockets, with a real SQLite file.
 #include <gmock/gmock.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <future>
+#include <set>
 #include <thread>
 
+#include "absl/strings/str_split.h"
 #include "client/client.h"
+#include "client/export.h"
 #include "common/message_limits.h"
 #include "common/spec.h"
 #include "scheduler/server.h"
@@ -175,6 +181,186 @@ budget: {max_trials: 300, max_parallel_trials: 100}
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(client_->GetParameterImportance("nope").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// RFC 4180 rows (quoted cells with "" for a quote), for the export test.
+std::vector<std::vector<std::string>> ParseCsv(const std::string& text) {
+  std::vector<std::vector<std::string>> rows(1, std::vector<std::string>(1));
+  bool quoted = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        rows.back().back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        rows.back().back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      rows.back().emplace_back();
+    } else if (c == '\n') {
+      rows.emplace_back(1);
+    } else {
+      rows.back().back() += c;
+    }
+  }
+  if (rows.back().size() == 1 && rows.back()[0].empty()) rows.pop_back();
+  return rows;
+}
+
+TEST_F(IntegrationTest, ExportsRoundTripEveryTrialAndStepOnce) {
+  auto spec = ParseStudySpec(R"(
+name: exp
+objective: {metric: loss, goal: MINIMIZE}
+search_space:
+  - {name: lr, float: {min: 1.0e-5, max: 1, scale: LOG}}
+  - {name: units, int: {min: 1, max: 512}}
+  - {name: "opt", categorical: {values: ["sgd", "a \"quoted\", value"]}}
+  - {name: momentum, float: {min: 0, max: 1}, when: {"opt": [sgd]}}
+searcher: {random: {seed: 3}}
+budget: {max_trials: 12, max_parallel_trials: 12}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(client_->CreateStudy(*spec).ok());
+  auto s = client_->SuggestTrials("exp", 12, "c");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->trials_size(), 12);
+  for (const auto& t : s->trials()) {
+    // Trial n reports n steps; every third stays RUNNING.
+    for (int step = 1; step <= t.number(); ++step) {
+      ASSERT_TRUE(client_
+                      ->ReportIntermediate("exp", t.number(), step * 10,
+                                           {{"loss", 1.0 / (step + t.number())},
+                                            {"acc", step / 3.0}})
+                      .ok());
+    }
+    if (t.number() % 3 == 2) continue;
+    ASSERT_TRUE(client_
+                    ->CompleteTrial("exp", t.number(),
+                                    {{"loss", std::sqrt(t.number() + 0.5)},
+                                     {"acc", 1.0 / 7}})
+                    .ok());
+  }
+  auto listed = client_->ListAllTrials("exp", {});
+  ASSERT_TRUE(listed.ok());
+  std::vector<v1::Trial> trials;
+  for (const auto& t : *listed) {
+    auto full = client_->GetTrial("exp", t.number());
+    ASSERT_TRUE(full.ok());
+    trials.push_back(*full);
+  }
+  auto study = client_->GetStudy("exp");
+  ASSERT_TRUE(study.ok());
+  using client::ExportFormat;
+
+  // CSV, a row per trial.
+  auto rows = ParseCsv(
+      client::ExportTrials(study->spec(), trials, ExportFormat::kCsv, false));
+  ASSERT_EQ(rows.size(), trials.size() + 1);
+  EXPECT_THAT(rows[0], ::testing::ElementsAre(
+                           "number", "state", "value", "start_time", "end_time",
+                           "param.lr", "param.units", "param.opt",
+                           "param.momentum", "metric.acc", "metric.loss"));
+  for (size_t i = 0; i < trials.size(); ++i) {
+    const v1::Trial& t = trials[i];
+    const auto& row = rows[i + 1];
+    ASSERT_EQ(row.size(), rows[0].size());
+    EXPECT_EQ(std::stoll(row[0]), t.number());
+    EXPECT_EQ(row[1], v1::TrialState_Name(t.state()));
+    if (t.has_objective_value()) {
+      EXPECT_EQ(std::stod(row[2]), t.objective_value());
+    } else {
+      EXPECT_EQ(row[2], "");
+    }
+    EXPECT_EQ(std::stod(row[5]), t.params().at("lr").double_value());
+    EXPECT_EQ(std::stoll(row[6]), t.params().at("units").int_value());
+    EXPECT_EQ(row[7], t.params().at("opt").string_value());
+    if (t.params().count("momentum")) {
+      EXPECT_EQ(std::stod(row[8]), t.params().at("momentum").double_value());
+    } else {
+      EXPECT_EQ(row[8], "");
+    }
+    if (t.state() == v1::COMPLETED) {
+      EXPECT_EQ(std::stod(row[9]), t.final_metrics().at("acc"));
+      EXPECT_EQ(std::stod(row[10]), t.final_metrics().at("loss"));
+    }
+  }
+
+  // CSV history and JSON lines history: every reported step once.
+  std::set<std::pair<int64_t, int64_t>> want;
+  for (const auto& t : trials) {
+    for (const auto& p : t.metric_history())
+      want.insert({t.number(), p.step()});
+  }
+  ASSERT_EQ(want.size(), 66u);  // 0 + 1 + ... + 11
+  auto history = ParseCsv(
+      client::ExportTrials(study->spec(), trials, ExportFormat::kCsv, true));
+  EXPECT_THAT(history[0], ::testing::ElementsAre("number", "step", "metric.acc",
+                                                 "metric.loss"));
+  std::set<std::pair<int64_t, int64_t>> got;
+  for (size_t i = 1; i < history.size(); ++i) {
+    const int64_t n = std::stoll(history[i][0]),
+                  step = std::stoll(history[i][1]);
+    EXPECT_TRUE(got.insert({n, step}).second) << n << "/" << step;
+    const auto& point = trials[n].metric_history(step / 10 - 1);
+    EXPECT_EQ(std::stod(history[i][2]), point.metrics().at("acc"));
+    EXPECT_EQ(std::stod(history[i][3]), point.metrics().at("loss"));
+  }
+  EXPECT_EQ(got, want);
+  got.clear();
+  const std::string jsonl =
+      client::ExportTrials(study->spec(), trials, ExportFormat::kJsonl, true);
+  for (absl::string_view line :
+       absl::StrSplit(jsonl, '\n', absl::SkipEmpty())) {
+    google::protobuf::Struct row;
+    ASSERT_TRUE(
+        google::protobuf::util::JsonStringToMessage(std::string(line), &row)
+            .ok())
+        << line;
+    const int64_t n = row.fields().at("number").number_value();
+    const int64_t step = row.fields().at("step").number_value();
+    EXPECT_TRUE(got.insert({n, step}).second);
+    const auto& m = row.fields().at("metrics").struct_value().fields();
+    EXPECT_EQ(m.at("loss").number_value(),
+              trials[n].metric_history(step / 10 - 1).metrics().at("loss"));
+  }
+  EXPECT_EQ(got, want);
+
+  // JSON lines, a line per trial.
+  const std::string lines =
+      client::ExportTrials(study->spec(), trials, ExportFormat::kJsonl, false);
+  size_t i = 0;
+  for (absl::string_view line :
+       absl::StrSplit(lines, '\n', absl::SkipEmpty())) {
+    google::protobuf::Struct row;
+    ASSERT_TRUE(
+        google::protobuf::util::JsonStringToMessage(std::string(line), &row)
+            .ok())
+        << line;
+    ASSERT_LT(i, trials.size());
+    const v1::Trial& t = trials[i++];
+    const auto& f = row.fields();
+    EXPECT_EQ(f.at("number").number_value(), t.number());
+    EXPECT_EQ(f.at("state").string_value(), v1::TrialState_Name(t.state()));
+    const auto& params = f.at("params").struct_value().fields();
+    EXPECT_EQ(params.at("lr").number_value(),
+              t.params().at("lr").double_value());
+    EXPECT_EQ(params.at("units").number_value(),
+              t.params().at("units").int_value());
+    EXPECT_EQ(params.at("opt").string_value(),
+              t.params().at("opt").string_value());
+    EXPECT_EQ(params.count("momentum"), t.params().count("momentum"));
+    if (t.has_objective_value()) {
+      EXPECT_EQ(f.at("value").number_value(), t.objective_value());
+    } else {
+      EXPECT_TRUE(f.at("value").has_null_value());
+    }
+  }
+  EXPECT_EQ(i, trials.size());
 }
 
 TEST_F(IntegrationTest, BadRequestsGetClearErrorsAndTheServerKeepsServing) {

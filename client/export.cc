@@ -1,0 +1,183 @@
+#include "client/export.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace dial::client {
+namespace {
+
+std::string Number(double v) { return absl::StrFormat("%.17g", v); }
+
+std::string CsvCell(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// A JSON number, or null for what JSON cannot hold (NaN, infinities).
+std::string JsonNumber(double v) {
+  return std::isfinite(v) ? Number(v) : "null";
+}
+
+std::string Time(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "";
+  return google::protobuf::util::TimeUtil::ToString(t);
+}
+
+// A parameter value as CSV text or as JSON.
+std::string ParamText(const v1::ParamValue& v, bool json) {
+  switch (v.value_case()) {
+    case v1::ParamValue::kDoubleValue:
+      return json ? JsonNumber(v.double_value()) : Number(v.double_value());
+    case v1::ParamValue::kIntValue:
+      return absl::StrCat(v.int_value());
+    case v1::ParamValue::kStringValue:
+      return json ? JsonString(v.string_value()) : CsvCell(v.string_value());
+    default:
+      return json ? "null" : "";
+  }
+}
+
+std::string MetricsJson(const google::protobuf::Map<std::string, double>& m) {
+  std::map<std::string, double> sorted(m.begin(), m.end());
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : sorted) {
+    parts.push_back(absl::StrCat(JsonString(k), ": ", JsonNumber(v)));
+  }
+  return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
+}
+
+}  // namespace
+
+absl::StatusOr<ExportFormat> ParseExportFormat(const std::string& text) {
+  if (text == "csv") return ExportFormat::kCsv;
+  if (text == "jsonl") return ExportFormat::kJsonl;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--format: '", text, "' is not csv or jsonl"));
+}
+
+std::string ExportTrials(const v1::StudySpec& spec,
+                         const std::vector<v1::Trial>& trials,
+                         ExportFormat format, bool history) {
+  const bool csv = format == ExportFormat::kCsv;
+  std::set<std::string> metric_set;
+  for (const auto& t : trials) {
+    if (history) {
+      for (const auto& p : t.metric_history()) {
+        for (const auto& [k, v] : p.metrics()) metric_set.insert(k);
+      }
+    } else {
+      for (const auto& [k, v] : t.final_metrics()) metric_set.insert(k);
+    }
+  }
+  const std::vector<std::string> metrics(metric_set.begin(), metric_set.end());
+  std::string out;
+  if (csv) {
+    std::vector<std::string> header = {"number"};
+    if (history) {
+      header.push_back("step");
+    } else {
+      header.insert(header.end(), {"state", "value", "start_time", "end_time"});
+      for (const auto& p : spec.search_space()) {
+        header.push_back(CsvCell("param." + p.name()));
+      }
+    }
+    for (const auto& m : metrics) header.push_back(CsvCell("metric." + m));
+    absl::StrAppend(&out, absl::StrJoin(header, ","), "\n");
+  }
+  for (const auto& t : trials) {
+    if (history) {
+      for (const auto& p : t.metric_history()) {
+        if (!csv) {
+          absl::StrAppend(&out, "{\"number\": ", t.number(),
+                          ", \"step\": ", p.step(),
+                          ", \"metrics\": ", MetricsJson(p.metrics()), "}\n");
+          continue;
+        }
+        std::vector<std::string> row = {absl::StrCat(t.number()),
+                                        absl::StrCat(p.step())};
+        for (const auto& m : metrics) {
+          auto it = p.metrics().find(m);
+          row.push_back(it == p.metrics().end() ? "" : Number(it->second));
+        }
+        absl::StrAppend(&out, absl::StrJoin(row, ","), "\n");
+      }
+      continue;
+    }
+    const std::string state = v1::TrialState_Name(t.state());
+    if (!csv) {
+      std::vector<std::string> params;
+      for (const auto& p : spec.search_space()) {
+        auto it = t.params().find(p.name());
+        if (it == t.params().end()) continue;
+        params.push_back(absl::StrCat(JsonString(p.name()), ": ",
+                                      ParamText(it->second, true)));
+      }
+      absl::StrAppend(
+          &out, "{\"number\": ", t.number(), ", \"state\": ", JsonString(state),
+          ", \"value\": ",
+          t.has_objective_value() ? JsonNumber(t.objective_value()) : "null",
+          ", \"start_time\": ", JsonString(Time(t.start_time())),
+          ", \"end_time\": ", JsonString(Time(t.end_time())), ", \"params\": {",
+          absl::StrJoin(params, ", "), "}",
+          ", \"metrics\": ", MetricsJson(t.final_metrics()), "}\n");
+      continue;
+    }
+    std::vector<std::string> row = {
+        absl::StrCat(t.number()), state,
+        t.has_objective_value() ? Number(t.objective_value()) : "",
+        Time(t.start_time()), Time(t.end_time())};
+    for (const auto& p : spec.search_space()) {
+      auto it = t.params().find(p.name());
+      row.push_back(it == t.params().end() ? "" : ParamText(it->second, false));
+    }
+    for (const auto& m : metrics) {
+      auto it = t.final_metrics().find(m);
+      row.push_back(it == t.final_metrics().end() ? "" : Number(it->second));
+    }
+    absl::StrAppend(&out, absl::StrJoin(row, ","), "\n");
+  }
+  return out;
+}
+
+}  // namespace dial::client

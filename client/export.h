@@ -1,0 +1,35 @@
+// `dialctl study export`: a study's trials as CSV or JSON lines, for
+// pandas, spreadsheets and scripts. Plain data in, text out (no gRPC).
+//
+// Trial rows (one per trial, in number order): number, state, value (the
+// objective), start_time, end_time, then param.NAME for each parameter of
+// the search space (empty where inactive) and metric.NAME for each final
+// metric any trial has (sorted; empty where absent). History rows (one per
+// reported step): number, step, then metric.NAME. Numbers are written so
+// they parse back to the same double (%.17g); CSV quotes per RFC 4180.
+// JSON lines carry the same fields as objects: {"number", "state",
+// "value", "start_time", "end_time", "params": {...}, "metrics": {...}}
+// and {"number", "step", "metrics": {...}}.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dial/v1/spec.pb.h"
+#include "dial/v1/study.pb.h"
+
+namespace dial::client {
+
+enum class ExportFormat { kCsv, kJsonl };
+
+// "csv" or "jsonl"; INVALID_ARGUMENT naming --format otherwise.
+absl::StatusOr<ExportFormat> ParseExportFormat(const std::string& text);
+
+// `trials` in number order; with `history`, each with its whole
+// metric_history.
+std::string ExportTrials(const v1::StudySpec& spec,
+                         const std::vector<v1::Trial>& trials,
+                         ExportFormat format, bool history);
+
+}  // namespace dial::client
