@@ -18,30 +18,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json.h"
 #include "common/status.h"
 #include "common/trainer_knobs.h"
 
 namespace dial {
-namespace {
-
-using google::protobuf::Descriptor;
-using google::protobuf::FieldDescriptor;
-
-// Bounds that keep the searchers' and trial schedulers' work proportional
-// to the spec: a few bytes of spec must not buy hours of CPU at CreateStudy.
-// Int bounds: the searchers compute in doubles, exact up to 2^53.
-constexpr int64_t kMaxIntMagnitude = int64_t{1} << 53;
-// Grid values per parameter (grid_points, default_points).
-constexpr int32_t kMaxGridPoints = 10000;
-// Rungs of ASHA and brackets of Hyperband (min_steps x factor^k below
-// max_steps).
-constexpr int kMaxRungs = 1000;
-// Int domains up to this width list their values for checking conditions.
-constexpr uint64_t kMaxListedInts = 10000;
-// Keys of labels and environment variable names. Also keeps every key of a
-// spec's JSON form under YAML's 1024-character limit on implicit keys, so
-// that the JSON of any valid spec reads back as a spec.
-constexpr size_t kMaxKeyLength = 128;
 
 void AppendJsonString(absl::string_view s, std::string& out) {
   out.push_back('"');
@@ -74,6 +55,27 @@ void AppendJsonString(absl::string_view s, std::string& out) {
   }
   out.push_back('"');
 }
+
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+
+// Bounds that keep the searchers' and trial schedulers' work proportional
+// to the spec: a few bytes of spec must not buy hours of CPU at CreateStudy.
+// Int bounds: the searchers compute in doubles, exact up to 2^53.
+constexpr int64_t kMaxIntMagnitude = int64_t{1} << 53;
+// Grid values per parameter (grid_points, default_points).
+constexpr int32_t kMaxGridPoints = 10000;
+// Rungs of ASHA and brackets of Hyperband (min_steps x factor^k below
+// max_steps).
+constexpr int kMaxRungs = 1000;
+// Int domains up to this width list their values for checking conditions.
+constexpr uint64_t kMaxListedInts = 10000;
+// Keys of labels and environment variable names. Also keeps every key of a
+// spec's JSON form under YAML's 1024-character limit on implicit keys, so
+// that the JSON of any valid spec reads back as a spec.
+constexpr size_t kMaxKeyLength = 128;
 
 bool LooksLikeNumber(const std::string& s) {
   if (s.empty()) return false;
