@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/status.h"
 
 namespace dial::auth {
@@ -139,6 +140,24 @@ std::optional<Principal> TokenTable::Find(absl::string_view token) const {
 int TokenTable::size() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(by_hash_.size());
+}
+
+absl::StatusOr<Principal> AuthenticateBearer(
+    const TokenTable* tokens, std::optional<absl::string_view> header) {
+  if (tokens == nullptr) return Anonymous();
+  if (!header) {
+    return absl::UnauthenticatedError(
+        "no token: send 'authorization: Bearer <token>' (dialctl --token or "
+        "$DIAL_TOKEN)");
+  }
+  absl::string_view value = *header;
+  if (!absl::ConsumePrefix(&value, "Bearer ")) {
+    return absl::UnauthenticatedError(
+        "authorization: expected 'Bearer <token>'");
+  }
+  std::optional<Principal> who = tokens->Find(value);
+  if (!who) return absl::UnauthenticatedError("unknown token");
+  return *who;
 }
 
 }  // namespace dial::auth

@@ -48,4 +48,11 @@ class TokenTable {
   absl::flat_hash_map<std::string, Principal> by_hash_ ABSL_GUARDED_BY(mu_);
 };
 
+// The principal of an authorization header value ("Bearer <token>");
+// nullopt: no header was sent. Without a table (no --auth-tokens) every
+// caller is an anonymous admin. UNAUTHENTICATED saying what is wrong
+// otherwise. The gRPC services and the HTTP edge share it.
+absl::StatusOr<Principal> AuthenticateBearer(
+    const TokenTable* tokens, std::optional<absl::string_view> header);
+
 }  // namespace dial::auth

@@ -646,6 +646,20 @@ Reply<std::vector<v1::Trial>> SchedulerCore::GetBestTrials(
       });
 }
 
+SchedulerCore::Gauges SchedulerCore::ReadGauges() {
+  Gauges g;
+  Lock lock(this);
+  for (const auto& [name, entry] : studies_.all()) {
+    if (entry->deleted) continue;
+    ++g.studies[entry->study.state()];
+    for (const auto& [state, count] : entry->state_counts) {
+      g.trials[name][state] = count;
+    }
+  }
+  g.workers = workers_.size();
+  return g;
+}
+
 Reply<searchers::ImportanceResult> SchedulerCore::GetParameterImportance(
     const std::string& name, double top_quantile, const auth::Principal& who) {
   if (top_quantile == 0) top_quantile = 0.1;

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,6 +160,14 @@ class SchedulerCore {
   Reply<std::vector<v1::Trial>> GetBestTrials(
       const std::string& name, int32_t count,
       const auth::Principal& who = auth::Anonymous());
+  // What /metrics shows of the core, read under the lock.
+  struct Gauges {
+    // Per study: trials by state.
+    std::map<std::string, std::map<v1::TrialState, int64_t>> trials;
+    std::map<v1::StudyState, int64_t> studies;
+    int workers = 0;  // registered, not lost
+  };
+  Gauges ReadGauges();
   // PED-ANOVA over the COMPLETED trials (searchers/importance.h); the
   // trials are copied under the lock, the work is done outside it.
   Reply<searchers::ImportanceResult> GetParameterImportance(

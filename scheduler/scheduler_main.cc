@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/flags.h"
 #include "common/logging.h"
+#include "scheduler/http_server.h"
 #include "scheduler/server.h"
 #include "spdlog/spdlog.h"
 #include "storage/checkpoint_store.h"
@@ -37,6 +38,9 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(bool, insecure_allow_remote, false,
           "Allow a plaintext non-loopback --listen (tokens travel in the "
           "clear; a warning is logged at every start)");
+ABSL_FLAG(std::string, http_listen, "",
+          "host:port of the HTTP edge (GET /metrics for Prometheus; same TLS "
+          "and token rules as --listen); empty: off");
 ABSL_FLAG(std::string, backup_dir, "",
           "Directory BackupDatabase writes new files into (admins only; "
           "created if missing); "
@@ -164,10 +168,31 @@ int main(int argc, char** argv) {
   limits.max_pending_ahead = absl::GetFlag(FLAGS_max_pending_ahead);
   options.worker_lease =
       absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
+  dial::metrics::Registry registry;
+  options.metrics = &registry;
   auto server = dial::scheduler::SchedulerServer::Create(options);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     return 1;
+  }
+  std::unique_ptr<dial::scheduler::HttpServer> http;
+  if (!absl::GetFlag(FLAGS_http_listen).empty()) {
+    dial::scheduler::HttpServerOptions h;
+    h.listen = absl::GetFlag(FLAGS_http_listen);
+    h.tokens = tokens.get();
+    h.tls_cert = options.tls_cert;
+    h.tls_key = options.tls_key;
+    h.tls_client_ca = options.tls_client_ca;
+    h.insecure_allow_remote = options.insecure_allow_remote;
+    h.metrics = &registry;
+    auto started = dial::scheduler::HttpServer::Start(h);
+    if (!started.ok()) {
+      spdlog::error("{}", started.status().ToString());
+      return 1;
+    }
+    http = std::move(*started);
+    // Machine-readable, as the gRPC line below.
+    std::printf("dial-scheduler http on port %d\n", http->port());
   }
   spdlog::info("database {}, checkpoints {}", absl::GetFlag(FLAGS_db),
                (*checkpoints)->root());
@@ -199,6 +224,7 @@ int main(int argc, char** argv) {
     }
   }
   spdlog::info("signal {}: shutting down", signal);
+  http.reset();
   (*server)->Shutdown();
   return 0;
 }

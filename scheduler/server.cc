@@ -13,6 +13,7 @@
 #include "common/message_limits.h"
 #include "common/status.h"
 #include "scheduler/checkpoint_service.h"
+#include "scheduler/rpc_metrics.h"
 #include "scheduler/services.h"
 
 namespace dial::scheduler {
@@ -23,24 +24,25 @@ bool IsLoopbackListen(const std::string& address) {
 }
 
 absl::Status CheckListenAddress(const std::string& address, bool authenticated,
-                                bool tls, bool insecure_allow_remote) {
+                                bool tls, bool insecure_allow_remote,
+                                const std::string& flag) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon + 1 == address.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--listen: '", address, "' must be host:port, e.g. 127.0.0.1:7070"));
+        flag, ": '", address, "' must be host:port, e.g. 127.0.0.1:7070"));
   }
   if (IsLoopbackListen(address)) return absl::OkStatus();
   const std::string host = address.substr(0, colon);
   if (!authenticated) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--listen: '", host,
+        flag, ": '", host,
         "' is not a loopback address: listening beyond this machine needs "
         "--auth-tokens (and TLS, --tls-cert/--tls-key); see "
         "docs/security.md"));
   }
   if (!tls && !insecure_allow_remote) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--listen: '", host,
+        flag, ": '", host,
         "' is not a loopback address: serve it with TLS (--tls-cert and "
         "--tls-key), or accept plaintext tokens on the network with "
         "--insecure-allow-remote"));
@@ -126,6 +128,14 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
   // in, unlimited out) are not what Dial's clients are built to expect.
   builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
   builder.SetMaxSendMessageSize(kMaxResponseBytes);
+  if (options.metrics != nullptr) {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(NewRpcMetricsInterceptorFactory(options.metrics));
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+    RegisterCoreGauges(server->core_.get(), options.metrics);
+  }
   // Never share a port with another scheduler (gRPC sets SO_REUSEPORT by
   // default, which would split clients between two processes).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "auth/token_table.h"
+#include "common/metrics.h"
 #include "scheduler/core.h"
 #include "storage/checkpoint_store.h"
 #include "storage/study_store.h"
@@ -46,6 +47,10 @@ struct SchedulerServerOptions {
   // Core options passed through (backups, limits).
   std::string backup_dir = "";
   Limits limits = Limits{};
+  // Counts and times every call into it (dial_grpc_server_*), and the
+  // core's gauges (studies, trials by state, workers); null: no metrics.
+  // Not owned; outlives the server.
+  metrics::Registry* metrics = nullptr;
 };
 
 class SchedulerServer {
@@ -81,8 +86,10 @@ class SchedulerServer {
 // OK for loopback hosts (127.0.0.0/8, localhost, [::1]). Any other host
 // needs authentication (`authenticated`: --auth-tokens) and, unless `tls`,
 // --insecure-allow-remote; INVALID_ARGUMENT naming the missing flag.
+// `flag` names the address's flag in the errors.
 absl::Status CheckListenAddress(const std::string& address, bool authenticated,
-                                bool tls, bool insecure_allow_remote);
+                                bool tls, bool insecure_allow_remote,
+                                const std::string& flag = "--listen");
 // True for loopback hosts.
 bool IsLoopbackListen(const std::string& address);
 

@@ -191,22 +191,13 @@ void RedactAll(const auth::Principal& who,
 
 absl::StatusOr<auth::Principal> Authenticate(
     const auth::TokenTable* tokens, const grpc::ServerContextBase& ctx) {
-  if (tokens == nullptr) return auth::Anonymous();
   const auto& metadata = ctx.client_metadata();
   auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
-    return absl::UnauthenticatedError(
-        "no token: send 'authorization: Bearer <token>' (dialctl --token or "
-        "$DIAL_TOKEN)");
+  std::optional<absl::string_view> header;
+  if (it != metadata.end()) {
+    header = absl::string_view(it->second.data(), it->second.size());
   }
-  absl::string_view value(it->second.data(), it->second.size());
-  if (!absl::ConsumePrefix(&value, "Bearer ")) {
-    return absl::UnauthenticatedError(
-        "authorization: expected 'Bearer <token>'");
-  }
-  std::optional<auth::Principal> who = tokens->Find(value);
-  if (!who) return absl::UnauthenticatedError("unknown token");
-  return *who;
+  return auth::AuthenticateBearer(tokens, header);
 }
 
 void Redact(const auth::Principal& who, v1::Trial& trial) {

@@ -43,6 +43,8 @@ class WorkerRegistry {
   int CountOf(const std::string& principal) const;
   // Workers whose lease has run out.
   std::vector<std::string> Expired() const;
+  // Registered workers (not yet lost).
+  int size() const { return static_cast<int>(workers_.size()); }
   void Forget(const std::string& worker_id);
   // After a restart: `worker_id` runs `trial` as recorded, and gets time to
   // come back (at least 30 s, or two leases) before it is lost.

@@ -1,0 +1,134 @@
+#include "scheduler/rpc_metrics.h"
+
+#include <chrono>
+#include <string>
+
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "scheduler/core.h"
+
+namespace dial::scheduler {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+
+const char* CodeName(grpc::StatusCode code) {
+  static constexpr const char* kNames[] = {"OK",
+                                           "CANCELLED",
+                                           "UNKNOWN",
+                                           "INVALID_ARGUMENT",
+                                           "DEADLINE_EXCEEDED",
+                                           "NOT_FOUND",
+                                           "ALREADY_EXISTS",
+                                           "PERMISSION_DENIED",
+                                           "RESOURCE_EXHAUSTED",
+                                           "FAILED_PRECONDITION",
+                                           "ABORTED",
+                                           "OUT_OF_RANGE",
+                                           "UNIMPLEMENTED",
+                                           "INTERNAL",
+                                           "UNAVAILABLE",
+                                           "DATA_LOSS",
+                                           "UNAUTHENTICATED"};
+  const int i = static_cast<int>(code);
+  return i >= 0 && i < 17 ? kNames[i] : "UNKNOWN";
+}
+
+struct Families {
+  metrics::Family<metrics::Counter>* handled;
+  metrics::Family<metrics::Histogram>* seconds;
+};
+
+class RpcMetricsInterceptor : public grpc::experimental::Interceptor {
+ public:
+  RpcMetricsInterceptor(const Families& f, absl::string_view full_method)
+      : families_(f), start_(std::chrono::steady_clock::now()) {
+    // "/dial.v1.StudyService/GetStudy": only Dial's own and gRPC's health
+    // and reflection services get their names as labels.
+    std::pair<absl::string_view, absl::string_view> parts = absl::StrSplit(
+        absl::StripPrefix(full_method, "/"), absl::MaxSplits('/', 1));
+    if (absl::StartsWith(parts.first, "dial.v1.") ||
+        absl::StartsWith(parts.first, "grpc.")) {
+      service_ = std::string(parts.first);
+      method_ = std::string(parts.second);
+    } else {
+      service_ = method_ = "unknown";
+    }
+  }
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const double seconds = std::chrono::duration<double>(
+                                 std::chrono::steady_clock::now() - start_)
+                                 .count();
+      families_.handled
+          ->With({service_, method_,
+                  CodeName(methods->GetSendStatus().error_code())})
+          ->Add();
+      families_.seconds->With({service_, method_})->Observe(seconds);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const Families families_;
+  const std::chrono::steady_clock::time_point start_;
+  std::string service_, method_;
+};
+
+class Factory : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit Factory(const Families& f) : families_(f) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new RpcMetricsInterceptor(families_,
+                                     info->method() ? info->method() : "");
+  }
+
+ private:
+  const Families families_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+NewRpcMetricsInterceptorFactory(metrics::Registry* registry) {
+  Families f;
+  f.handled = registry->AddCounter(
+      "dial_grpc_server_handled_total",
+      "gRPC calls completed by the scheduler, by service, method and status "
+      "code.",
+      {"grpc_service", "grpc_method", "grpc_code"});
+  f.seconds = registry->AddHistogram(
+      "dial_grpc_server_handling_seconds",
+      "Time from a call's arrival to its status, by service and method.",
+      {"grpc_service", "grpc_method"}, metrics::LatencyBuckets());
+  return std::make_unique<Factory>(f);
+}
+
+void RegisterCoreGauges(SchedulerCore* core, metrics::Registry* registry) {
+  auto* studies =
+      registry->AddGauge("dial_studies", "Studies by state.", {"state"});
+  auto* trials = registry->AddGauge("dial_trials", "Trials by study and state.",
+                                    {"study", "state"});
+  auto* workers =
+      registry->AddGauge("dial_workers", "Workers registered and not lost.");
+  registry->OnCollect([core, studies, trials, workers] {
+    const SchedulerCore::Gauges g = core->ReadGauges();
+    studies->Clear();
+    for (const auto& [state, n] : g.studies) {
+      studies->With({v1::StudyState_Name(state)})->Add(n);
+    }
+    trials->Clear();
+    for (const auto& [study, by_state] : g.trials) {
+      for (const auto& [state, n] : by_state) {
+        trials->With({study, v1::TrialState_Name(state)})->Add(n);
+      }
+    }
+    workers->With({})->Set(g.workers);
+  });
+}
+
+}  // namespace dial::scheduler

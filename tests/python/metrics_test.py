@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""/metrics of the real dial-scheduler binary, served over HTTPS with the
+scheduler's certificate and tokens (deploy/dev-ca.sh): parsed with
+prometheus_client's text-format parser, its counters match the calls this
+test made with dialctl, its gauges the study; tokens decide who may read.
+
+usage: metrics_test.py DIAL_SCHEDULER DIALCTL SOURCE_DIR
+"""
+import os
+import re
+import ssl
+import subprocess
+import sys
+import tempfile
+import unittest
+import urllib.error
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+SCHEDULER, DIALCTL, SOURCE = sys.argv[1:4]
+
+
+class MetricsTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        d = self.tmp.name
+        subprocess.run([os.path.join(SOURCE, "deploy/dev-ca.sh"), d + "/ca"],
+                       check=True, capture_output=True)
+        self.ca = d + "/ca"
+        self.proc = subprocess.Popen(
+            [SCHEDULER, "--db=" + d + "/dial.db",
+             "--checkpoint-root=" + d + "/ckpt", "--listen=127.0.0.1:0",
+             "--http-listen=127.0.0.1:0",
+             "--tls-cert=" + self.ca + "/server.crt",
+             "--tls-key=" + self.ca + "/server.key",
+             "--auth-tokens=" + self.ca + "/auth-tokens"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.grpc = self.http = None
+        # Both readiness lines come before the process waits for signals.
+        for _ in range(2):
+            line = self.proc.stdout.readline()
+            m = re.match(r"dial-scheduler listening on (\S+)", line)
+            if m:
+                self.grpc = m.group(1)
+            m = re.match(r"dial-scheduler http on port (\d+)", line)
+            if m:
+                self.http = int(m.group(1))
+        self.assertIsNotNone(self.grpc)
+        self.assertIsNotNone(self.http)
+        self.tls = ssl.create_default_context(cafile=self.ca + "/ca.crt")
+
+    def tearDown(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.proc.stdout.close()
+        self.tmp.cleanup()
+
+    def token(self, name):
+        with open(f"{self.ca}/tokens/{name}.token") as f:
+            return f.read().strip()
+
+    def dialctl(self, *args, ok=True):
+        r = subprocess.run(
+            [DIALCTL, "--scheduler=" + self.grpc, "--tls-ca=" + self.ca + "/ca.crt",
+             "--token=" + self.token("alice"), *args],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode == 0, ok, r.stderr)
+
+    def scrape(self, token):
+        req = urllib.request.Request(f"https://127.0.0.1:{self.http}/metrics")
+        if token:
+            req.add_header("Authorization", "Bearer " + token)
+        with urllib.request.urlopen(req, context=self.tls, timeout=30) as r:
+            self.assertTrue(r.headers["Content-Type"].startswith("text/plain"))
+            return r.read().decode()
+
+    def test_counters_match_the_calls_and_tokens_decide_who_reads(self):
+        self.dialctl("study", "create", "-f",
+                     os.path.join(SOURCE, "examples/quadratic-random.yaml"))
+        for _ in range(3):
+            self.dialctl("study", "get", "quadratic")
+        for _ in range(2):
+            self.dialctl("study", "get", "nope", ok=False)
+
+        samples = {}
+        for family in text_string_to_metric_families(self.scrape(self.token("admin"))):
+            for s in family.samples:
+                samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+
+        def value(name, **labels):
+            return samples.get((name, tuple(sorted(labels.items()))))
+
+        study = "dial.v1.StudyService"
+        self.assertEqual(value("dial_grpc_server_handled_total", grpc_service=study,
+                               grpc_method="CreateStudy", grpc_code="OK"), 1)
+        self.assertEqual(value("dial_grpc_server_handled_total", grpc_service=study,
+                               grpc_method="GetStudy", grpc_code="OK"), 3)
+        self.assertEqual(value("dial_grpc_server_handled_total", grpc_service=study,
+                               grpc_method="GetStudy", grpc_code="NOT_FOUND"), 2)
+        self.assertEqual(value("dial_grpc_server_handling_seconds_count",
+                               grpc_service=study, grpc_method="GetStudy"), 5)
+        self.assertEqual(value("dial_grpc_server_handling_seconds_bucket",
+                               grpc_service=study, grpc_method="GetStudy",
+                               le="+Inf"), 5)
+        self.assertEqual(value("dial_studies", state="STUDY_ACTIVE"), 1)
+        self.assertEqual(value("dial_workers"), 0)
+        # No trial numbers, tokens or principals as labels.
+        for (name, labels) in samples:
+            for k, _ in labels:
+                self.assertIn(k, {"grpc_service", "grpc_method", "grpc_code",
+                                  "le", "state", "study"}, name)
+
+        # A viewer reads; a user (who sees only their own studies) and a
+        # caller without a token do not.
+        self.assertIn("dial_studies", self.scrape(self.token("viewer")))
+        for token, code in ((self.token("alice"), 403), (None, 401),
+                            ("not-a-token", 401)):
+            with self.assertRaises(urllib.error.HTTPError) as e:
+                self.scrape(token)
+            self.assertEqual(e.exception.code, code)
+
+    def test_a_remote_http_listen_needs_tokens(self):
+        d = self.tmp.name
+        r = subprocess.run(
+            [SCHEDULER, "--db=" + d + "/other.db", "--listen=127.0.0.1:0",
+             "--http-listen=0.0.0.0:0"], capture_output=True, text=True,
+            timeout=30)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--http-listen: '0.0.0.0' is not a loopback address",
+                      r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])
