@@ -13,12 +13,8 @@ namespace {
 // many equal bins of the unit interval.
 constexpr int kBins = 50;
 
-// How a parameter's values become bins: discrete kinds one bin a value
-// (no smoothing across values), continuous ones kBins smoothed bins.
-struct Binning {
-  int bins = kBins;
-  bool smooth = true;
-};
+using Binning = ImportanceInput::Binning;
+constexpr Binning kContinuous = {kBins, true};
 
 Binning BinningOf(const v1::ParameterSpec& p) {
   switch (p.domain_case()) {
@@ -29,10 +25,10 @@ Binning BinningOf(const v1::ParameterSpec& p) {
     case v1::ParameterSpec::kInt: {
       const int64_t values = p.int_().max() - p.int_().min() + 1;
       if (values <= kBins) return {static_cast<int>(values), false};
-      return {};
+      return kContinuous;
     }
     default:
-      return {};
+      return kContinuous;
   }
 }
 
@@ -99,9 +95,7 @@ double PearsonDivergence(const std::vector<double>& top,
 
 ImportanceInput::ImportanceInput(const SearchSpace& space) : space_(&space) {
   for (int i = 0; i < space.size(); ++i) {
-    const Binning b = BinningOf(space.param(i));
-    bins_per_param_.push_back(b.bins);
-    smooth_.push_back(b.smooth);
+    binning_.push_back(BinningOf(space.param(i)));
   }
 }
 
@@ -111,10 +105,7 @@ void ImportanceInput::Add(const Params& params, double loss) {
     bins_.push_back(
         it == params.end()
             ? int16_t{-1}
-            : static_cast<int16_t>(
-                  BinOf(*space_, i,
-                        {bins_per_param_[i], static_cast<bool>(smooth_[i])},
-                        it->second)));
+            : static_cast<int16_t>(BinOf(*space_, i, binning_[i], it->second)));
   }
   loss_.push_back(loss);
 }
@@ -157,7 +148,7 @@ absl::StatusOr<ImportanceResult> PedAnovaImportance(
   result.top_trials = static_cast<int64_t>(top);
   double total = 0;
   for (size_t i = 0; i < params; ++i) {
-    const int nbins = input.bins_per_param_[i];
+    const int nbins = input.binning_[i].bins;
     std::vector<int> all, best;
     for (size_t k = 0; k < order.size(); ++k) {
       const int bin = input.bins_[order[k] * params + i];
@@ -167,8 +158,9 @@ absl::StatusOr<ImportanceResult> PedAnovaImportance(
     }
     double d = 0;
     if (best.size() >= 2 && nbins > 1) {
-      d = PearsonDivergence(Density(best, nbins, input.smooth_[i]),
-                            Density(all, nbins, input.smooth_[i]));
+      const bool smooth = input.binning_[i].smooth;
+      d = PearsonDivergence(Density(best, nbins, smooth),
+                            Density(all, nbins, smooth));
     }
     result.params.push_back({space.param(static_cast<int>(i)).name(), d});
     total += d;

@@ -39,6 +39,12 @@ struct ScoredTrial {
 // caller can fill it under a lock and compute outside it.
 class ImportanceInput {
  public:
+  // How a parameter's values become bins: discrete kinds one bin a value,
+  // continuous ones smoothed equal bins of the unit interval.
+  struct Binning {
+    int bins;
+    bool smooth;
+  };
   explicit ImportanceInput(const SearchSpace& space);
   void Add(const Params& params, double loss);
   size_t size() const { return loss_.size(); }
@@ -47,9 +53,8 @@ class ImportanceInput {
   friend absl::StatusOr<ImportanceResult> PedAnovaImportance(
       const ImportanceInput& input, double top_quantile);
   const SearchSpace* space_;
-  std::vector<int> bins_per_param_;
-  std::vector<bool> smooth_;
-  std::vector<int16_t> bins_;  // trial-major: size() x params
+  std::vector<Binning> binning_;  // per parameter
+  std::vector<int16_t> bins_;     // trial-major: size() x params
   std::vector<double> loss_;
 };
 
