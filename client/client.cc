@@ -297,6 +297,13 @@ absl::StatusOr<v1::ListAuditEventsResponse> DialClient::ListAuditEvents(
   return response;
 }
 
+absl::StatusOr<v1::ListWorkersResponse> DialClient::ListWorkers() {
+  v1::ListWorkersRequest request;
+  v1::ListWorkersResponse response;
+  DIAL_CALL(ListWorkers, request, response);
+  return response;
+}
+
 absl::Status DialClient::WatchStudy(
     const std::string& study,
     const std::function<bool(const v1::StudyEvent&)>& on_event) {

@@ -102,6 +102,9 @@ class DialClient {
       const std::string& study, int32_t page_size,
       const std::string& page_token);
 
+  // Admins and viewers: the registered workers and their running trials.
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
+
   // Downloads checkpoint `id` of `study` (CheckpointService) to `dest`, a
   // file or directory path replaced atomically; chunks are checked, and a
   // broken stream resumes where it stopped (docs/checkpoint-transfer.md).

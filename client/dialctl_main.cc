@@ -540,6 +540,17 @@ int SchedulerHealth(DialClient& client, const Args& args) {
   return 0;
 }
 
+int SchedulerWorkers(DialClient& client, const Args& args) {
+  auto r = client.ListWorkers();
+  if (!r.ok()) return Fail(r.status());
+  if (Json()) {
+    std::cout << cli::ToJson(*r) << "\n";
+  } else {
+    std::cout << cli::FormatWorkers({r->workers().begin(), r->workers().end()});
+  }
+  return 0;
+}
+
 // In the order of the usage text.
 constexpr Command kCommands[] = {
     {"study", "create", "-f SPEC", "create a study from a YAML or JSON spec",
@@ -593,6 +604,10 @@ constexpr Command kCommands[] = {
      "exit 0 when the scheduler serves (gRPC health,\n"
      "no token needed; the Kubernetes probes)",
      false, SchedulerHealth},
+    {"scheduler", "workers", "",
+     "the registered workers: slots, GPUs, last\n"
+     "heartbeat, running trials (admins, viewers)",
+     false, SchedulerWorkers},
     {"admin", "audit", "[--study=S] [--limit=N]",
      "the audit log, newest first (admins; --limit=0\n"
      "for every event)",

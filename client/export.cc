@@ -73,35 +73,40 @@ absl::StatusOr<ExportFormat> ParseExportFormat(const std::string& text) {
       absl::StrCat("--format: '", text, "' is not csv or jsonl"));
 }
 
-std::string ExportTrials(const v1::StudySpec& spec,
-                         const std::vector<v1::Trial>& trials,
+void CollectExportMetrics(const v1::Trial& trial, bool history,
+                          std::set<std::string>& names) {
+  if (history) {
+    for (const auto& p : trial.metric_history()) {
+      for (const auto& [k, v] : p.metrics()) names.insert(k);
+    }
+  } else {
+    for (const auto& [k, v] : trial.final_metrics()) names.insert(k);
+  }
+}
+
+std::string ExportHeader(const v1::StudySpec& spec,
+                         const std::set<std::string>& metrics,
                          ExportFormat format, bool history) {
+  if (format != ExportFormat::kCsv) return "";
+  std::vector<std::string> header = {"number"};
+  if (history) {
+    header.push_back("step");
+  } else {
+    header.insert(header.end(), {"state", "value", "start_time", "end_time"});
+    for (const auto& p : spec.search_space()) {
+      header.push_back(CsvCell("param." + p.name()));
+    }
+  }
+  for (const auto& m : metrics) header.push_back(CsvCell("metric." + m));
+  return absl::StrCat(absl::StrJoin(header, ","), "\n");
+}
+
+std::string ExportRows(const v1::StudySpec& spec,
+                       const std::set<std::string>& metrics,
+                       const std::vector<v1::Trial>& trials,
+                       ExportFormat format, bool history) {
   const bool csv = format == ExportFormat::kCsv;
-  std::set<std::string> metric_set;
-  for (const auto& t : trials) {
-    if (history) {
-      for (const auto& p : t.metric_history()) {
-        for (const auto& [k, v] : p.metrics()) metric_set.insert(k);
-      }
-    } else {
-      for (const auto& [k, v] : t.final_metrics()) metric_set.insert(k);
-    }
-  }
-  const std::vector<std::string> metrics(metric_set.begin(), metric_set.end());
   std::string out;
-  if (csv) {
-    std::vector<std::string> header = {"number"};
-    if (history) {
-      header.push_back("step");
-    } else {
-      header.insert(header.end(), {"state", "value", "start_time", "end_time"});
-      for (const auto& p : spec.search_space()) {
-        header.push_back(CsvCell("param." + p.name()));
-      }
-    }
-    for (const auto& m : metrics) header.push_back(CsvCell("metric." + m));
-    absl::StrAppend(&out, absl::StrJoin(header, ","), "\n");
-  }
   for (const auto& t : trials) {
     if (history) {
       for (const auto& p : t.metric_history()) {
@@ -155,6 +160,15 @@ std::string ExportTrials(const v1::StudySpec& spec,
     absl::StrAppend(&out, absl::StrJoin(row, ","), "\n");
   }
   return out;
+}
+
+std::string ExportTrials(const v1::StudySpec& spec,
+                         const std::vector<v1::Trial>& trials,
+                         ExportFormat format, bool history) {
+  std::set<std::string> metrics;
+  for (const auto& t : trials) CollectExportMetrics(t, history, metrics);
+  return ExportHeader(spec, metrics, format, history) +
+         ExportRows(spec, metrics, trials, format, history);
 }
 
 }  // namespace dial::client

@@ -12,6 +12,7 @@
 // and {"number", "step", "metrics": {...}}.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,18 @@ absl::StatusOr<ExportFormat> ParseExportFormat(const std::string& text);
 std::string ExportTrials(const v1::StudySpec& spec,
                          const std::vector<v1::Trial>& trials,
                          ExportFormat format, bool history);
+
+// The same in pieces, for exports streamed a page at a time (the HTTP
+// API): the metric names of every trial first (CollectExportMetrics), then
+// the header (empty for JSON lines) and each page's rows.
+void CollectExportMetrics(const v1::Trial& trial, bool history,
+                          std::set<std::string>& names);
+std::string ExportHeader(const v1::StudySpec& spec,
+                         const std::set<std::string>& metrics,
+                         ExportFormat format, bool history);
+std::string ExportRows(const v1::StudySpec& spec,
+                       const std::set<std::string>& metrics,
+                       const std::vector<v1::Trial>& trials,
+                       ExportFormat format, bool history);
 
 }  // namespace dial::client

@@ -345,6 +345,22 @@ std::string FormatAuditEvents(const std::vector<v1::AuditEvent>& events) {
                      rows);
 }
 
+std::string FormatWorkers(const std::vector<v1::Worker>& workers) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& w : workers) {
+    std::vector<std::string> running;
+    for (const auto& t : w.running()) {
+      running.push_back(absl::StrCat(t.study(), "/", t.number()));
+    }
+    rows.push_back(
+        {Cell(w.id()), Cell(w.host()), absl::StrCat(w.resources().slots()),
+         absl::StrCat(w.resources().gpus_size()), FormatTime(w.last_seen()),
+         Cell(absl::StrJoin(running, ","))});
+  }
+  return FormatTable({"ID", "HOST", "SLOTS", "GPUS", "LAST SEEN", "RUNNING"},
+                     rows);
+}
+
 std::string FormatImportance(const v1::GetParameterImportanceResponse& r) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& p : r.params()) {

@@ -92,6 +92,8 @@ std::string FormatEvaluation(int64_t number, const std::string& checkpoint,
 // given (the server's: newest first); "-" for an empty cell, control
 // characters as \xNN so a detail cannot break the table or the terminal.
 std::string FormatAuditEvents(const std::vector<v1::AuditEvent>& events);
+// ID, HOST, SLOTS, GPUS, LAST SEEN, RUNNING (study/number, ...).
+std::string FormatWorkers(const std::vector<v1::Worker>& workers);
 
 // `study importance`: a line naming the method and the trials used, then
 // PARAM IMPORTANCE (percent) and a bar of up to 40 '#'.

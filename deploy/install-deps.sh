@@ -37,12 +37,17 @@ PACKAGES=(
   python3 python3-grpcio python3-protobuf python3-optuna python3-torch
   # the parameter-importance peer (Optuna's fANOVA needs scikit-learn)
   python3-sklearn
+  # the dashboard's browser tests (Playwright drives Debian's Chromium)
+  chromium
 )
 
 # `kubectl kustomize` renders deploy/k8s (tests/deploy/k8s_test.py): any
 # kubectl will do (the machines have one from Google's repository);
 # Debian's otherwise.
 if ! command -v kubectl >/dev/null; then PACKAGES+=(kubernetes-client); fi
+# The dashboard (dashboard/) builds with Node.js and npm: the machine's
+# own if it has them, Debian's otherwise.
+if ! command -v npm >/dev/null; then PACKAGES+=(nodejs npm); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -657,7 +657,39 @@ SchedulerCore::Gauges SchedulerCore::ReadGauges() {
     }
   }
   g.workers = workers_.size();
+  for (const auto& [name, entry] : studies_.all()) {
+    if (!entry->deleted) g.pending += entry->pending.size();
+  }
+  g.watchers = events_.watchers();
+  g.events_queued = events_.queued();
+  g.suggestions_queued = suggestions_.size();
   return g;
+}
+
+Reply<std::vector<v1::Worker>> SchedulerCore::ListWorkers(
+    const auth::Principal& who) {
+  if (!who.can_read_all()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(auth::RoleName(who.role), " '", who.name,
+                     "' may not list workers (admins and viewers may)"));
+  }
+  Lock lock(this);
+  std::vector<v1::Worker> out = workers_.List();
+  std::map<std::string, v1::Worker*> by_id;
+  for (v1::Worker& w : out) by_id[w.id()] = &w;
+  // Open trials only: bounded by the studies' parallelism, not their size.
+  for (const auto& [name, entry] : studies_.all()) {
+    if (entry->deleted) continue;
+    for (int64_t number : entry->open) {
+      const v1::Trial& t = entry->trials.at(number);
+      auto it = by_id.find(t.worker_id());
+      if (t.state() != v1::RUNNING || it == by_id.end()) continue;
+      v1::TrialRef* ref = it->second->add_running();
+      ref->set_study(name);
+      ref->set_number(number);
+    }
+  }
+  return out;
 }
 
 Reply<searchers::ImportanceResult> SchedulerCore::GetParameterImportance(

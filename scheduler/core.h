@@ -165,9 +165,13 @@ class SchedulerCore {
     // Per study: trials by state.
     std::map<std::string, std::map<v1::TrialState, int64_t>> trials;
     std::map<v1::StudyState, int64_t> studies;
-    int workers = 0;  // registered, not lost
+    int workers = 0;      // registered, not lost
+    int64_t pending = 0;  // PENDING trials waiting for a worker
+    size_t watchers = 0, events_queued = 0, suggestions_queued = 0;
   };
   Gauges ReadGauges();
+  // The registered workers with the trials they run (admins and viewers).
+  Reply<std::vector<v1::Worker>> ListWorkers(const auth::Principal& who);
   // PED-ANOVA over the COMPLETED trials (searchers/importance.h); the
   // trials are copied under the lock, the work is done outside it.
   Reply<searchers::ImportanceResult> GetParameterImportance(

@@ -108,4 +108,14 @@ void EventHub::Deliver() {
   deliverer_ = std::thread::id();
 }
 
+size_t EventHub::watchers() const {
+  absl::MutexLock lock(&mu_);
+  return watchers_.size();
+}
+
+size_t EventHub::queued() const {
+  absl::MutexLock lock(&mu_);
+  return queue_.size();
+}
+
 }  // namespace dial::scheduler

@@ -53,6 +53,9 @@ class EventHub {
   // Hands queued events to their watchers, in order. Call without the
   // core's lock.
   void Deliver();
+  // Watchers now, and events queued for them (for /metrics).
+  size_t watchers() const;
+  size_t queued() const;
 
  private:
   struct Watcher {

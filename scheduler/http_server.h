@@ -1,9 +1,11 @@
-// The scheduler's HTTP edge (--http-listen): today GET /metrics, the
-// Prometheus text exposition of the scheduler's metrics. The same rules
+// The scheduler's HTTP edge (--http-listen): GET /metrics, the
+// Prometheus text exposition of the scheduler's metrics; the JSON API
+// under /api/v1 (http_api.h); the dashboard's files at /. The same rules
 // as gRPC: HTTPS with the scheduler's certificate (and client
 // certificates with --tls-client-ca) when it serves TLS, a loopback
 // address unless tokens and TLS are on, and `Authorization: Bearer
-// <token>`; /metrics names every study, so it is for admins and viewers.
+// <token>` (or the dashboard's login cookie); /metrics names every study,
+// so it is for admins and viewers.
 #pragma once
 
 #include <memory>
@@ -13,9 +15,13 @@
 #include "absl/status/statusor.h"
 #include "auth/token_table.h"
 #include "common/metrics.h"
+#include "scheduler/http_api.h"
 
 namespace httplib {
 class Server;
+}
+namespace grpc {
+class Channel;
 }
 
 namespace dial::scheduler {
@@ -26,6 +32,12 @@ struct HttpServerOptions {
   std::string tls_cert, tls_key, tls_client_ca;
   bool insecure_allow_remote = false;
   metrics::Registry* metrics = nullptr;  // required, not owned
+  // The JSON API (http_api.h) over this channel to the scheduler's own
+  // services (SchedulerServer::InProcessChannel); null: /metrics only.
+  std::shared_ptr<grpc::Channel> channel;
+  // The dashboard's built files (index.html and assets/), served at /;
+  // empty: no dashboard.
+  std::string dashboard_dir;
 };
 
 class HttpServer {
@@ -39,6 +51,7 @@ class HttpServer {
 
  private:
   HttpServer() = default;
+  std::unique_ptr<HttpApi> api_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;

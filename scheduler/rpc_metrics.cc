@@ -101,20 +101,35 @@ void RegisterCoreGauges(SchedulerCore* core, metrics::Registry* registry) {
                                     {"study", "state"});
   auto* workers =
       registry->AddGauge("dial_workers", "Workers registered and not lost.");
-  registry->OnCollect([core, studies, trials, workers] {
-    const SchedulerCore::Gauges g = core->ReadGauges();
-    studies->Clear();
-    for (const auto& [state, n] : g.studies) {
-      studies->With({v1::StudyState_Name(state)})->Add(n);
-    }
-    trials->Clear();
-    for (const auto& [study, by_state] : g.trials) {
-      for (const auto& [state, n] : by_state) {
-        trials->With({study, v1::TrialState_Name(state)})->Add(n);
-      }
-    }
-    workers->With({})->Set(g.workers);
-  });
+  auto* pending = registry->AddGauge("dial_queue_pending_trials",
+                                     "PENDING trials waiting for a worker.");
+  auto* suggestions =
+      registry->AddGauge("dial_queue_suggestions",
+                         "Searcher tasks waiting for the suggestion "
+                         "thread.");
+  auto* events = registry->AddGauge("dial_queue_watch_events",
+                                    "Events queued for watchers.");
+  auto* watchers =
+      registry->AddGauge("dial_watchers", "Open WatchStudy streams.");
+  registry->OnCollect(
+      [core, studies, trials, workers, pending, suggestions, events, watchers] {
+        const SchedulerCore::Gauges g = core->ReadGauges();
+        studies->Clear();
+        for (const auto& [state, n] : g.studies) {
+          studies->With({v1::StudyState_Name(state)})->Add(n);
+        }
+        trials->Clear();
+        for (const auto& [study, by_state] : g.trials) {
+          for (const auto& [state, n] : by_state) {
+            trials->With({study, v1::TrialState_Name(state)})->Add(n);
+          }
+        }
+        workers->With({})->Set(g.workers);
+        pending->With({})->Set(static_cast<double>(g.pending));
+        suggestions->With({})->Set(static_cast<double>(g.suggestions_queued));
+        events->With({})->Set(static_cast<double>(g.events_queued));
+        watchers->With({})->Set(static_cast<double>(g.watchers));
+      });
 }
 
 }  // namespace dial::scheduler

@@ -39,8 +39,13 @@ ABSL_FLAG(bool, insecure_allow_remote, false,
           "Allow a plaintext non-loopback --listen (tokens travel in the "
           "clear; a warning is logged at every start)");
 ABSL_FLAG(std::string, http_listen, "",
-          "host:port of the HTTP edge (GET /metrics for Prometheus; same TLS "
-          "and token rules as --listen); empty: off");
+          "host:port of the HTTP edge: the dashboard at /, the JSON API "
+          "under /api/v1, /metrics for Prometheus (same TLS and token rules "
+          "as --listen); empty: off");
+ABSL_FLAG(std::string, dashboard_dir, "auto",
+          "The dashboard's built files; auto: ../share/dial/dashboard or "
+          "../dashboard beside the binary (installed, or the build tree); "
+          "empty: no dashboard");
 ABSL_FLAG(std::string, backup_dir, "",
           "Directory BackupDatabase writes new files into (admins only; "
           "created if missing); "
@@ -80,6 +85,27 @@ ABSL_FLAG(int32_t, worker_lease_ms, 10000,
           "A worker silent this long is lost and its trials are requeued");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
+namespace {
+
+// The dashboard beside the binary: installed (PREFIX/bin and
+// PREFIX/share/dial/dashboard) or in the build tree (build/scheduler and
+// build/dashboard); empty if neither has an index.html.
+std::string FindDashboard() {
+  std::error_code error;
+  const std::filesystem::path exe =
+      std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return "";
+  for (const char* dir : {"../share/dial/dashboard", "../dashboard"}) {
+    const std::filesystem::path candidate = exe.parent_path() / dir;
+    if (std::filesystem::exists(candidate / "index.html", error)) {
+      return std::filesystem::weakly_canonical(candidate, error).string();
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "dial-scheduler --db=PATH --checkpoint-root=PATH --listen=ADDR");
@@ -114,9 +140,11 @@ int main(int argc, char** argv) {
                  absl::GetFlag(FLAGS_auth_tokens));
   }
 
+  // /metrics (--http-listen): outlives the store and the server.
+  dial::metrics::Registry registry;
   auto store = dial::storage::SqliteStudyStore::Create(
       {absl::GetFlag(FLAGS_db), absl::GetFlag(FLAGS_sync_full),
-       absl::GetFlag(FLAGS_group_commit)});
+       absl::GetFlag(FLAGS_group_commit), &registry});
   if (!store.ok()) {
     spdlog::error("{}", store.status().ToString());
     return 1;
@@ -168,7 +196,6 @@ int main(int argc, char** argv) {
   limits.max_pending_ahead = absl::GetFlag(FLAGS_max_pending_ahead);
   options.worker_lease =
       absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
-  dial::metrics::Registry registry;
   options.metrics = &registry;
   auto server = dial::scheduler::SchedulerServer::Create(options);
   if (!server.ok()) {
@@ -185,6 +212,12 @@ int main(int argc, char** argv) {
     h.tls_client_ca = options.tls_client_ca;
     h.insecure_allow_remote = options.insecure_allow_remote;
     h.metrics = &registry;
+    h.channel = (*server)->InProcessChannel();
+    h.dashboard_dir = absl::GetFlag(FLAGS_dashboard_dir);
+    if (h.dashboard_dir == "auto") h.dashboard_dir = FindDashboard();
+    if (h.dashboard_dir.empty()) {
+      spdlog::info("no dashboard files: serving /api/v1 and /metrics only");
+    }
     auto started = dial::scheduler::HttpServer::Start(h);
     if (!started.ok()) {
       spdlog::error("{}", started.status().ToString());

@@ -161,6 +161,13 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
 
 SchedulerServer::~SchedulerServer() { Shutdown(); }
 
+std::shared_ptr<grpc::Channel> SchedulerServer::InProcessChannel() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxResponseBytes);
+  args.SetMaxSendMessageSize(kMaxRequestBytes);
+  return server_->InProcessChannel(args);
+}
+
 void SchedulerServer::Shutdown() {
   if (server_) {
     core_->StopWaiting();

@@ -15,8 +15,9 @@
 #include "transfer/checkpoint_depot.h"
 
 namespace grpc {
+class Channel;
 class Server;
-}
+}  // namespace grpc
 
 namespace dial::scheduler {
 
@@ -66,6 +67,9 @@ class SchedulerServer {
   const std::string& address() const { return address_; }
   int port() const { return port_; }
   SchedulerCore* core() { return core_.get(); }
+  // A channel to this server's services inside the process (the HTTP
+  // API's): the same authentication, limits and metrics, no socket.
+  std::shared_ptr<grpc::Channel> InProcessChannel();
 
   // Stops taking calls, lets running ones finish (up to a short deadline).
   // Call from one thread only.

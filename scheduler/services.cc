@@ -455,6 +455,19 @@ grpc::ServerUnaryReactor* StudyServiceImpl::ListAuditEvents(
   });
 }
 
+grpc::ServerUnaryReactor* StudyServiceImpl::ListWorkers(
+    grpc::CallbackServerContext* ctx, const v1::ListWorkersRequest*,
+    v1::ListWorkersResponse* response) {
+  return AsPrincipal(tokens_, ctx, [&](const auth::Principal& who) {
+    return Answer(core_, ctx, core_->ListWorkers(who),
+                  [&](std::vector<v1::Worker>& workers) {
+                    for (auto& w : workers) {
+                      *response->add_workers() = std::move(w);
+                    }
+                  });
+  });
+}
+
 grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterWorker(
     grpc::CallbackServerContext* ctx, const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {

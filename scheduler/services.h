@@ -59,6 +59,9 @@ class StudyServiceImpl final : public v1::StudyService::CallbackService {
   grpc::ServerUnaryReactor* GetBestTrials(
       grpc::CallbackServerContext* ctx, const v1::GetBestTrialsRequest* request,
       v1::GetBestTrialsResponse* response) override;
+  grpc::ServerUnaryReactor* ListWorkers(
+      grpc::CallbackServerContext* ctx, const v1::ListWorkersRequest* request,
+      v1::ListWorkersResponse* response) override;
   grpc::ServerUnaryReactor* GetParameterImportance(
       grpc::CallbackServerContext* ctx,
       const v1::GetParameterImportanceRequest* request,

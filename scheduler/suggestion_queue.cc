@@ -59,4 +59,9 @@ void SuggestionQueue::Run() {
   }
 }
 
+size_t SuggestionQueue::size() {
+  absl::MutexLock lock(&mu_);
+  return tasks_.size();
+}
+
 }  // namespace dial::scheduler

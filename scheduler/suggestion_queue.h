@@ -31,6 +31,8 @@ class SuggestionQueue {
   // Cancels what is queued (calling each `cancel`, on the suggestion
   // thread), lets a running task finish, and joins the thread. Idempotent.
   void Stop();
+  // Tasks waiting (not the running one), for /metrics.
+  size_t size();
 
  private:
   void Run();

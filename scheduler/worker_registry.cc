@@ -28,6 +28,18 @@ void WorkerRegistry::Add(const v1::Worker& worker) {
   workers_[worker.id()] = {worker, clock_->Now()};
 }
 
+std::vector<v1::Worker> WorkerRegistry::List() const {
+  std::vector<v1::Worker> out;
+  out.reserve(workers_.size());
+  for (const auto& [id, entry] : workers_) {
+    out.push_back(entry.worker);
+    *out.back().mutable_last_seen() =
+        google::protobuf::util::TimeUtil::MillisecondsToTimestamp(
+            absl::ToUnixMillis(entry.last_seen));
+  }
+  return out;
+}
+
 absl::Status WorkerRegistry::Touch(const std::string& worker_id) {
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) {

@@ -45,6 +45,8 @@ class WorkerRegistry {
   std::vector<std::string> Expired() const;
   // Registered workers (not yet lost).
   int size() const { return static_cast<int>(workers_.size()); }
+  // Registered workers by id, last_seen set to their last sign of life.
+  std::vector<v1::Worker> List() const;
   void Forget(const std::string& worker_id);
   // After a restart: `worker_id` runs `trial` as recorded, and gets time to
   // come back (at least 30 s, or two leases) before it is lost.

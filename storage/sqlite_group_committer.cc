@@ -1,5 +1,7 @@
 #include "storage/sqlite_group_committer.h"
 
+#include "absl/time/clock.h"
+
 namespace dial::storage {
 
 std::unique_ptr<GroupCommitter> GroupCommitter::Create(
@@ -50,14 +52,25 @@ void GroupCommitter::Loop() {
       pending_ = false;
       stop = stop_;
     }
+    const absl::Time started = absl::Now();
     const CommittedGroup group = options_.commit();
     absl::Status status = group.lost;
     if (group.committed) {
       commits_.fetch_add(1);
+      const absl::Time committed = absl::Now();
       // The commit wrote the group's frames to the write-ahead log; the
       // sync, outside the store's lock, lets the next group's writes go on
       // meanwhile. An acknowledged write is in the synced log.
       status = options_.sync();
+      if (options_.commit_seconds) {
+        options_.commit_seconds->Observe(
+            absl::ToDoubleSeconds(committed - started));
+        options_.sync_seconds->Observe(
+            absl::ToDoubleSeconds(absl::Now() - committed));
+        options_.group_writes->Observe(
+            static_cast<double>(group.seq - last_committed_seq_));
+      }
+      last_committed_seq_ = group.seq;
     }
     // The owner reloads before anyone can hear of the loss (durable_seq_
     // has not moved, so WhenDurable still queues), and a retry meets the

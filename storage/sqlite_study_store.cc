@@ -91,8 +91,28 @@ absl::StatusOr<std::unique_ptr<SqliteStudyStore>> SqliteStudyStore::Create(
                           WalCheckpointer::Create({store->path_}));
     store->wal_checkpointer_->Watch(db);
     SqliteStudyStore* s = store.get();
-    store->committer_ = GroupCommitter::Create(
-        {[s] { return s->CommitGroup(); }, [s] { return s->SyncGroup(); }});
+    GroupCommitterOptions committer{[s] { return s->CommitGroup(); },
+                                    [s] { return s->SyncGroup(); }};
+    if (metrics::Registry* r = options.metrics) {
+      committer.commit_seconds =
+          r->AddHistogram("dial_db_commit_seconds",
+                          "Time to commit one group of writes (SQLite "
+                          "COMMIT, under the store's lock)",
+                          {}, metrics::LatencyBuckets())
+              ->With({});
+      committer.sync_seconds =
+          r->AddHistogram("dial_db_fsync_seconds",
+                          "Time to make one committed group durable (fsync "
+                          "of the write-ahead log)",
+                          {}, metrics::LatencyBuckets())
+              ->With({});
+      committer.group_writes =
+          r->AddHistogram("dial_db_group_writes",
+                          "Writes covered by one commit and fsync", {},
+                          {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096})
+              ->With({});
+    }
+    store->committer_ = GroupCommitter::Create(committer);
   }
   return store;
 }

@@ -20,6 +20,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
 #include "storage/durability.h"
 #include "storage/study_store.h"
 
@@ -45,6 +46,9 @@ struct SqliteStudyStoreOptions {
   // every write that arrived meanwhile. Callers learn when theirs is
   // durable through WhenDurable. Off: every call commits before returning.
   bool group_commit = false;
+  // Group commit's timings (dial_db_commit_seconds, dial_db_fsync_seconds,
+  // dial_db_group_writes); null: none. Not owned; outlives the store.
+  metrics::Registry* metrics = nullptr;
 };
 
 class SqliteStudyStore : public StudyStore, public Durability {

@@ -121,8 +121,16 @@ void CheckpointUploader::Loop() {
       }
       bases = a.bases;
     }
+    const absl::Time started = absl::Now();
     auto result = options_.transfer->Upload(item.lease, item.step,
                                             options_.root, item.id, bases);
+    if (result.ok() && options_.upload_seconds) {
+      options_.upload_seconds->Observe(
+          absl::ToDoubleSeconds(absl::Now() - started));
+    }
+    if (result.ok() && options_.upload_bytes) {
+      options_.upload_bytes->Add(static_cast<double>(result->bytes_sent));
+    }
     absl::MutexLock lock(&mu_);
     Attempt& a = attempts_[item.key];
     if (result.ok()) {

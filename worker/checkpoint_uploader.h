@@ -22,6 +22,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "dial/v1/service.pb.h"
 #include "storage/checkpoint_store.h"
 #include "transfer/transfer_client.h"
@@ -34,6 +35,10 @@ struct CheckpointUploaderOptions {
   // The cache as a store, to drop uploaded trainer checkpoints; null:
   // nothing is dropped. Not owned.
   storage::FileCheckpointStore* cache = nullptr;
+  // Bytes sent and upload times (dial-worker --metrics-listen); null:
+  // not counted. Not owned.
+  metrics::Counter* upload_bytes = nullptr;
+  metrics::Histogram* upload_seconds = nullptr;
 };
 
 class CheckpointUploader {

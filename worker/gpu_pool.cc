@@ -3,10 +3,13 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace dial::worker {
 
@@ -78,6 +81,42 @@ void GpuPool::Release(const std::vector<std::string>& ids) {
       if (device == id) free = std::min(shares_, free + 1);
     }
   }
+}
+
+std::vector<GpuMemory> ParseGpuMemory(const std::string& text,
+                                      const std::vector<std::string>& gpus) {
+  std::vector<GpuMemory> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> cells = absl::StrSplit(line, ',');
+    if (cells.size() != 3) continue;
+    GpuMemory g;
+    g.id = std::string(absl::StripAsciiWhitespace(cells[0]));
+    int64_t used = 0, total = 0;
+    if (std::find(gpus.begin(), gpus.end(), g.id) == gpus.end() ||
+        !absl::SimpleAtoi(absl::StripAsciiWhitespace(cells[1]), &used) ||
+        !absl::SimpleAtoi(absl::StripAsciiWhitespace(cells[2]), &total)) {
+      continue;
+    }
+    g.used_bytes = used << 20;
+    g.total_bytes = total << 20;
+    out.push_back(g);
+  }
+  return out;
+}
+
+std::vector<GpuMemory> ReadGpuMemory(const std::vector<std::string>& gpus) {
+  if (gpus.empty()) return {};
+  FILE* pipe = popen(
+      "nvidia-smi --query-gpu=index,memory.used,memory.total "
+      "--format=csv,noheader,nounits 2>/dev/null",
+      "r");
+  if (pipe == nullptr) return {};
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, n);
+  if (pclose(pipe) != 0) return {};
+  return ParseGpuMemory(text, gpus);
 }
 
 }  // namespace dial::worker

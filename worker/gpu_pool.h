@@ -27,6 +27,18 @@ std::vector<std::string> VisibleGpus(
     int driver_count);
 // GPUs the NVIDIA driver lists on this host (0 without the driver).
 int DriverGpuCount();
+// Memory of a GPU, as the driver's nvidia-smi reports it.
+struct GpuMemory {
+  std::string id;  // the device index, as in `gpus`
+  int64_t used_bytes = 0, total_bytes = 0;
+};
+// nvidia-smi's `--query-gpu=index,memory.used,memory.total
+// --format=csv,noheader,nounits` output (MiB) for the devices in `gpus`;
+// lines it cannot read are skipped.
+std::vector<GpuMemory> ParseGpuMemory(const std::string& text,
+                                      const std::vector<std::string>& gpus);
+// The same, running nvidia-smi; empty without GPUs or without nvidia-smi.
+std::vector<GpuMemory> ReadGpuMemory(const std::vector<std::string>& gpus);
 // CPUs this process may run on (its affinity mask, as Slurm's task plugins
 // and cpusets restrict it), at least 1.
 int AvailableCpus();

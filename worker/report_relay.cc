@@ -34,6 +34,17 @@ bool IsFence(const absl::Status& s) {
 ReportRelay::ReportRelay(const ReportRelayOptions& options)
     : options_(options), pending_(options.spill_path, options.memory_limit) {}
 
+ReportRelay::~ReportRelay() {
+  if (options_.buffered) options_.buffered->Add(-static_cast<double>(counted_));
+}
+
+void ReportRelay::Account() {
+  if (!options_.buffered) return;
+  options_.buffered->Add(static_cast<double>(pending_.size()) -
+                         static_cast<double>(counted_));
+  counted_ = pending_.size();
+}
+
 absl::Status ReportRelay::Drain(v1::Decision* newest) {
   while (!pending_.empty()) {
     auto response = options_.client->Report(pending_.Front());
@@ -72,6 +83,7 @@ absl::StatusOr<v1::Decision> ReportRelay::Send(
   if (!buffered.ok()) return absl::ResourceExhaustedError(buffered.message());
   v1::Decision decision;
   absl::Status sent = Drain(&decision);
+  Account();
   if (absl::IsUnavailable(sent)) {
     spdlog::warn(
         "{}: scheduler unreachable ({}); {} report(s) buffered, training "
@@ -102,6 +114,7 @@ absl::Status ReportRelay::Flush(absl::Duration outage_limit) {
   while (!pending_.empty()) {
     v1::Decision ignored;
     absl::Status sent = Drain(&ignored);
+    Account();
     if (sent.ok()) break;
     if (!absl::IsUnavailable(sent) && !IsFence(sent)) {
       spdlog::warn("{}: a report was rejected: {}", options_.name,

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "dial/v1/service.pb.h"
 #include "worker/report_buffer.h"
 #include "worker/scheduler_client.h"
@@ -45,6 +46,9 @@ struct ReportRelayOptions {
   size_t memory_limit = 256;          // reports kept in memory
   // Audit log of acknowledged reports (one line each); empty: none.
   std::string ack_log;
+  // Reports waiting for the scheduler, summed over every relay of the
+  // worker (dial_worker_buffered_reports); null: not counted. Not owned.
+  metrics::Gauge* buffered = nullptr;
 };
 
 class ReportRelay {
@@ -52,6 +56,7 @@ class ReportRelay {
   explicit ReportRelay(const ReportRelayOptions& options);
   ReportRelay(const ReportRelay&) = delete;
   ReportRelay& operator=(const ReportRelay&) = delete;
+  ~ReportRelay();
 
   // Buffers `report` and sends everything pending, oldest first. Returns
   // the decision for the trial: the scheduler's answer to `report`, or a
@@ -89,12 +94,15 @@ class ReportRelay {
   // reachable now (the rest stays pending). Anything else: a refusal (a
   // rejected report is dropped from the pending ones).
   absl::Status Drain(v1::Decision* newest);
+  // Brings options_.buffered in line with pending().
+  void Account();
 
   const ReportRelayOptions options_;
   ReportBuffer pending_;
   // A replayed report's STOP, PAUSE or EXPLOIT, for the trial's next
   // decision.
   std::optional<v1::Decision> held_;
+  size_t counted_ = 0;  // what this relay added to options_.buffered
 };
 
 }  // namespace dial::worker

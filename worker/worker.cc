@@ -40,10 +40,63 @@ Worker::Worker(const WorkerOptions& options)
       spdlog::warn("checkpoint root: {}", store.status().ToString());
     }
   }
+  if (options_.metrics) AddMetrics();
   if (options_.transfer != nullptr) {
     uploader_ = std::make_unique<CheckpointUploader>(CheckpointUploaderOptions{
-        options_.transfer, options_.checkpoint_root, checkpoints_.get()});
+        options_.transfer, options_.checkpoint_root, checkpoints_.get(),
+        meters_.upload_bytes, meters_.upload_seconds});
   }
+}
+
+void Worker::AddMetrics() {
+  metrics::Registry& r = *options_.metrics;
+  r.AddGauge("dial_worker_slots", "Trials this worker runs at once")
+      ->With({})
+      ->Set(options_.slots);
+  metrics::Gauge* busy =
+      r.AddGauge("dial_worker_busy_slots", "Slots running a trial now")
+          ->With({});
+  meters_.started = r.AddCounter("dial_worker_trials_started_total",
+                                 "Trial attempts started here")
+                        ->With({});
+  meters_.restarts =
+      r.AddCounter("dial_worker_trial_restarts_total",
+                   "Attempts started here that were not a trial's first "
+                   "(resumed after a failure, preemption or pause)")
+          ->With({});
+  meters_.ended = r.AddCounter("dial_worker_trials_ended_total",
+                               "Attempts ended here, by outcome", {"outcome"});
+  meters_.buffered = r.AddGauge("dial_worker_buffered_reports",
+                                "Reports waiting for the scheduler")
+                         ->With({});
+  meters_.upload_bytes =
+      r.AddCounter("dial_worker_checkpoint_upload_bytes_total",
+                   "Checkpoint bytes sent to the scheduler (transfer mode)")
+          ->With({});
+  meters_.upload_seconds =
+      r.AddHistogram("dial_worker_checkpoint_upload_seconds",
+                     "Time to upload one checkpoint (transfer mode)", {},
+                     {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300})
+          ->With({});
+  auto* gpu_used =
+      r.AddGauge("dial_worker_gpu_memory_used_bytes",
+                 "GPU memory in use, as nvidia-smi reports it", {"gpu"});
+  auto* gpu_total = r.AddGauge("dial_worker_gpu_memory_total_bytes",
+                               "GPU memory, as nvidia-smi reports it", {"gpu"});
+  r.OnCollect([this, busy, gpu_used, gpu_total] {
+    {
+      absl::MutexLock lock(&mu_);
+      busy->Set(static_cast<double>(running_.size()));
+    }
+    for (const GpuMemory& g : ReadGpuMemory(options_.gpus)) {
+      gpu_used->With({g.id})->Set(static_cast<double>(g.used_bytes));
+      gpu_total->With({g.id})->Set(static_cast<double>(g.total_bytes));
+    }
+  });
+}
+
+void Worker::CountEnd(const char* outcome) {
+  if (meters_.ended) meters_.ended->With({outcome})->Add();
 }
 
 absl::Status Worker::Fetch(const std::string& study, const std::string& id) {
@@ -348,6 +401,10 @@ void Worker::RunTrial(const std::string& worker_id,
     return SendFinish(finish, name);
   }
   const int64_t run = Track(a, worker_id, attempt->get());
+  if (meters_.started) {
+    meters_.started->Add();
+    if (a.attempt() > 1) meters_.restarts->Add();
+  }
 
   ReportRelayOptions r;
   r.client = options_.client;
@@ -358,6 +415,7 @@ void Worker::RunTrial(const std::string& worker_id,
                               trial.number(), "-a", a.attempt(), ".reports");
   r.memory_limit = options_.report_buffer;
   r.ack_log = options_.ack_log;
+  r.buffered = meters_.buffered;
   ReportRelay relay(r);
   AttemptEnd end = (*attempt)->RelayReports(relay);
 
@@ -401,7 +459,7 @@ void Worker::RunTrial(const std::string& worker_id,
   }
   const bool shutting_down = Untrack(run);
   release_gpus();
-  if (lost) return;
+  if (lost) return CountEnd("lost");
   if (shutting_down && end.rejected.empty()) {
     finish.set_requeue(true);
   } else {
@@ -411,6 +469,9 @@ void Worker::RunTrial(const std::string& worker_id,
                finish.requeue()         ? "requeued (worker shutting down)"
                : finish.error().empty() ? "finished"
                                         : "failed: " + finish.error());
+  CountEnd(finish.requeue()         ? "requeued"
+           : finish.error().empty() ? "finished"
+                                    : "failed");
   SendFinish(finish, name);
 }
 

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "dial/v1/service.pb.h"
 #include "storage/checkpoint_store.h"
 #include "transfer/transfer_client.h"
@@ -83,6 +84,9 @@ struct WorkerOptions {
   // Per-trial cgroup v2 scopes; null: none (each trial's supervisor still
   // kills whatever it started). Not owned.
   Cgroups* cgroups = nullptr;
+  // dial_worker_* metrics (dial-worker --metrics-listen, docs/operations.md);
+  // null: none. Not owned; outlives the worker.
+  metrics::Registry* metrics = nullptr;
 };
 
 class Worker {
@@ -133,7 +137,21 @@ class Worker {
   bool Stopping();
   bool Sleep(absl::Duration d);  // false when shutting down
 
+  // Registers the dial_worker_* families (options_.metrics).
+  void AddMetrics();
+  // Outcome of an attempt on this worker: completed, failed, requeued,
+  // lost.
+  void CountEnd(const char* outcome);
+
   WorkerOptions options_;
+  struct Meters {
+    metrics::Counter* started = nullptr;
+    metrics::Counter* restarts = nullptr;
+    metrics::Family<metrics::Counter>* ended = nullptr;
+    metrics::Gauge* buffered = nullptr;
+    metrics::Counter* upload_bytes = nullptr;
+    metrics::Histogram* upload_seconds = nullptr;
+  } meters_;
   RealClock real_clock_;
   RealSleeper real_sleeper_;
   const Clock* const clock_;

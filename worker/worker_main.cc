@@ -2,10 +2,12 @@
 // --gpus, CUDA_VISIBLE_DEVICES or a Slurm job's SLURM_JOB_GPUS (VisibleGpus);
 // without GPUs it offers --slots CPU slots.
 // SIGTERM/SIGINT: stop taking trials, let running ones checkpoint, exit.
+#include <httplib.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -23,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "common/grpc_channel.h"
+#include "common/http_listen.h"
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
 #include "transfer/transfer_client.h"
@@ -98,6 +101,10 @@ ABSL_FLAG(std::string, tls_server_name, "",
           "of --scheduler)");
 ABSL_FLAG(std::string, token, "",
           "Bearer token for the scheduler (default: $DIAL_TOKEN)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port serving GET /metrics (Prometheus: busy slots, restarts, "
+          "buffered reports, checkpoint uploads, GPU memory; counts only, no "
+          "study data); empty: off");
 
 namespace fs = std::filesystem;
 
@@ -297,7 +304,28 @@ int main(int argc, char** argv) {
                      : absl::StrJoin(options.policy.allowed_commands, " "));
   }
 
+  dial::metrics::Registry registry;
+  options.metrics = &registry;
   dial::worker::Worker worker(options);
+  // After the worker (its collector reads it), so stopped before it goes.
+  httplib::Server metrics_http;
+  std::thread metrics_thread;
+  if (const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
+      !listen.empty()) {
+    metrics_http.Get("/metrics", [&registry](const httplib::Request&,
+                                             httplib::Response& res) {
+      res.set_content(registry.Render(), "text/plain; version=0.0.4");
+    });
+    auto port = dial::BindHttp(metrics_http, listen, "--metrics-listen");
+    if (!port.ok()) {
+      spdlog::error("{}", port.status().ToString());
+      return 1;
+    }
+    metrics_thread = std::thread([&] { metrics_http.listen_after_bind(); });
+    // Machine-readable, for scripts and tests.
+    std::printf("dial-worker metrics on port %d\n", *port);
+    std::fflush(stdout);
+  }
   std::thread signals([&] {
     int signal = 0;
     sigwait(&stop_signals, &signal);
@@ -311,5 +339,9 @@ int main(int argc, char** argv) {
   auto status = worker.Run();
   // Run returns only after Shutdown; the signal thread has finished.
   signals.join();
+  if (metrics_thread.joinable()) {
+    metrics_http.stop();
+    metrics_thread.join();
+  }
   return status.ok() ? 0 : 1;
 }

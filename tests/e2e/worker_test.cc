@@ -353,7 +353,7 @@ trial: {trainer: {dataset: synthetic, steps: 450, eval_every: 50, batch_size: 32
   for (const auto& t : *trials) {
     // Everything ends: promoted to the end, or stopped at a rung.
     EXPECT_TRUE(t.state() == v1::COMPLETED || t.state() == v1::STOPPED)
-        << v1::TrialState_Name(t.state());
+        << v1::TrialState_Name(t.state()) << ": " << t.error();
     if (t.state() == v1::COMPLETED) {
       ++completed;
       EXPECT_EQ(t.last_step(), 450);

@@ -4,21 +4,42 @@ scheduler's certificate and tokens (deploy/dev-ca.sh): parsed with
 prometheus_client's text-format parser, its counters match the calls this
 test made with dialctl, its gauges the study; tokens decide who may read.
 
-usage: metrics_test.py DIAL_SCHEDULER DIALCTL SOURCE_DIR
+A worker's /metrics (dial-worker --metrics-listen) is read the same way,
+and every metric deploy/grafana/dial.json queries must be one of the two.
+
+usage: metrics_test.py DIAL_SCHEDULER DIALCTL SOURCE_DIR DIAL_WORKER
 """
+import json
 import os
 import re
 import ssl
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import urllib.error
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-SCHEDULER, DIALCTL, SOURCE = sys.argv[1:4]
+SCHEDULER, DIALCTL, SOURCE, WORKER = sys.argv[1:5]
+
+
+def parse(text):
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def family_names(text):
+    """Names of the families, samples or not (counters with _total)."""
+    names = set()
+    for f in text_string_to_metric_families(text):
+        names.add(f.name + ("_total" if f.type == "counter" else ""))
+    return names
 
 
 class MetricsTest(unittest.TestCase):
@@ -83,10 +104,7 @@ class MetricsTest(unittest.TestCase):
         for _ in range(2):
             self.dialctl("study", "get", "nope", ok=False)
 
-        samples = {}
-        for family in text_string_to_metric_families(self.scrape(self.token("admin"))):
-            for s in family.samples:
-                samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        samples = parse(self.scrape(self.token("admin")))
 
         def value(name, **labels):
             return samples.get((name, tuple(sorted(labels.items()))))
@@ -105,6 +123,15 @@ class MetricsTest(unittest.TestCase):
                                le="+Inf"), 5)
         self.assertEqual(value("dial_studies", state="STUDY_ACTIVE"), 1)
         self.assertEqual(value("dial_workers"), 0)
+        # The study's first trials wait for a worker; nobody watches; the
+        # creation was committed in at least one group of writes.
+        self.assertEqual(value("dial_queue_pending_trials"),
+                         value("dial_trials", study="quadratic",
+                               state="PENDING") or 0)
+        self.assertEqual(value("dial_watchers"), 0)
+        self.assertGreaterEqual(value("dial_db_commit_seconds_count"), 1)
+        self.assertGreaterEqual(value("dial_db_group_writes_sum"),
+                                value("dial_db_group_writes_count"))
         # No trial numbers, tokens or principals as labels.
         for (name, labels) in samples:
             for k, _ in labels:
@@ -119,6 +146,62 @@ class MetricsTest(unittest.TestCase):
             with self.assertRaises(urllib.error.HTTPError) as e:
                 self.scrape(token)
             self.assertEqual(e.exception.code, code)
+
+    def test_worker_metrics_and_the_grafana_dashboard(self):
+        d = self.tmp.name
+        worker = subprocess.Popen(
+            [WORKER, "--scheduler=" + self.grpc, "--slots=3",
+             "--tls-ca=" + self.ca + "/ca.crt",
+             "--tls-cert=" + self.ca + "/worker.crt",
+             "--tls-key=" + self.ca + "/worker.key",
+             "--token=" + self.token("worker"), "--work-dir=" + d + "/w",
+             "--checkpoint-root=" + d + "/ckpt", "--metrics-listen=127.0.0.1:0"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            m = re.match(r"dial-worker metrics on port (\d+)",
+                         worker.stdout.readline())
+            self.assertIsNotNone(m)
+            port = int(m.group(1))
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                        timeout=30) as r:
+                text = r.read().decode()
+            work = parse(text)
+            # Families without samples yet (GPU memory here) count too.
+            families = family_names(text)
+            self.assertEqual(work[("dial_worker_slots", ())], 3)
+            self.assertEqual(work[("dial_worker_busy_slots", ())], 0)
+            self.assertEqual(work[("dial_worker_trials_started_total", ())], 0)
+            self.assertEqual(work[("dial_worker_buffered_reports", ())], 0)
+            # Counts only: no label but the outcome, the GPU and buckets.
+            for (name, labels) in work:
+                for k, _ in labels:
+                    self.assertIn(k, {"outcome", "gpu", "le"}, name)
+            # The scheduler sees it once it has registered (bounded wait on
+            # the condition, a scrape at a time).
+            for _ in range(300):
+                sched_text = self.scrape(self.token("admin"))
+                sched = parse(sched_text)
+                if sched[("dial_workers", ())] == 1:
+                    break
+                time.sleep(0.1)
+            self.assertEqual(sched[("dial_workers", ())], 1)
+        finally:
+            worker.terminate()
+            worker.wait(timeout=60)
+            worker.stdout.close()
+        # Every metric the Grafana dashboard plots exists in one of them.
+        families |= family_names(sched_text)
+        names = {n for (n, _) in sched} | {n for (n, _) in work} | families
+        with open(os.path.join(SOURCE, "deploy/grafana/dial.json")) as f:
+            dashboard = json.load(f)
+        used = set()
+        for panel in dashboard["panels"]:
+            self.assertTrue(panel["targets"], panel["title"])
+            for t in panel["targets"]:
+                used |= set(re.findall(r"\bdial_[a-z_]+", t["expr"]))
+        self.assertGreater(len(used), 15)
+        for metric in used:
+            self.assertIn(metric, names, "deploy/grafana/dial.json")
 
     def test_a_remote_http_listen_needs_tokens(self):
         d = self.tmp.name

@@ -122,6 +122,7 @@ const std::map<std::string, std::string>& BaseRequests() {
       {"GetTrial", R"(study: "$STUDY" trial: $TRIAL)"},
       {"GetBestTrials", R"(study: "$STUDY" count: 3)"},
       {"GetParameterImportance", R"(study: "$STUDY" top_quantile: 0.2)"},
+      {"ListWorkers", ""},
       {"WatchStudy", R"(study: "$STUDY")"},
       {"SuggestTrials", R"(study: "$STUDY" count: 2 client_id: "fz")"},
       {"ReportIntermediate",

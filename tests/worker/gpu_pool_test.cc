@@ -111,5 +111,16 @@ TEST(AvailableCpusTest, CountsTheAffinityMaskNotTheMachine) {
   ASSERT_EQ(sched_setaffinity(0, sizeof(all), &all), 0);
 }
 
+TEST(GpuMemoryTest, ReadsNvidiaSmiLinesForThisWorkersDevicesOnly) {
+  const std::string text =
+      "0, 1024, 81559\n1, 0, 81559\n2, [N/A], 81559\nnot a line\n";
+  auto got = ParseGpuMemory(text, {"0", "2"});
+  ASSERT_EQ(got.size(), 1u);  // device 1 is not ours, 2 has no reading
+  EXPECT_EQ(got[0].id, "0");
+  EXPECT_EQ(got[0].used_bytes, int64_t{1024} << 20);
+  EXPECT_EQ(got[0].total_bytes, int64_t{81559} << 20);
+  EXPECT_TRUE(ReadGpuMemory({}).empty());
+}
+
 }  // namespace
 }  // namespace dial::worker

@@ -1,0 +1,121 @@
+// Dial's dashboard: a hash router over four pages (docs/dashboard.md).
+// Only `/` and `/assets/*` are ever fetched from the server besides the API:
+//   #/                          studies
+//   #/study/NAME                one study
+//   #/study/NAME/trial/N        one trial
+//   #/workers                   workers
+import './style.css';
+import { ApiError, Whoami, call, get } from './api';
+import { disposeAll } from './charts';
+import { append, h } from './dom';
+import { renderStudies } from './pages/studies';
+import { renderStudy } from './pages/study';
+import { renderTrial } from './pages/trial';
+import { renderWorkers } from './pages/workers';
+
+// A page draws into `root` and returns what to do when it is left.
+export type Cleanup = () => void;
+
+const top = document.getElementById('top')!;
+const app = document.getElementById('app')!;
+let cleanup: Cleanup | undefined;
+let generation = 0;
+
+function leave(): void {
+  cleanup?.();
+  cleanup = undefined;
+  disposeAll();
+  app.replaceChildren();
+  // Readiness flags of the page being left (tests and the bench wait on them).
+  window.__dial.interactive = window.__dial.loaded = false;
+}
+
+async function route(): Promise<void> {
+  leave();
+  const g = ++generation;
+  const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
+  const root = h('div', { class: 'page' });
+  app.append(root);
+  try {
+    let done: Cleanup | undefined;
+    if (parts[0] === 'study' && parts[1] && parts[2] === 'trial' && parts[3]) {
+      done = await renderTrial(root, parts[1], Number(parts[3]));
+    } else if (parts[0] === 'study' && parts[1]) {
+      done = await renderStudy(root, parts[1]);
+    } else if (parts[0] === 'workers') {
+      done = await renderWorkers(root);
+    } else {
+      done = await renderStudies(root);
+    }
+    if (g !== generation) done?.();
+    else cleanup = done;
+  } catch (e) {
+    if (g !== generation) return;
+    if (e instanceof ApiError && e.httpStatus === 401) return start();
+    root.append(h('p', { class: 'error', 'data-testid': 'page-error' }, errorText(e)));
+  }
+}
+
+export function errorText(e: unknown): string {
+  if (e instanceof ApiError) return `${e.status}: ${e.message}`;
+  return String(e);
+}
+
+function header(me: Whoami): void {
+  top.replaceChildren();
+  append(top,
+    h('a', { href: '#/', class: 'brand' }, 'Dial'),
+    h('nav', {}, h('a', { href: '#/' }, 'Studies'), h('a', { href: '#/workers' }, 'Workers')),
+    h('span', { class: 'who', 'data-testid': 'whoami' },
+      me.anonymous ? `anonymous (${me.role})` : `${me.name} (${me.role})`),
+    me.anonymous ? null : h('a', {
+      href: '#', 'data-testid': 'logout',
+      onclick: async (ev: Event) => {
+        ev.preventDefault();
+        await call('logout').catch(() => undefined);
+        start();
+      },
+    }, 'Log out'),
+  );
+}
+
+function loginForm(message = ''): void {
+  leave();
+  top.replaceChildren(h('span', { class: 'brand' }, 'Dial'));
+  const token = h('input', { type: 'password', name: 'token', autocomplete: 'current-password', 'data-testid': 'login-token', placeholder: 'token' }) as HTMLInputElement;
+  const error = h('p', { class: 'error', 'data-testid': 'login-error' }, message);
+  const form = h('form', {
+    class: 'login', 'data-testid': 'login',
+    onsubmit: async (ev: Event) => {
+      ev.preventDefault();
+      try {
+        await call('login', { token: token.value });
+        start();
+      } catch (e) {
+        error.textContent = errorText(e);
+      }
+    },
+  }, h('h2', {}, 'Log in'), h('label', {}, 'Token ', token), h('button', { type: 'submit', 'data-testid': 'login-submit' }, 'Log in'), error);
+  app.append(form);
+  token.focus();
+}
+
+async function start(): Promise<void> {
+  window.removeEventListener('hashchange', onHash);
+  try {
+    const me = await get<Whoami>('whoami');
+    window.__dial.me = me;
+    header(me);
+    window.addEventListener('hashchange', onHash);
+    await route();
+  } catch (e) {
+    if (e instanceof ApiError && e.httpStatus === 401) loginForm();
+    else loginForm(errorText(e));
+  }
+}
+
+function onHash(): void {
+  void route();
+}
+
+void start();

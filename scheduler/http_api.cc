@@ -1,0 +1,646 @@
+#include "scheduler/http_api.h"
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+#include <openssl/rand.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "client/export.h"
+#include "common/json.h"
+#include "dial/v1/service.grpc.pb.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace dial::scheduler {
+namespace {
+
+using Stub = v1::StudyService::Stub;
+constexpr char kCookie[] = "dial_session";
+// A unary call's deadline; SuggestTrials waits for the searcher.
+constexpr auto kCallDeadline = std::chrono::seconds(60);
+// An event stream ends after this; EventSource reconnects by itself.
+constexpr auto kStreamDeadline = std::chrono::minutes(10);
+
+// The HTTP status for a gRPC code, as Google's HTTP mapping has it.
+int HttpStatus(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return 200;
+    case grpc::StatusCode::CANCELLED:
+      return 499;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return 400;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return 504;
+    case grpc::StatusCode::NOT_FOUND:
+      return 404;
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::ABORTED:
+      return 409;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return 403;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return 401;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return 429;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return 501;
+    case grpc::StatusCode::UNAVAILABLE:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+// {"code": 5, "status": "NOT_FOUND", "message": "..."} (google.rpc.Status
+// in JSON, with the code's name).
+std::string ErrorJson(const absl::Status& status) {
+  std::string out =
+      absl::StrCat("{\"code\": ", status.raw_code(), ", \"status\": ");
+  AppendJsonString(absl::StatusCodeToString(status.code()), out);
+  absl::StrAppend(&out, ", \"message\": ");
+  AppendJsonString(status.message(), out);
+  absl::StrAppend(&out, "}\n");
+  return out;
+}
+
+void SendError(httplib::Response& res, const absl::Status& status) {
+  res.status = HttpStatus(static_cast<grpc::StatusCode>(status.raw_code()));
+  if (res.status == 401) res.set_header("WWW-Authenticate", "Bearer");
+  res.set_content(ErrorJson(status), "application/json");
+}
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      s.error_message());
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+void AppendNumber(double v, std::string& out) {
+  if (!std::isfinite(v)) {
+    out += "null";
+    return;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  out += buf;
+}
+
+// A unary method: JSON request in, JSON answer out, through the stub.
+using Unary = std::function<absl::StatusOr<std::string>(
+    Stub&, grpc::ClientContext&, const std::string&)>;
+
+template <typename Req, typename Resp>
+Unary Route(grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Req&,
+                                      Resp*)) {
+  return [rpc](Stub& stub, grpc::ClientContext& ctx,
+               const std::string& body) -> absl::StatusOr<std::string> {
+    Req request;
+    if (!body.empty()) {
+      auto parsed = google::protobuf::util::JsonStringToMessage(body, &request);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("request body: not a ", Req::descriptor()->name(),
+                         " in JSON: ", parsed.message().as_string()));
+      }
+    }
+    Resp response;
+    grpc::Status s = (stub.*rpc)(&ctx, request, &response);
+    if (!s.ok()) return FromGrpc(s);
+    return ToJson(response);
+  };
+}
+
+const std::map<std::string, Unary>& Routes() {
+  static const auto* routes = new std::map<std::string, Unary>{
+      {"CreateStudy", Route(&Stub::CreateStudy)},
+      {"GetStudy", Route(&Stub::GetStudy)},
+      {"ListStudies", Route(&Stub::ListStudies)},
+      {"UpdateStudy", Route(&Stub::UpdateStudy)},
+      {"StopStudy", Route(&Stub::StopStudy)},
+      {"DeleteStudy", Route(&Stub::DeleteStudy)},
+      {"ListTrials", Route(&Stub::ListTrials)},
+      {"GetTrial", Route(&Stub::GetTrial)},
+      {"GetBestTrials", Route(&Stub::GetBestTrials)},
+      {"GetParameterImportance", Route(&Stub::GetParameterImportance)},
+      {"SuggestTrials", Route(&Stub::SuggestTrials)},
+      {"ReportIntermediate", Route(&Stub::ReportIntermediate)},
+      {"CompleteTrial", Route(&Stub::CompleteTrial)},
+      {"BackupDatabase", Route(&Stub::BackupDatabase)},
+      {"ListAuditEvents", Route(&Stub::ListAuditEvents)},
+      {"ListWorkers", Route(&Stub::ListWorkers)},
+  };
+  return *routes;
+}
+
+std::optional<std::string> CookieValue(const httplib::Request& req,
+                                       absl::string_view name) {
+  if (!req.has_header("Cookie")) return std::nullopt;
+  for (absl::string_view part :
+       absl::StrSplit(req.get_header_value("Cookie"), ';')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (absl::ConsumePrefix(&part, name) && absl::ConsumePrefix(&part, "=")) {
+      return std::string(part);
+    }
+  }
+  return std::nullopt;
+}
+
+// Every page of a study's trials, in number order, to `page` (which
+// returns false to stop early).
+absl::Status ForEachPage(
+    Stub& stub, const std::optional<std::string>& credential,
+    const std::string& study,
+    const std::function<bool(const v1::ListTrialsResponse&)>& page) {
+  v1::ListTrialsRequest request;
+  request.set_study(study);
+  request.set_page_size(1000);
+  do {
+    grpc::ClientContext ctx;
+    if (credential) ctx.AddMetadata("authorization", *credential);
+    ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    v1::ListTrialsResponse response;
+    grpc::Status s = stub.ListTrials(&ctx, request, &response);
+    if (!s.ok()) return FromGrpc(s);
+    if (!page(response)) return absl::OkStatus();
+    if (!response.next_page_token().empty() &&
+        response.next_page_token() == request.page_token()) {
+      return absl::InternalError("ListTrials returned the same token twice");
+    }
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
+  return absl::OkStatus();
+}
+
+// TrialTable: {"params": [{"name", "type"}], "number": [...], "state":
+// [...], "value": [...], "lastStep": [...], "attempt": [...], "param":
+// {"NAME": [...]}}, one entry per trial in every array; null where a
+// param is inactive or a trial has no value.
+class TableBuilder {
+ public:
+  explicit TableBuilder(const v1::StudySpec& spec) {
+    for (const auto& p : spec.search_space()) {
+      names_.push_back(p.name());
+      columns_.emplace_back();
+    }
+  }
+  void Add(const v1::Trial& t) {
+    Sep(number_);
+    absl::StrAppend(&number_, t.number());
+    Sep(state_);
+    AppendJsonString(v1::TrialState_Name(t.state()), state_);
+    Sep(value_);
+    if (t.has_objective_value()) {
+      AppendNumber(t.objective_value(), value_);
+    } else {
+      value_ += "null";
+    }
+    Sep(last_step_);
+    absl::StrAppend(&last_step_, t.last_step());
+    for (size_t i = 0; i < names_.size(); ++i) {
+      std::string& col = columns_[i];
+      Sep(col);
+      auto it = t.params().find(names_[i]);
+      if (it == t.params().end()) {
+        col += "null";
+      } else if (it->second.has_string_value()) {
+        AppendJsonString(it->second.string_value(), col);
+      } else if (it->second.has_int_value()) {
+        absl::StrAppend(&col, it->second.int_value());
+      } else {
+        AppendNumber(it->second.double_value(), col);
+      }
+    }
+  }
+  std::string Finish(const v1::StudySpec& spec) {
+    std::string out = "{\"params\": [";
+    for (int i = 0; i < spec.search_space_size(); ++i) {
+      const auto& p = spec.search_space(i);
+      if (i) out += ", ";
+      out += "{\"name\": ";
+      AppendJsonString(p.name(), out);
+      out += ", \"type\": ";
+      AppendJsonString(p.has_categorical() ? "categorical"
+                       : p.has_discrete()  ? "discrete"
+                       : p.has_int_()      ? "int"
+                                           : "float",
+                       out);
+      const bool log = (p.has_float_() && p.float_().scale() == v1::LOG) ||
+                       (p.has_int_() && p.int_().scale() == v1::LOG);
+      out += log ? ", \"log\": true}" : ", \"log\": false}";
+    }
+    absl::StrAppend(&out, "], \"number\": [", number_, "], \"state\": [",
+                    state_, "], \"value\": [", value_, "], \"lastStep\": [",
+                    last_step_, "], \"param\": {");
+    for (size_t i = 0; i < names_.size(); ++i) {
+      if (i) out += ", ";
+      AppendJsonString(names_[i], out);
+      absl::StrAppend(&out, ": [", columns_[i], "]");
+    }
+    out += "}}\n";
+    return out;
+  }
+
+ private:
+  static void Sep(std::string& s) {
+    if (!s.empty()) s += ",";
+  }
+  std::vector<std::string> names_, columns_;
+  std::string number_, state_, value_, last_step_;
+};
+
+absl::StatusOr<v1::StudySpec> SpecOf(
+    Stub& stub, const std::optional<std::string>& credential,
+    const std::string& study) {
+  grpc::ClientContext ctx;
+  if (credential) ctx.AddMetadata("authorization", *credential);
+  ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+  v1::GetStudyRequest request;
+  request.set_study(study);
+  v1::GetStudyResponse response;
+  grpc::Status s = stub.GetStudy(&ctx, request, &response);
+  if (!s.ok()) return FromGrpc(s);
+  return response.study().spec();
+}
+
+bool IsJson(const httplib::Request& req) {
+  return absl::StartsWith(req.get_header_value("Content-Type"),
+                          "application/json");
+}
+
+}  // namespace
+
+std::string SessionTable::Create(const std::string& token) {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) std::abort();
+  std::string id = absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof bytes));
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    it = it->second.expires < now ? sessions_.erase(it) : std::next(it);
+  }
+  if (sessions_.size() >= kMaxSessions) {
+    auto oldest = sessions_.begin();
+    for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+      if (it->second.expires < oldest->second.expires) oldest = it;
+    }
+    sessions_.erase(oldest);
+  }
+  sessions_[id] = {token, now + kLifetime};
+  return id;
+}
+
+std::optional<std::string> SessionTable::Find(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end() || it->second.expires < absl::Now()) {
+    return std::nullopt;
+  }
+  return it->second.token;
+}
+
+void SessionTable::Remove(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  sessions_.erase(id);
+}
+
+HttpApi::HttpApi(HttpApiOptions options) : options_(std::move(options)) {}
+
+HttpApi::~HttpApi() { CancelStreams(); }
+
+void HttpApi::CancelStreams() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  for (grpc::ClientContext* ctx : streams_) ctx->TryCancel();
+}
+
+bool HttpApi::AddStream(grpc::ClientContext* ctx) {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_ || streams_.size() >= kMaxStreams) return false;
+  streams_.insert(ctx);
+  return true;
+}
+
+void HttpApi::RemoveStream(grpc::ClientContext* ctx) {
+  absl::MutexLock lock(&mu_);
+  streams_.erase(ctx);
+}
+
+std::optional<std::string> HttpApi::Credential(const httplib::Request& req) {
+  if (req.has_header("Authorization")) {
+    return req.get_header_value("Authorization");
+  }
+  std::optional<std::string> id = CookieValue(req, kCookie);
+  if (!id) return std::nullopt;
+  std::optional<std::string> token = sessions_.Find(*id);
+  if (!token) return std::nullopt;
+  return absl::StrCat("Bearer ", *token);
+}
+
+void HttpApi::Install(httplib::Server& server) {
+  auto stub = std::make_shared<Stub>(options_.channel);
+  const auth::TokenTable* tokens = options_.tokens;
+
+  server.Get("/api/v1/whoami", [this, tokens](const httplib::Request& req,
+                                              httplib::Response& res) {
+    std::optional<std::string> credential = Credential(req);
+    absl::StatusOr<auth::Principal> who =
+        auth::AuthenticateBearer(tokens, credential);
+    if (!who.ok()) return SendError(res, who.status());
+    std::string out = "{\"name\": ";
+    AppendJsonString(who->name, out);
+    out += ", \"role\": ";
+    AppendJsonString(auth::RoleName(who->role), out);
+    absl::StrAppend(
+        &out, ", \"anonymous\": ", who->anonymous ? "true" : "false", "}\n");
+    res.set_content(out, "application/json");
+  });
+
+  server.Post("/api/v1/login", [this, tokens](const httplib::Request& req,
+                                              httplib::Response& res) {
+    if (!IsJson(req)) {
+      return SendError(
+          res, absl::InvalidArgumentError("login: send {\"token\": ...} as "
+                                          "application/json"));
+    }
+    google::protobuf::Struct body;
+    auto field = body.fields().end();
+    if (google::protobuf::util::JsonStringToMessage(req.body, &body).ok()) {
+      field = body.fields().find("token");
+    }
+    if (field == body.fields().end() || field->second.string_value().empty()) {
+      return SendError(
+          res, absl::InvalidArgumentError("login: token: missing or not a "
+                                          "string"));
+    }
+    const std::string& token = field->second.string_value();
+    const std::string bearer = absl::StrCat("Bearer ", token);
+    absl::StatusOr<auth::Principal> who =
+        auth::AuthenticateBearer(tokens, bearer);
+    if (!who.ok()) return SendError(res, who.status());
+    std::string cookie =
+        absl::StrCat(kCookie, "=", sessions_.Create(token),
+                     "; Path=/; HttpOnly; SameSite=Strict; Max-Age=",
+                     absl::ToInt64Seconds(SessionTable::kLifetime));
+    if (options_.secure_cookies) cookie += "; Secure";
+    res.set_header("Set-Cookie", cookie);
+    std::string out = "{\"name\": ";
+    AppendJsonString(who->name, out);
+    out += ", \"role\": ";
+    AppendJsonString(auth::RoleName(who->role), out);
+    out += "}\n";
+    res.set_content(out, "application/json");
+  });
+
+  server.Post("/api/v1/logout", [this](const httplib::Request& req,
+                                       httplib::Response& res) {
+    if (std::optional<std::string> id = CookieValue(req, kCookie)) {
+      sessions_.Remove(*id);
+    }
+    res.set_header("Set-Cookie", absl::StrCat(kCookie,
+                                              "=; Path=/; HttpOnly; "
+                                              "SameSite=Strict; Max-Age=0"));
+    res.set_content("{}\n", "application/json");
+  });
+
+  server.Get("/api/v1/TrialTable", [this, stub](const httplib::Request& req,
+                                                httplib::Response& res) {
+    const std::string study = req.get_param_value("study");
+    std::optional<std::string> credential = Credential(req);
+    absl::StatusOr<v1::StudySpec> spec = SpecOf(*stub, credential, study);
+    if (!spec.ok()) return SendError(res, spec.status());
+    TableBuilder table(*spec);
+    absl::Status s = ForEachPage(*stub, credential, study,
+                                 [&](const v1::ListTrialsResponse& page) {
+                                   for (const auto& t : page.trials()) {
+                                     table.Add(t);
+                                   }
+                                   return true;
+                                 });
+    if (!s.ok()) return SendError(res, s);
+    res.set_content(table.Finish(*spec), "application/json");
+  });
+
+  server.Get("/api/v1/ExportStudy", [this, stub](const httplib::Request& req,
+                                                 httplib::Response& res) {
+    const std::string study = req.get_param_value("study");
+    absl::StatusOr<client::ExportFormat> format = client::ParseExportFormat(
+        req.has_param("format") ? req.get_param_value("format")
+                                : std::string("csv"));
+    if (!format.ok()) return SendError(res, format.status());
+    const bool history = req.get_param_value("history") == "1" ||
+                         req.get_param_value("history") == "true";
+    std::optional<std::string> credential = Credential(req);
+    absl::StatusOr<v1::StudySpec> spec = SpecOf(*stub, credential, study);
+    if (!spec.ok()) return SendError(res, spec.status());
+    // A page of trials, with their whole histories when asked for.
+    auto with_history = [stub, credential, study](
+                            const v1::ListTrialsResponse& page,
+                            std::vector<v1::Trial>& out) -> absl::Status {
+      for (const auto& t : page.trials()) {
+        v1::GetTrialRequest request;
+        request.set_study(study);
+        request.set_trial(t.number());
+        request.set_history_page_size(10000);
+        v1::Trial full;
+        do {
+          grpc::ClientContext ctx;
+          if (credential) ctx.AddMetadata("authorization", *credential);
+          ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+          v1::GetTrialResponse response;
+          grpc::Status s = stub->GetTrial(&ctx, request, &response);
+          if (!s.ok()) return FromGrpc(s);
+          if (request.history_page_token().empty()) {
+            full = std::move(*response.mutable_trial());
+          } else {
+            for (auto& p :
+                 *response.mutable_trial()->mutable_metric_history()) {
+              *full.add_metric_history() = std::move(p);
+            }
+          }
+          request.set_history_page_token(response.next_history_page_token());
+        } while (!request.history_page_token().empty());
+        out.push_back(std::move(full));
+      }
+      return absl::OkStatus();
+    };
+    // The CSV header names every metric: a first pass collects them.
+    auto metrics = std::make_shared<std::set<std::string>>();
+    if (*format == client::ExportFormat::kCsv) {
+      absl::Status s = ForEachPage(
+          *stub, credential, study, [&](const v1::ListTrialsResponse& page) {
+            std::vector<v1::Trial> trials;
+            if (history) {
+              absl::Status h = with_history(page, trials);
+              if (!h.ok()) return false;
+            } else {
+              trials.assign(page.trials().begin(), page.trials().end());
+            }
+            for (const auto& t : trials) {
+              client::CollectExportMetrics(t, history, *metrics);
+            }
+            return true;
+          });
+      if (!s.ok()) return SendError(res, s);
+    }
+    res.set_header(
+        "Content-Disposition",
+        absl::StrCat(
+            "attachment; filename=\"", study,
+            *format == client::ExportFormat::kCsv ? ".csv\"" : ".jsonl\""));
+    // Each call of the provider writes the next page.
+    struct Cursor {
+      std::string token;
+      bool header_sent = false, done = false;
+    };
+    auto cursor = std::make_shared<Cursor>();
+    v1::StudySpec spec_copy = *spec;
+    const client::ExportFormat fmt = *format;
+    res.set_chunked_content_provider(
+        fmt == client::ExportFormat::kCsv ? "text/csv" : "application/x-ndjson",
+        [stub, credential, study, history, metrics, cursor, spec_copy, fmt,
+         with_history](size_t, httplib::DataSink& sink) {
+          if (!cursor->header_sent) {
+            cursor->header_sent = true;
+            std::string header =
+                client::ExportHeader(spec_copy, *metrics, fmt, history);
+            if (!header.empty() && !sink.write(header.data(), header.size())) {
+              return false;
+            }
+            return true;
+          }
+          v1::ListTrialsRequest request;
+          request.set_study(study);
+          request.set_page_size(history ? 100 : 1000);
+          request.set_page_token(cursor->token);
+          grpc::ClientContext ctx;
+          if (credential) ctx.AddMetadata("authorization", *credential);
+          ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+          v1::ListTrialsResponse page;
+          if (!stub->ListTrials(&ctx, request, &page).ok()) return false;
+          std::vector<v1::Trial> trials;
+          if (history) {
+            if (!with_history(page, trials).ok()) return false;
+          } else {
+            trials.assign(page.trials().begin(), page.trials().end());
+          }
+          // JSON lines name their own metrics; the CSV's were collected.
+          std::set<std::string> names = *metrics;
+          std::string rows =
+              client::ExportRows(spec_copy, names, trials, fmt, history);
+          if (!rows.empty() && !sink.write(rows.data(), rows.size())) {
+            return false;
+          }
+          cursor->token = page.next_page_token();
+          if (cursor->token.empty()) sink.done();
+          return true;
+        });
+  });
+
+  server.Get("/api/v1/WatchStudy", [this, stub](const httplib::Request& req,
+                                                httplib::Response& res) {
+    struct Watch {
+      grpc::ClientContext ctx;
+      std::unique_ptr<grpc::ClientReader<v1::WatchStudyResponse>> reader;
+      v1::WatchStudyResponse first;
+      bool first_sent = false, ended = false;
+    };
+    auto watch = std::make_shared<Watch>();
+    if (std::optional<std::string> credential = Credential(req)) {
+      watch->ctx.AddMetadata("authorization", *credential);
+    }
+    watch->ctx.set_deadline(std::chrono::system_clock::now() + kStreamDeadline);
+    if (!AddStream(&watch->ctx)) {
+      return SendError(res, absl::ResourceExhaustedError(absl::StrCat(
+                                "WatchStudy: ", kMaxStreams,
+                                " event streams are open; try again later")));
+    }
+    v1::WatchStudyRequest request;
+    request.set_study(req.get_param_value("study"));
+    watch->reader = stub->WatchStudy(&watch->ctx, request);
+    // The first event (the snapshot) decides the HTTP status: a refused
+    // watch is an error answer, not an event stream.
+    if (!watch->reader->Read(&watch->first)) {
+      grpc::Status s = watch->reader->Finish();
+      RemoveStream(&watch->ctx);
+      return SendError(
+          res, s.ok() ? absl::UnavailableError("watch ended") : FromGrpc(s));
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [watch](size_t, httplib::DataSink& sink) {
+          v1::WatchStudyResponse next;
+          const v1::WatchStudyResponse* event = &watch->first;
+          if (watch->first_sent) {
+            if (!watch->reader->Read(&next)) {
+              grpc::Status s = watch->reader->Finish();
+              watch->ended = true;
+              std::string end = absl::StrCat(
+                  "event: end\ndata: ", ErrorJson(FromGrpc(s)), "\n");
+              sink.write(end.data(), end.size());
+              sink.done();
+              return true;
+            }
+            event = &next;
+          }
+          watch->first_sent = true;
+          std::string text = absl::StrCat("data: ", ToJson(*event), "\n\n");
+          return sink.write(text.data(), text.size());
+        },
+        [this, watch](bool) {
+          if (!watch->ended) {
+            watch->ctx.TryCancel();
+            (void)watch->reader->Finish();
+          }
+          RemoveStream(&watch->ctx);
+        });
+  });
+
+  server.Post(R"(/api/v1/([A-Za-z]+))", [this, stub](
+                                            const httplib::Request& req,
+                                            httplib::Response& res) {
+    const std::string method = req.matches[1];
+    auto route = Routes().find(method);
+    if (route == Routes().end()) {
+      return SendError(res, absl::NotFoundError(absl::StrCat(
+                                "/api/v1/", method,
+                                ": no such method (see docs/http-api.md)")));
+    }
+    if (!IsJson(req)) {
+      return SendError(res, absl::InvalidArgumentError(
+                                "the request body must be application/json"));
+    }
+    grpc::ClientContext ctx;
+    if (std::optional<std::string> credential = Credential(req)) {
+      ctx.AddMetadata("authorization", *credential);
+    }
+    ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    absl::StatusOr<std::string> out = route->second(*stub, ctx, req.body);
+    if (!out.ok()) return SendError(res, out.status());
+    res.set_content(*out, "application/json");
+  });
+}
+
+}  // namespace dial::scheduler

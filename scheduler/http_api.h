@@ -1,0 +1,94 @@
+// The JSON API on the scheduler's HTTP edge (http_server.h), under
+// /api/v1, for the dashboard and for scripts (docs/http-api.md):
+//   POST /api/v1/<Method>       every unary StudyService method: the
+//                               request and the answer in the proto3 JSON
+//                               mapping, errors as {code, status, message}
+//   GET  /api/v1/WatchStudy?study=S   the watch as Server-Sent Events
+//   GET  /api/v1/TrialTable?study=S   every trial as columns (the
+//                               dashboard's charts and table)
+//   GET  /api/v1/ExportStudy?study=S&format=csv|jsonl[&history=1]
+//                               the export of `dialctl study export`,
+//                               streamed a page of trials at a time
+//   POST /api/v1/login {"token"}, POST /api/v1/logout, GET /api/v1/whoami
+// Each call goes through the scheduler's own gRPC services on an
+// in-process channel, with the caller's token (the Authorization header,
+// or the session the login cookie names): the same roles, limits and
+// audit as gRPC. POSTs must be application/json, which an HTML form on
+// another site cannot send (with the SameSite=Strict cookie, no CSRF).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "auth/token_table.h"
+
+namespace httplib {
+class Server;
+struct Request;
+}  // namespace httplib
+
+namespace grpc {
+class Channel;
+class ClientContext;
+}  // namespace grpc
+
+namespace dial::scheduler {
+
+// Login sessions: a random id (the cookie) for a token, kept in memory
+// only, for 12 hours. Thread-safe.
+class SessionTable {
+ public:
+  static constexpr absl::Duration kLifetime = absl::Hours(12);
+  static constexpr size_t kMaxSessions = 10000;  // the oldest go first
+  std::string Create(const std::string& token);
+  std::optional<std::string> Find(const std::string& id);
+  void Remove(const std::string& id);
+
+ private:
+  struct Session {
+    std::string token;
+    absl::Time expires;
+  };
+  absl::Mutex mu_;
+  std::map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
+};
+
+struct HttpApiOptions {
+  // To the scheduler's own services (grpc::Server::InProcessChannel).
+  std::shared_ptr<grpc::Channel> channel;
+  const auth::TokenTable* tokens = nullptr;  // null: anonymous admins
+  bool secure_cookies = false;               // TLS: cookies are Secure
+};
+
+class HttpApi {
+ public:
+  static constexpr int kMaxStreams = 16;  // open WatchStudy event streams
+
+  explicit HttpApi(HttpApiOptions options);
+  ~HttpApi();  // cancels the open event streams
+  void Install(httplib::Server& server);
+  // The caller's "Bearer <token>": the Authorization header, or the
+  // session its cookie names; nullopt for neither.
+  std::optional<std::string> Credential(const httplib::Request& req);
+  // Ends every open event stream (before the server stops).
+  void CancelStreams();
+
+ private:
+  // Registers a watch's context; false at kMaxStreams or once cancelled.
+  bool AddStream(grpc::ClientContext* ctx);
+  void RemoveStream(grpc::ClientContext* ctx);
+
+  HttpApiOptions options_;
+  SessionTable sessions_;
+  absl::Mutex mu_;
+  std::set<grpc::ClientContext*> streams_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace dial::scheduler
