@@ -438,4 +438,25 @@ TEST(FormatTest, ImportanceListsSharesWithBars) {
 }
 
 }  // namespace
+TEST(FormatTest, WorkersShowSlotsGpusAndRunningTrials) {
+  v1::Worker w;
+  w.set_id("node1-ab12");
+  w.set_host("node1");
+  w.mutable_resources()->set_slots(4);
+  w.mutable_resources()->add_gpus();
+  w.mutable_resources()->add_gpus();
+  auto* t = w.add_running();
+  t->set_study("asha");
+  t->set_number(7);
+  t = w.add_running();
+  t->set_study("pbt");
+  t->set_number(0);
+  const std::string text = FormatWorkers({w});
+  EXPECT_THAT(text, HasSubstr("ID"));
+  EXPECT_THAT(text, HasSubstr("RUNNING"));
+  EXPECT_THAT(text, HasSubstr("node1-ab12"));
+  EXPECT_THAT(text, HasSubstr("asha/7,pbt/0"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("node1 +4 +2 "));
+}
+
 }  // namespace dial::client
