@@ -165,6 +165,14 @@ std::optional<std::string> CookieValue(const httplib::Request& req,
   return std::nullopt;
 }
 
+// A call as the holder of `credential` ("Bearer <token>"), with the
+// unary deadline.
+void Prepare(grpc::ClientContext& ctx,
+             const std::optional<std::string>& credential) {
+  if (credential) ctx.AddMetadata("authorization", *credential);
+  ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+}
+
 // Every page of a study's trials, in number order, to `page` (which
 // returns false to stop early).
 absl::Status ForEachPage(
@@ -176,8 +184,7 @@ absl::Status ForEachPage(
   request.set_page_size(1000);
   do {
     grpc::ClientContext ctx;
-    if (credential) ctx.AddMetadata("authorization", *credential);
-    ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    Prepare(ctx, credential);
     v1::ListTrialsResponse response;
     grpc::Status s = stub.ListTrials(&ctx, request, &response);
     if (!s.ok()) return FromGrpc(s);
@@ -272,8 +279,7 @@ absl::StatusOr<v1::StudySpec> SpecOf(
     Stub& stub, const std::optional<std::string>& credential,
     const std::string& study) {
   grpc::ClientContext ctx;
-  if (credential) ctx.AddMetadata("authorization", *credential);
-  ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+  Prepare(ctx, credential);
   v1::GetStudyRequest request;
   request.set_study(study);
   v1::GetStudyResponse response;
@@ -465,8 +471,7 @@ void HttpApi::Install(httplib::Server& server) {
         v1::Trial full;
         do {
           grpc::ClientContext ctx;
-          if (credential) ctx.AddMetadata("authorization", *credential);
-          ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+          Prepare(ctx, credential);
           v1::GetTrialResponse response;
           grpc::Status s = stub->GetTrial(&ctx, request, &response);
           if (!s.ok()) return FromGrpc(s);
@@ -534,8 +539,7 @@ void HttpApi::Install(httplib::Server& server) {
           request.set_page_size(history ? 100 : 1000);
           request.set_page_token(cursor->token);
           grpc::ClientContext ctx;
-          if (credential) ctx.AddMetadata("authorization", *credential);
-          ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+          Prepare(ctx, credential);
           v1::ListTrialsResponse page;
           if (!stub->ListTrials(&ctx, request, &page).ok()) return false;
           std::vector<v1::Trial> trials;
@@ -545,9 +549,8 @@ void HttpApi::Install(httplib::Server& server) {
             trials.assign(page.trials().begin(), page.trials().end());
           }
           // JSON lines name their own metrics; the CSV's were collected.
-          std::set<std::string> names = *metrics;
           std::string rows =
-              client::ExportRows(spec_copy, names, trials, fmt, history);
+              client::ExportRows(spec_copy, *metrics, trials, fmt, history);
           if (!rows.empty() && !sink.write(rows.data(), rows.size())) {
             return false;
           }
