@@ -223,15 +223,22 @@ DialClient::GetParameterImportance(const std::string& study,
   return response;
 }
 
-absl::StatusOr<std::vector<v1::Trial>> DialClient::GetBestTrials(
+absl::StatusOr<v1::GetBestTrialsResponse> DialClient::GetFront(
     const std::string& study, int32_t count) {
   v1::GetBestTrialsRequest request;
   request.set_study(study);
   request.set_count(count);
   v1::GetBestTrialsResponse response;
   DIAL_CALL(GetBestTrials, request, response);
-  return std::vector<v1::Trial>(response.trials().begin(),
-                                response.trials().end());
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::Trial>> DialClient::GetBestTrials(
+    const std::string& study, int32_t count) {
+  auto response = GetFront(study, count);
+  if (!response.ok()) return response.status();
+  return std::vector<v1::Trial>(response->trials().begin(),
+                                response->trials().end());
 }
 
 absl::StatusOr<v1::SuggestTrialsResponse> DialClient::SuggestTrials(

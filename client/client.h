@@ -71,6 +71,10 @@ class DialClient {
   absl::StatusOr<v1::Trial> GetTrial(const std::string& study, int64_t trial);
   absl::StatusOr<v1::GetParameterImportanceResponse> GetParameterImportance(
       const std::string& study, double top_quantile = 0);
+  // The whole answer: with several objectives, also the front's
+  // hypervolume, reference point and size.
+  absl::StatusOr<v1::GetBestTrialsResponse> GetFront(const std::string& study,
+                                                     int32_t count = 0);
   absl::StatusOr<std::vector<v1::Trial>> GetBestTrials(const std::string& study,
                                                        int32_t count);
 

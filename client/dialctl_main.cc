@@ -266,14 +266,12 @@ int TrialsList(DialClient& client, const Args& args) {
 }
 
 int TrialsBest(DialClient& client, const Args& args) {
-  auto trials = client.GetBestTrials(args[2], absl::GetFlag(FLAGS_count));
-  if (!trials.ok()) return Fail(trials.status());
+  auto best = client.GetFront(args[2], absl::GetFlag(FLAGS_count));
+  if (!best.ok()) return Fail(best.status());
   if (Json()) {
-    v1::GetBestTrialsResponse r;
-    for (auto& t : *trials) *r.add_trials() = t;
-    std::cout << cli::ToJson(r) << "\n";
+    std::cout << cli::ToJson(*best) << "\n";
   } else {
-    std::cout << cli::FormatTrials(*trials);
+    std::cout << cli::FormatBest(*best);
   }
   return 0;
 }

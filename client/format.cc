@@ -76,6 +76,11 @@ std::string Cell(const std::string& s) {
 }
 
 std::string Value(const v1::Trial& t) {
+  if (t.objective_values_size() > 1) {
+    std::vector<std::string> parts;
+    for (double v : t.objective_values()) parts.push_back(FormatNumber(v));
+    return absl::StrJoin(parts, ", ");
+  }
   return t.has_objective_value() ? FormatNumber(t.objective_value()) : "-";
 }
 
@@ -196,8 +201,23 @@ std::string FormatStudy(const v1::Study& s) {
   absl::StrAppend(&out, "study:       ", s.name(), "\n");
   absl::StrAppend(&out, "owner:       ", OrDash(s.owner()), "\n");
   absl::StrAppend(&out, "state:       ", StudyStateName(s.state()), "\n");
-  absl::StrAppend(&out, "objective:   ", spec.objective().metric(), " (",
-                  v1::Goal_Name(spec.objective().goal()), ")\n");
+  if (spec.objectives_size() > 1) {
+    std::vector<std::string> parts;
+    for (const auto& o : spec.objectives()) {
+      parts.push_back(
+          absl::StrCat(o.metric(), " (", v1::Goal_Name(o.goal()), ")"));
+    }
+    absl::StrAppend(&out, "objectives:  ", absl::StrJoin(parts, ", "), "\n");
+  } else {
+    absl::StrAppend(&out, "objective:   ", spec.objective().metric(), " (",
+                    v1::Goal_Name(spec.objective().goal()), ")\n");
+  }
+  for (const auto& c : spec.constraints()) {
+    absl::StrAppend(
+        &out, "constraint:  ", c.metric(),
+        c.has_min() ? absl::StrCat(" >= ", FormatNumber(c.min())) : "",
+        c.has_max() ? absl::StrCat(" <= ", FormatNumber(c.max())) : "", "\n");
+  }
   absl::StrAppend(&out, "searcher:    ",
                   KindName(spec.searcher(), spec.searcher().kind_case()), "\n");
   absl::StrAppend(&out, "scheduler:   ",
@@ -234,6 +254,23 @@ std::string FormatTrials(const std::vector<v1::Trial>& trials) {
                     FormatParams(t.params())});
   }
   return FormatTable({"TRIAL", "STATE", "VALUE", "STEP", "PARAMS"}, rows);
+}
+
+std::string FormatBest(const v1::GetBestTrialsResponse& best) {
+  std::string out;
+  if (best.front_size() > 0) {
+    std::vector<std::string> reference;
+    for (double v : best.reference_point()) {
+      reference.push_back(FormatNumber(v));
+    }
+    absl::StrAppend(&out, "Pareto front: ", best.front_size(),
+                    " trials, hypervolume ", FormatNumber(best.hypervolume()),
+                    " (reference point ", absl::StrJoin(reference, ", "),
+                    ")\n");
+  }
+  const std::vector<v1::Trial> trials(best.trials().begin(),
+                                      best.trials().end());
+  return out + FormatTrials(trials);
 }
 
 std::string FormatTrial(const v1::Trial& t, const std::string& metric) {

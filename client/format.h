@@ -66,6 +66,10 @@ std::string FormatStudy(const v1::Study& study);
 
 // `trials list`, `trials best`: TRIAL STATE VALUE STEP PARAMS.
 std::string FormatTrials(const std::vector<v1::Trial>& trials);
+// `dialctl trials best`: the trials; with several objectives, a line on
+// the Pareto front (size, hypervolume, reference point) and each trial's
+// objective values.
+std::string FormatBest(const v1::GetBestTrialsResponse& best);
 
 // `trials get`: one trial and its metric history; `metric` names the
 // objective.

@@ -70,6 +70,8 @@ constexpr int32_t kMaxGridPoints = 10000;
 // Rungs of ASHA and brackets of Hyperband (min_steps x factor^k below
 // max_steps).
 constexpr int kMaxRungs = 1000;
+constexpr int kMaxObjectives = 4;
+constexpr int kMaxConstraints = 16;
 // Int domains up to this width list their values for checking conditions.
 constexpr uint64_t kMaxListedInts = 10000;
 // Keys of labels and environment variable names. Also keeps every key of a
@@ -612,17 +614,67 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec,
                                 " bytes (serialized), got ", bytes));
   }
   DIAL_RETURN_IF_ERROR(ValidateName("name", spec.name()));
-  if (spec.objective().metric().empty()) {
-    return Invalid("objective.metric", "is required");
+  auto check_objective = [](const v1::Objective& o,
+                            const std::string& where) -> absl::Status {
+    if (o.metric().empty()) return Invalid(where + ".metric", "is required");
+    if (o.goal() == v1::GOAL_UNSPECIFIED) {
+      return Invalid(where + ".goal", "is required: MAXIMIZE or MINIMIZE");
+    }
+    // gRPC clients can send enum numbers that have no name.
+    if (!v1::Goal_IsValid(o.goal())) {
+      return Invalid(
+          where + ".goal",
+          absl::StrCat("must be MAXIMIZE or MINIMIZE, got ", o.goal()));
+    }
+    if (o.has_reference() && !std::isfinite(o.reference())) {
+      return Invalid(where + ".reference", "must be finite");
+    }
+    return absl::OkStatus();
+  };
+  if (spec.objectives().empty()) {
+    DIAL_RETURN_IF_ERROR(check_objective(spec.objective(), "objective"));
+  } else {
+    if (spec.objectives_size() > kMaxObjectives) {
+      return Invalid("objectives",
+                     absl::StrCat("at most ", kMaxObjectives, ", got ",
+                                  spec.objectives_size()));
+    }
+    std::set<std::string> metrics;
+    for (int i = 0; i < spec.objectives_size(); ++i) {
+      const std::string where = absl::StrCat("objectives[", i, "]");
+      DIAL_RETURN_IF_ERROR(check_objective(spec.objectives(i), where));
+      if (!metrics.insert(spec.objectives(i).metric()).second) {
+        return Invalid(where + ".metric", "'" + spec.objectives(i).metric() +
+                                              "' is already an objective");
+      }
+    }
+    // Stored specs hold the first objective in `objective` too.
+    if (spec.has_objective() &&
+        (spec.objective().metric() != spec.objectives(0).metric() ||
+         spec.objective().goal() != spec.objectives(0).goal())) {
+      return Invalid("objective",
+                     "give either objective or objectives, not both");
+    }
   }
-  if (spec.objective().goal() == v1::GOAL_UNSPECIFIED) {
-    return Invalid("objective.goal", "is required: MAXIMIZE or MINIMIZE");
+  if (spec.constraints_size() > kMaxConstraints) {
+    return Invalid("constraints",
+                   absl::StrCat("at most ", kMaxConstraints, ", got ",
+                                spec.constraints_size()));
   }
-  // gRPC clients can send enum numbers that have no name.
-  if (!v1::Goal_IsValid(spec.objective().goal())) {
-    return Invalid("objective.goal",
-                   absl::StrCat("must be MAXIMIZE or MINIMIZE, got ",
-                                spec.objective().goal()));
+  for (int i = 0; i < spec.constraints_size(); ++i) {
+    const auto& c = spec.constraints(i);
+    const std::string where = absl::StrCat("constraints[", i, "]");
+    if (c.metric().empty()) return Invalid(where + ".metric", "is required");
+    if (!c.has_max() && !c.has_min()) {
+      return Invalid(where, "needs max, min or both");
+    }
+    if ((c.has_max() && !std::isfinite(c.max())) ||
+        (c.has_min() && !std::isfinite(c.min()))) {
+      return Invalid(where, "bounds must be finite");
+    }
+    if (c.has_max() && c.has_min() && c.min() > c.max()) {
+      return Invalid(where + ".min", "must not be above max");
+    }
   }
   if (spec.search_space().empty()) {
     return Invalid("search_space", "must hold at least one parameter");
@@ -712,6 +764,48 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec,
   if (searcher.has_tpe() && searcher.tpe().initial_trials() < 0) {
     return Invalid("searcher.tpe.initial_trials", "must be >= 0");
   }
+  if (searcher.has_nsga2()) {
+    const auto& n = searcher.nsga2();
+    if (n.population_size() < 0 || n.population_size() > 10000) {
+      return Invalid("searcher.nsga2.population_size",
+                     "must be between 0 (= 50) and 10000");
+    }
+    if (!(n.crossover_probability() >= 0 && n.crossover_probability() <= 1)) {
+      return Invalid("searcher.nsga2.crossover_probability",
+                     "must be in [0, 1] (0: 0.9)");
+    }
+    if (!(n.mutation_probability() >= 0 && n.mutation_probability() <= 1)) {
+      return Invalid("searcher.nsga2.mutation_probability",
+                     "must be in [0, 1] (0: 1 / parameters)");
+    }
+  }
+  if (searcher.has_cmaes()) {
+    const auto& c = searcher.cmaes();
+    if (c.population_size() < 0 || c.population_size() == 1 ||
+        c.population_size() > 10000) {
+      return Invalid("searcher.cmaes.population_size",
+                     "must be 0 (= 4 + 3 ln dimensions) or 2..10000");
+    }
+    for (int i = 0; i < spec.search_space_size(); ++i) {
+      if (!spec.search_space(i).when().empty()) {
+        return Invalid(absl::StrCat("search_space[", i, "].when"),
+                       "searcher.cmaes does not support conditional "
+                       "parameters; use tpe or bayesian");
+      }
+    }
+    if (!(c.sigma0() >= 0 && c.sigma0() <= 1)) {
+      return Invalid("searcher.cmaes.sigma0", "must be in [0, 1] (0: 0.3)");
+    }
+    if (c.max_restarts() < -1 || c.max_restarts() > 100) {
+      return Invalid("searcher.cmaes.max_restarts",
+                     "must be between -1 (none) and 100 (0: 9)");
+    }
+    if (spec.objectives_size() > 1) {
+      return Invalid("searcher.cmaes",
+                     "supports one objective; use nsga2, tpe or bayesian for "
+                     "several");
+    }
+  }
 
   const auto& sched = spec.scheduler();
   auto check_rungs = [](const std::string& where, int64_t min_steps,
@@ -756,6 +850,22 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec,
   }
   if (sched.has_median() && sched.median().grace_steps() < 0) {
     return Invalid("scheduler.median.grace_steps", "must be >= 0");
+  }
+  if (spec.objectives_size() > 1 && sched.has_median()) {
+    return Invalid("scheduler.median",
+                   "compares one objective's median; with several "
+                   "objectives use asha or hyperband, which rank a rung by "
+                   "non-dominated sorting");
+  }
+  if (spec.objectives_size() > 1 && sched.has_hyperband() &&
+      sched.hyperband().synchronous()) {
+    return Invalid("scheduler.hyperband.synchronous",
+                   "ranks by one objective; with several objectives use the "
+                   "asynchronous variant");
+  }
+  if (spec.objectives_size() > 1 && sched.has_pbt()) {
+    return Invalid("scheduler.pbt",
+                   "exploits by one objective; give one objective");
   }
   if (sched.has_pbt()) {
     if (sched.pbt().perturbation_interval() < 1) {
@@ -897,6 +1007,20 @@ void FillSpecDefaults(uint64_t seed, v1::StudySpec& spec,
   }
   if (searcher->has_tpe() && searcher->tpe().seed() == 0) {
     searcher->mutable_tpe()->set_seed(seed);
+  }
+  if (searcher->has_nsga2() && searcher->nsga2().seed() == 0) {
+    searcher->mutable_nsga2()->set_seed(seed);
+  }
+  if (searcher->has_cmaes() && searcher->cmaes().seed() == 0) {
+    searcher->mutable_cmaes()->set_seed(seed);
+  }
+  // One objective lives in `objective`; several in `objectives`, with the
+  // first also in `objective` (what single-objective code reads).
+  if (spec.objectives_size() == 1) {
+    *spec.mutable_objective() = spec.objectives(0);
+    spec.clear_objectives();
+  } else if (spec.objectives_size() > 1) {
+    *spec.mutable_objective() = spec.objectives(0);
   }
   if (spec.scheduler().kind_case() == v1::SchedulerSpec::KIND_NOT_SET) {
     spec.mutable_scheduler()->mutable_fifo();

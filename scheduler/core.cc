@@ -623,7 +623,8 @@ Reply<v1::Trial> SchedulerCore::GetTrial(const std::string& name,
 }
 
 Reply<std::vector<v1::Trial>> SchedulerCore::GetBestTrials(
-    const std::string& name, int32_t count, const auth::Principal& who) {
+    const std::string& name, int32_t count, const auth::Principal& who,
+    v1::GetBestTrialsResponse* front) {
   if (count < 0 || count > kMaxPageSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("count: must be between 0 (= 1) and ", kMaxPageSize));
@@ -635,12 +636,30 @@ Reply<std::vector<v1::Trial>> SchedulerCore::GetBestTrials(
                               FindFor(who, name, Access::kRead));
         std::vector<v1::Trial> out;
         size_t bytes = 0;
-        for (auto it = entry->ranked.begin();
-             it != entry->ranked.end() && int32_t(out.size()) < count &&
-             bytes < options_.limits.max_page_bytes;
-             ++it) {
-          out.push_back(entry->trials.at(it->second));
+        auto add = [&](int64_t number) {
+          if (int32_t(out.size()) >= count ||
+              bytes >= options_.limits.max_page_bytes) {
+            return false;
+          }
+          out.push_back(entry->trials.at(number));
           bytes += out.back().ByteSizeLong();
+          return true;
+        };
+        if (searchers::IsMultiObjective(entry->study.spec())) {
+          const StudyEntry::Front& pareto = entry->ParetoFront();
+          for (int64_t number : pareto.trials) {
+            if (!add(number)) break;
+          }
+          if (front) {
+            front->set_hypervolume(pareto.hypervolume);
+            front->mutable_reference_point()->Assign(pareto.reference.begin(),
+                                                     pareto.reference.end());
+            front->set_front_size(static_cast<int32_t>(pareto.trials.size()));
+          }
+          return out;
+        }
+        for (const auto& [value, number] : entry->ranked) {
+          if (!add(number)) break;
         }
         return out;
       });
@@ -863,18 +882,17 @@ Reply<v1::Trial> SchedulerCore::CompleteTrial(
       trial.set_error(error.substr(0, 16384));
       if (trial.state() == v1::RUNNING) trial.set_state(v1::FAILED);
     } else {
-      auto it = final_metrics.find(metric);
-      if (it == final_metrics.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("final_metrics: must hold the objective metric '",
-                         metric, "' (or set error if the evaluation failed)"));
-      }
-      if (!std::isfinite(it->second)) {
+      if (auto missing =
+              searchers::SetObjectiveValues(entry->study.spec(), trial)) {
+        if (!missing->present) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "final_metrics: must hold the objective metric '",
+              missing->metric, "' (or set error if the evaluation failed)"));
+        }
         return absl::InvalidArgumentError(absl::StrCat(
-            "final_metrics.", metric,
+            "final_metrics.", missing->metric,
             ": must be a finite number; set error for a diverged trial"));
       }
-      trial.set_objective_value(it->second);
       if (trial.state() == v1::RUNNING) trial.set_state(v1::COMPLETED);
     }
     if (stopped_open) {

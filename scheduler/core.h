@@ -156,10 +156,13 @@ class SchedulerCore {
                             int32_t history_page_size = 0,
                             const std::string& history_page_token = "",
                             std::string* next_history_page_token = nullptr);
-  // COMPLETED trials, best objective first.
+  // Feasible COMPLETED trials, best objective first; with several
+  // objectives, the Pareto front by crowding distance, and `front` (if
+  // given) gets its hypervolume, reference point and size.
   Reply<std::vector<v1::Trial>> GetBestTrials(
       const std::string& name, int32_t count,
-      const auth::Principal& who = auth::Anonymous());
+      const auth::Principal& who = auth::Anonymous(),
+      v1::GetBestTrialsResponse* front = nullptr);
   // What /metrics shows of the core, read under the lock.
   struct Gauges {
     // Per study: trials by state.

@@ -210,18 +210,17 @@ StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request,
       return true;
     }
     std::string error = request.error();
-    const std::string& metric = entry->study.spec().objective().metric();
-    auto objective = request.final_metrics().find(metric);
-    if (error.empty() && (objective == request.final_metrics().end() ||
-                          !std::isfinite(objective->second))) {
-      error = absl::StrCat(
-          "the trial finished without a finite value of the objective metric "
-          "'",
-          metric, "'");
-    }
     *trial.mutable_final_metrics() = request.final_metrics();
     if (error.empty()) {
-      trial.set_objective_value(objective->second);
+      if (auto missing =
+              searchers::SetObjectiveValues(entry->study.spec(), trial)) {
+        error = absl::StrCat(
+            "the trial finished without a finite value of the objective "
+            "metric '",
+            missing->metric, "'");
+      }
+    }
+    if (error.empty()) {
       trial.set_state(v1::COMPLETED);
       trial.clear_error();  // an earlier attempt's failure is history now
       *trial.mutable_end_time() = lifecycle_.Now();

@@ -314,13 +314,13 @@ grpc::ServerUnaryReactor* StudyServiceImpl::GetBestTrials(
     grpc::CallbackServerContext* ctx, const v1::GetBestTrialsRequest* request,
     v1::GetBestTrialsResponse* response) {
   return AsPrincipal(tokens_, ctx, [&](const auth::Principal& who) {
-    return Answer(core_, ctx,
-                  core_->GetBestTrials(request->study(), request->count(), who),
-                  [&](std::vector<v1::Trial>& trials) {
-                    for (auto& t : trials)
-                      *response->add_trials() = std::move(t);
-                    RedactAll(who, *response->mutable_trials());
-                  });
+    return Answer(
+        core_, ctx,
+        core_->GetBestTrials(request->study(), request->count(), who, response),
+        [&](std::vector<v1::Trial>& trials) {
+          for (auto& t : trials) *response->add_trials() = std::move(t);
+          RedactAll(who, *response->mutable_trials());
+        });
   });
 }
 

@@ -1,5 +1,7 @@
 #include "scheduler/study_entry.h"
 
+#include <algorithm>
+
 namespace dial::scheduler {
 
 bool IsOpen(v1::TrialState state) {
@@ -21,8 +23,10 @@ void StudyEntry::Mirror(v1::Trial trial) {
     return std::make_pair(maximize ? -t.objective_value() : t.objective_value(),
                           t.number());
   };
-  auto is_ranked = [](const v1::Trial& t) {
-    return t.state() == v1::COMPLETED && t.has_objective_value();
+  const v1::StudySpec& spec = study.spec();
+  auto is_ranked = [&spec](const v1::Trial& t) {
+    return t.state() == v1::COMPLETED && t.has_objective_value() &&
+           searchers::IsFeasible(spec, t.final_metrics());
   };
   const int64_t number = trial.number();
   auto it = trials.find(number);
@@ -37,7 +41,10 @@ void StudyEntry::Mirror(v1::Trial trial) {
       }
     }
     if (old.state() == v1::PENDING) pending.erase(number);
-    if (is_ranked(old)) ranked.erase(rank_key(old));
+    if (is_ranked(old)) {
+      ranked.erase(rank_key(old));
+      front.reset();
+    }
     --state_counts[old.state()];
   }
   v1::Trial& stored = trials[number];
@@ -53,7 +60,10 @@ void StudyEntry::Mirror(v1::Trial trial) {
     }
   }
   if (now.state() == v1::PENDING) pending.insert(number);
-  if (is_ranked(now)) ranked.insert(rank_key(now));
+  if (is_ranked(now)) {
+    ranked.insert(rank_key(now));
+    front.reset();
+  }
   ++state_counts[now.state()];
 }
 
@@ -69,7 +79,49 @@ v1::Study StudyEntry::WithCounts() const {
 
 const v1::Trial* StudyEntry::Best() const {
   if (ranked.empty()) return nullptr;
+  if (searchers::IsMultiObjective(study.spec())) {
+    const auto& front_trials = ParetoFront().trials;
+    return front_trials.empty() ? nullptr : &trials.at(front_trials.front());
+  }
   return &trials.at(ranked.begin()->second);
+}
+
+const StudyEntry::Front& StudyEntry::ParetoFront() const {
+  if (front) return *front;
+  const v1::StudySpec& spec = study.spec();
+  std::vector<int64_t> numbers;
+  std::vector<searchers::Point> points;
+  for (const auto& [value, number] : ranked) {
+    if (auto p = searchers::MinimizedObjectives(spec, trials.at(number))) {
+      numbers.push_back(number);
+      points.push_back(std::move(*p));
+    }
+  }
+  const std::vector<int> members = searchers::ParetoFront(points);
+  const std::vector<double> crowding =
+      searchers::CrowdingDistances(points, members);
+  std::vector<size_t> order(members.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (crowding[a] != crowding[b]) return crowding[a] > crowding[b];
+    return numbers[members[a]] < numbers[members[b]];
+  });
+  Front out;
+  std::vector<searchers::Point> front_points;
+  for (size_t k : order) {
+    out.trials.push_back(numbers[members[k]]);
+    front_points.push_back(points[members[k]]);
+  }
+  const auto objectives = searchers::Objectives(spec);
+  const searchers::Point reference =
+      searchers::ReferencePoint(objectives, points);
+  out.hypervolume = searchers::Hypervolume(front_points, reference);
+  for (size_t d = 0; d < reference.size(); ++d) {
+    out.reference.push_back(
+        objectives[d].goal() == v1::MAXIMIZE ? -reference[d] : reference[d]);
+  }
+  front = std::move(out);
+  return *front;
 }
 
 bool StudyEntry::CanCreate() const {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dial/v1/service.pb.h"
+#include "searchers/pareto.h"
 #include "searchers/searcher.h"
 #include "searchers/trial_scheduler.h"
 
@@ -25,6 +26,15 @@ bool IsOpen(v1::TrialState state);
 bool IsFinal(v1::TrialState state);
 
 struct StudyEntry {
+  // Several objectives: the Pareto front of the feasible COMPLETED trials
+  // (trial numbers, by crowding distance: each objective's extremes
+  // first), its hypervolume and the reference point (in the objectives'
+  // own units). Cached until a ranked trial changes.
+  struct Front {
+    std::vector<int64_t> trials;
+    double hypervolume = 0;
+    std::vector<double> reference;
+  };
   v1::Study study;
   // Used on the suggestion thread only (and before it starts).
   std::unique_ptr<searchers::Searcher> searcher;
@@ -48,11 +58,12 @@ struct StudyEntry {
   bool stale = false;  // dropped by a reload
   std::map<int64_t, v1::Trial> trials;
   // Indexes over `trials`: open and PENDING trial numbers, counts by state,
-  // and COMPLETED trials best first as (value with the sign that makes
-  // lower better, number).
+  // and feasible COMPLETED trials best first as (value with the sign that
+  // makes lower better, number; the first objective's, with several).
   std::set<int64_t> open, pending;
   std::map<v1::TrialState, int64_t> state_counts;
   std::set<std::pair<double, int64_t>> ranked;
+  mutable std::optional<Front> front;  // ParetoFront's cache
   std::map<std::string, std::set<int64_t>> open_by_client;
   // The decision given for each trial's latest report, returned again
   // when a worker retries that report.
@@ -97,8 +108,11 @@ struct StudyEntry {
   void Mirror(v1::Trial trial);
   // The study with its trial counts filled in.
   v1::Study WithCounts() const;
-  // The best COMPLETED trial; null if none.
+  // The best feasible COMPLETED trial; null if none. With several
+  // objectives, the first of Front().
   const v1::Trial* Best() const;
+  // Several objectives: the Pareto front (see Front above).
+  const Front& ParetoFront() const;
   // Whether the budget lets one more trial start now.
   bool CanCreate() const;
 };

@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "common/random.h"
 #include "common/status.h"
@@ -177,12 +178,15 @@ Params FeatureMap::Decode(const Eigen::VectorXd& f) const {
 }
 
 BayesianSearcher::BayesianSearcher(SearchSpace space, const Options& options,
-                                   bool maximize)
+                                   const v1::StudySpec& spec)
     : space_(std::move(space)),
       features_(space_),
       options_(options),
-      maximize_(maximize),
+      objectives_(static_cast<int>(Objectives(spec).size())),
       rungs_(std::vector<int64_t>()) {
+  *spec_.mutable_objective() = spec.objective();
+  *spec_.mutable_objectives() = spec.objectives();
+  *spec_.mutable_constraints() = spec.constraints();
   if (options_.initial_trials <= 0) {
     options_.initial_trials = std::min(20, std::max(5, 2 * space_.size()));
   }
@@ -203,26 +207,88 @@ absl::StatusOr<std::unique_ptr<BayesianSearcher>> BayesianSearcher::Create(
     return absl::InvalidArgumentError(
         "searcher.bayesian: at most 25 parameters; use tpe for larger spaces");
   }
-  std::unique_ptr<BayesianSearcher> searcher(new BayesianSearcher(
-      std::move(space), options, spec.objective().goal() == v1::MAXIMIZE));
+  std::unique_ptr<BayesianSearcher> searcher(
+      new BayesianSearcher(std::move(space), options, spec));
   searcher->rungs_ = RungResults<Observation>(RungSteps(spec));
-  searcher->metric_ = spec.objective().metric();
   return searcher;
 }
 
-void BayesianSearcher::Observe(const v1::Trial& trial) {
-  double y;
-  if (trial.state() == v1::COMPLETED && trial.has_objective_value() &&
-      std::isfinite(trial.objective_value())) {
-    y = maximize_ ? -trial.objective_value() : trial.objective_value();
-  } else if (trial.state() == v1::FAILED) {
-    y = std::numeric_limits<double>::quiet_NaN();
-  } else {
-    return;  // stopped early: a partial result, not an observation
+BayesianSearcher::Observation BayesianSearcher::Make(
+    int64_t end_ms, const v1::Trial& trial, const Metrics& metrics) const {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Observation o{
+      end_ms, trial.number(), features_.Encode(trial.params()), nan, {}, {}};
+  if (auto objectives = MinimizedObjectives(spec_, metrics)) {
+    o.objectives = std::move(*objectives);
+    o.y = o.objectives[0];
   }
-  Observation o{google::protobuf::util::TimeUtil::TimestampToMilliseconds(
-                    trial.end_time()),
-                trial.number(), features_.Encode(trial.params()), y};
+  for (const auto& c : spec_.constraints()) {
+    auto it = metrics.find(c.metric());
+    o.constraints.push_back(
+        it != metrics.end() && std::isfinite(it->second) ? it->second : nan);
+  }
+  return o;
+}
+
+std::vector<double> BayesianSearcher::Targets(
+    const std::vector<const Observation*>& obs,
+    const std::vector<double>& weights) const {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> out;
+  if (objectives_ == 1) {
+    for (const auto* o : obs) out.push_back(o->y);
+    return out;
+  }
+  std::vector<double> lo(objectives_, 1e300), hi(objectives_, -1e300);
+  for (const auto* o : obs) {
+    for (int d = 0; d < int(o->objectives.size()); ++d) {
+      lo[d] = std::min(lo[d], o->objectives[d]);
+      hi[d] = std::max(hi[d], o->objectives[d]);
+    }
+  }
+  for (const auto* o : obs) {
+    if (o->objectives.empty()) {
+      out.push_back(nan);
+      continue;
+    }
+    double worst = -1e300, sum = 0;
+    for (int d = 0; d < objectives_; ++d) {
+      const double range = hi[d] > lo[d] ? hi[d] - lo[d] : 1.0;
+      const double z = weights[d] * (o->objectives[d] - lo[d]) / range;
+      worst = std::max(worst, z);
+      sum += z;
+    }
+    out.push_back(worst + 0.05 * sum);
+  }
+  return out;
+}
+
+void BayesianSearcher::Observe(const v1::Trial& trial) {
+  const int64_t end_ms =
+      google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+          trial.end_time());
+  Observation o = Make(end_ms, trial, trial.final_metrics());
+  if (trial.state() == v1::COMPLETED && objectives_ == 1 &&
+      trial.has_objective_value() && std::isfinite(trial.objective_value())) {
+    o.y = spec_.objective().goal() == v1::MAXIMIZE ? -trial.objective_value()
+                                                   : trial.objective_value();
+    o.objectives = {o.y};
+  } else if (trial.state() == v1::COMPLETED && !o.objectives.empty()) {
+  } else if (trial.state() == v1::FAILED) {
+    o.y = std::numeric_limits<double>::quiet_NaN();
+    o.objectives.clear();
+  } else if (trial.state() == v1::STOPPED) {
+    // Stopped early: worse than the trials promoted past it. It joins the
+    // posterior of every fit that lacks it at the worst value, so the
+    // model stops proposing it (issue 20's defect: a GP fitted on a higher
+    // rung kept suggesting a point stopped at the first).
+    o.y = std::numeric_limits<double>::quiet_NaN();
+    o.objectives.clear();
+    stopped_.push_back(std::move(o));
+    return;
+  } else {
+    return;
+  }
   auto pos = std::upper_bound(observations_.begin(), observations_.end(), o,
                               [](const Observation& a, const Observation& b) {
                                 return std::tie(a.end_ms, a.number) <
@@ -246,13 +312,9 @@ Params BayesianSearcher::InitialDesign(int64_t number) const {
 
 void BayesianSearcher::ObserveReport(const v1::Trial& trial, int64_t step,
                                      const Metrics& metrics) {
-  auto it = metrics.find(metric_);
-  if (it == metrics.end() || !std::isfinite(it->second)) return;
-  const double y = maximize_ ? -it->second : it->second;
-  rungs_.Add(trial.number(), step, [&] {
-    return Observation{report_seq_++, trial.number(),
-                       features_.Encode(trial.params()), y};
-  });
+  if (!MinimizedObjectives(spec_, metrics)) return;
+  rungs_.Add(trial.number(), step,
+             [&] { return Make(report_seq_++, trial, metrics); });
 }
 
 const GpHyperparameters& BayesianSearcher::Hyperparameters(
@@ -268,9 +330,10 @@ const GpHyperparameters& BayesianSearcher::Hyperparameters(
     first.push_back(&o);
     if (std::isfinite(o.y)) ++seen;
   }
-  std::vector<double> raw;
-  for (const auto* o : first) raw.push_back(o->y);
-  Eigen::VectorXd y = Transform(raw);
+  // Several objectives: the equal-weight scalarisation, normalised over
+  // these observations alone.
+  Eigen::VectorXd y =
+      Transform(Targets(first, std::vector<double>(objectives_, 1.0)));
   std::vector<int> keep = Subset(y, options_.max_fit_points);
   Eigen::MatrixXd x(keep.size(), features_.size());
   Eigen::VectorXd ys(keep.size());
@@ -303,10 +366,30 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
     }
   }
   if (valid < options_.initial_trials) return InitialDesign(number);
-  const std::vector<Observation>& observations = *chosen;
+  // The fit's own results, then the stopped trials it lacks (imputed at
+  // the worst value; past the hyperparameter fit's first `valid`).
+  std::vector<Observation> observations = *chosen;
+  std::set<int64_t> present;
+  for (const auto& o : observations) present.insert(o.number);
+  for (const auto& o : stopped_) {
+    if (!present.count(o.number)) observations.push_back(o);
+  }
 
-  std::vector<double> raw;
-  for (const auto& o : observations) raw.push_back(o.y);
+  std::mt19937_64 rng(SplitMix64(options_.seed) ^
+                      SplitMix64(static_cast<uint64_t>(number)));
+  // Several objectives: this trial's weights, uniform on the simplex.
+  std::vector<double> weights(objectives_, 1.0);
+  if (objectives_ > 1) {
+    std::mt19937_64 draw(SplitMix64(options_.seed ^ 0x9a4e90) ^
+                         SplitMix64(static_cast<uint64_t>(number)));
+    std::exponential_distribution<double> exp(1.0);
+    double total = 0;
+    for (auto& w : weights) total += (w = exp(draw));
+    for (auto& w : weights) w /= total;
+  }
+  std::vector<const Observation*> all;
+  for (const auto& o : observations) all.push_back(&o);
+  const std::vector<double> raw = Targets(all, weights);
   Eigen::VectorXd y_all = Transform(raw);
   std::vector<int> keep = Subset(y_all, options_.max_points);
   const int n = static_cast<int>(keep.size());
@@ -320,7 +403,72 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
   const GpHyperparameters& h = Hyperparameters(observations, level, valid);
   auto gp = GaussianProcess::Condition(x.topRows(n), y.head(n), h);
   if (!gp.ok()) return InitialDesign(number);
-  const double best = y.head(n).minCoeff();
+  // Constraints: one GP per constraint metric, and the best target among
+  // feasible observations only.
+  const int nc = spec_.constraints_size();
+  std::vector<GaussianProcess> constraint_gps;
+  std::vector<std::pair<double, double>> constraint_bounds;  // standardised
+  std::vector<bool> feasible(n, true);
+  if (nc > 0) {
+    const int k = RefitPoint(valid);
+    const bool refit = constraint_fit_key_ != std::make_pair(k, level);
+    if (refit) constraint_fits_.assign(nc, GpHyperparameters{});
+    for (int j = 0; j < nc; ++j) {
+      const auto& c = spec_.constraints(j);
+      std::vector<int> rows;
+      for (int i = 0; i < n; ++i) {
+        const double v = observations[keep[i]].constraints[j];
+        if (std::isfinite(v)) rows.push_back(i);
+        const bool ok = std::isfinite(v) && (!c.has_max() || v <= c.max()) &&
+                        (!c.has_min() || v >= c.min());
+        if (!ok) feasible[i] = false;
+      }
+      if (rows.size() < 2) continue;
+      Eigen::MatrixXd cx(rows.size(), features_.size());
+      Eigen::VectorXd cy(rows.size());
+      for (size_t r = 0; r < rows.size(); ++r) {
+        cx.row(r) = x.row(rows[r]);
+        cy[r] = observations[keep[rows[r]]].constraints[j];
+      }
+      const double mean = cy.mean();
+      double sd = std::sqrt((cy.array() - mean).square().mean());
+      if (!(sd > 1e-12)) sd = 1.0;
+      cy = (cy.array() - mean) / sd;
+      if (refit) {
+        // Fitted on the first k of them in finish order (a function of the
+        // history alone), like the objective's.
+        std::vector<int> first;
+        for (int r : rows) {
+          if (keep[r] < k) first.push_back(r);
+        }
+        Eigen::MatrixXd fx(first.size(), features_.size());
+        Eigen::VectorXd fy(first.size());
+        for (size_t r = 0; r < first.size(); ++r) {
+          fx.row(r) = x.row(first[r]);
+          fy[r] = (observations[keep[first[r]]].constraints[j] - mean) / sd;
+        }
+        GpFitOptions fit;
+        fit.seed = SplitMix64(options_.seed ^ (uint64_t(k) << 8) ^ j);
+        constraint_fits_[j] =
+            first.size() >= 2
+                ? GaussianProcess::Fit(
+                      fx, fy, GpHyperparameters::Default(features_.size()), fit)
+                : GpHyperparameters::Default(features_.size());
+      }
+      auto cgp = GaussianProcess::Condition(cx, cy, constraint_fits_[j]);
+      if (!cgp.ok()) continue;
+      constraint_gps.push_back(std::move(*cgp));
+      constraint_bounds.push_back(
+          {c.has_min() ? (c.min() - mean) / sd : -1e300,
+           c.has_max() ? (c.max() - mean) / sd : 1e300});
+    }
+    constraint_fit_key_ = {k, level};
+  }
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < n; ++i) {
+    if (feasible[i]) best = std::min(best, y[i]);
+  }
+  const bool any_feasible = std::isfinite(best);
   // Kriging believer: pending points join at the posterior mean.
   for (int j = 0; j < p; ++j) {
     x.row(n + j) = features_.Encode(pending[j]).transpose();
@@ -333,8 +481,21 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
     if (believed.ok()) gp = std::move(believed);
   }
 
-  std::mt19937_64 rng(SplitMix64(options_.seed) ^
-                      SplitMix64(static_cast<uint64_t>(number)));
+  // Lower is better: -log EI (constrained: minus the log probability that
+  // every constraint holds; that alone before any trial is feasible).
+  auto score = [&](const Eigen::VectorXd& f) {
+    double s = any_feasible ? NegLogEi(*gp, best, f, nullptr) : 0;
+    for (size_t j = 0; j < constraint_gps.size(); ++j) {
+      double mean, var;
+      constraint_gps[j].Predict(f, &mean, &var);
+      const double sd = std::sqrt(std::max(var, 1e-12));
+      const auto [lo, hi] = constraint_bounds[j];
+      const double p = 0.5 * std::erfc(-(hi - mean) / sd / std::sqrt(2.0)) -
+                       0.5 * std::erfc(-(lo - mean) / sd / std::sqrt(2.0));
+      s -= std::log(std::max(p, 1e-300));
+    }
+    return s;
+  };
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   std::normal_distribution<double> normal(0.0, 1.0);
   auto taken = [&](const Eigen::VectorXd& f) {
@@ -354,7 +515,7 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
   for (int c = 0; c < random_count; ++c) {
     for (auto& v : u) v = unit(rng);
     Eigen::VectorXd f = features_.Encode(space_.Decode(u));
-    candidates.push_back({NegLogEi(*gp, best, f, nullptr), f});
+    candidates.push_back({score(f), f});
   }
   // Perturbations of the best observed points, in the unit cube.
   std::vector<int> order(n);
@@ -370,7 +531,7 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
         u[d] = std::clamp(v + 0.05 * normal(rng), 0.0, 1.0);
       }
       Eigen::VectorXd f = features_.Encode(space_.Decode(u));
-      candidates.push_back({NegLogEi(*gp, best, f, nullptr), f});
+      candidates.push_back({score(f), f});
     }
   }
   std::sort(
@@ -384,8 +545,9 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
   std::vector<double> lower(dims, 0.0), upper(dims, 1.0);
   std::vector<Candidate> refined;
   int starts = 0;
-  for (size_t c = 0; c < candidates.size() && starts < options_.local_starts;
-       ++c) {
+  // L-BFGS follows EI's gradient: constrained studies rank candidates only.
+  const int local_starts = nc > 0 ? 0 : options_.local_starts;
+  for (size_t c = 0; c < candidates.size() && starts < local_starts; ++c) {
     if (taken(candidates[c].f)) continue;
     ++starts;
     std::vector<double> point(candidates[c].f.data(),
@@ -400,7 +562,7 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
     nlopt_destroy(opt);
     Eigen::VectorXd f = features_.Encode(
         features_.Decode(Eigen::Map<Eigen::VectorXd>(point.data(), dims)));
-    refined.push_back({NegLogEi(*gp, best, f, nullptr), f});
+    refined.push_back({score(f), f});
     refined.push_back(candidates[c]);
   }
   std::sort(

@@ -17,6 +17,15 @@
 //    are fantasised at the posterior mean (kriging believer), so parallel
 //    suggestions spread out and never repeat a pending or observed point.
 //  - The first `initial_trials` come from a seeded scrambled Halton design.
+//  - Several objectives (ParEGO): each suggestion scalarises the objectives,
+//    normalised to [0, 1] over the observations, with the augmented
+//    Chebyshev function under weights drawn from the simplex per trial
+//    number, and maximises EI of that. Hyperparameters are fitted on the
+//    equal-weight scalarisation, so they stay a function of the history.
+//  - Constraints: a GP per constraint metric (standardised, same refit
+//    schedule); the acquisition is EI times the probability that every
+//    constraint holds (constrained EI), or that probability alone until a
+//    feasible trial exists.
 // Deterministic for a seed. Not thread-safe (see searcher.h).
 #pragma once
 
@@ -26,6 +35,7 @@
 #include <vector>
 
 #include "searchers/gp.h"
+#include "searchers/pareto.h"
 #include "searchers/searcher.h"
 #include "searchers/trial_scheduler.h"
 
@@ -77,9 +87,19 @@ class BayesianSearcher : public Searcher {
     int64_t end_ms;
     int64_t number;
     Eigen::VectorXd features;
-    double y;  // minimised; NaN for a failed trial
+    double y;          // the first objective, minimised; NaN for a failed trial
+    Point objectives;  // minimised, all of them; empty if failed
+    std::vector<double> constraints;  // constraint metrics; NaN if absent
   };
-  BayesianSearcher(SearchSpace space, const Options& options, bool maximize);
+  BayesianSearcher(SearchSpace space, const Options& options,
+                   const v1::StudySpec& spec);
+  Observation Make(int64_t end_ms, const v1::Trial& trial,
+                   const Metrics& metrics) const;
+  // The minimised target of each observation under `weights` (several
+  // objectives: augmented Chebyshev over [0, 1]-normalised objectives);
+  // NaN for failed ones.
+  std::vector<double> Targets(const std::vector<const Observation*>& obs,
+                              const std::vector<double>& weights) const;
   Params InitialDesign(int64_t number) const;
   // The hyperparameters for the current observations (refit on schedule).
   // The hyperparameters for `obs` (refit on schedule, per level).
@@ -89,10 +109,14 @@ class BayesianSearcher : public Searcher {
   SearchSpace space_;
   FeatureMap features_;
   Options options_;
-  bool maximize_;
+  v1::StudySpec spec_;  // objectives and constraints
+  int objectives_;
+  // Constraint GPs' hyperparameters: (refit point, level) they are for.
+  std::vector<GpHyperparameters> constraint_fits_;
+  std::pair<int, int> constraint_fit_key_{-1, -2};
   std::vector<Observation> observations_;  // sorted by (end_ms, number)
+  std::vector<Observation> stopped_;       // STOPPED trials, y NaN
   RungResults<Observation> rungs_;
-  std::string metric_;
   int64_t report_seq_ = 0;
   int fitted_level_ = -2;  // -1: final results; k: rung k
   int fitted_at_ = -1;

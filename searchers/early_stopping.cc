@@ -85,19 +85,55 @@ v1::Decision MedianStoppingScheduler::OnReport(const v1::Trial& trial,
 
 AshaScheduler::AshaScheduler(const v1::StudySpec& spec, int64_t min_steps,
                              int64_t max_steps, double eta, bool promotion)
-    : objective_(spec), eta_(eta), promotion_(promotion) {
+    : objective_(spec),
+      multi_(IsMultiObjective(spec)),
+      eta_(eta),
+      promotion_(promotion) {
+  if (multi_) *spec_.mutable_objectives() = spec.objectives();
   for (double r = static_cast<double>(min_steps); r < max_steps; r *= eta) {
     rungs_.push_back(static_cast<int64_t>(std::llround(r)));
   }
   recorded_.resize(rungs_.size());
   ranked_.resize(rungs_.size());
   promoted_.resize(rungs_.size());
+  points_.resize(multi_ ? rungs_.size() : 0);
+}
+
+std::vector<int64_t> AshaScheduler::ParetoRanked(size_t k) const {
+  std::vector<int64_t> trials;
+  std::vector<Point> points;
+  for (const auto& [trial, point] : points_[k]) {
+    trials.push_back(trial);
+    points.push_back(point);
+  }
+  std::vector<int64_t> out;
+  for (int i : ParetoOrder(points)) out.push_back(trials[i]);
+  return out;
+}
+
+void AshaScheduler::Record(size_t k, int64_t trial, double score,
+                           const Metrics& metrics) {
+  if (!recorded_[k].emplace(trial, score).second) return;
+  ranked_[k].insert({score, trial});
+  if (multi_) {
+    if (auto point = MinimizedObjectives(spec_, metrics)) {
+      points_[k][trial] = std::move(*point);
+    }
+  }
 }
 
 std::optional<std::pair<size_t, int64_t>> AshaScheduler::FindPromotion() const {
   // Without the promotion variant no trial waits to be promoted.
   if (!promotion_) return std::nullopt;
   for (size_t k = rungs_.size(); k-- > 0;) {
+    if (multi_) {
+      const std::vector<int64_t> order = ParetoRanked(k);
+      const size_t top = static_cast<size_t>(std::floor(order.size() / eta_));
+      for (size_t i = 0; i < top; ++i) {
+        if (!promoted_[k].count(order[i])) return std::make_pair(k, order[i]);
+      }
+      continue;
+    }
     const RankedScores& ranked = ranked_[k];
     const size_t top = static_cast<size_t>(std::floor(ranked.size() / eta_));
     // Best first: highest score, then the higher trial number on ties.
@@ -135,9 +171,7 @@ void AshaScheduler::Replay(const v1::Trial& trial, int64_t step,
       replay_promoted_ = k + 1;
     }
     if (k >= replay_recorded_) {
-      if (recorded_[k].emplace(trial.number(), *score).second) {
-        ranked_[k].insert({*score, trial.number()});
-      }
+      Record(k, trial.number(), *score, metrics);
       replay_recorded_ = k + 1;
     }
   }
@@ -159,12 +193,34 @@ v1::Decision AshaScheduler::OnReport(const v1::Trial& trial, int64_t step,
     // Reporting past a rung means the trial was let past it.
     if (rungs_[k] < step) promoted_[k].insert(trial.number());
     if (rung.count(trial.number())) continue;
-    rung[trial.number()] = *score;
+    Record(k, trial.number(), *score, metrics);
     RankedScores& ranked = ranked_[k];
-    ranked.insert({*score, trial.number()});
     reached_new_rung = true;
     rung_step = rungs_[k];
     if (promotion_ || stop) continue;
+    if (multi_) {
+      const std::vector<int64_t> order = ParetoRanked(k);
+      const size_t keep = static_cast<size_t>(std::ceil(order.size() / eta_));
+      const size_t place =
+          std::find(order.begin(), order.end(), trial.number()) - order.begin();
+      // A trial no other at the rung dominates goes on, as the best does
+      // with one objective.
+      bool dominated = false;
+      auto mine = points_[k].find(trial.number());
+      for (const auto& [other, point] : points_[k]) {
+        if (mine != points_[k].end() && Dominates(point, mine->second)) {
+          dominated = true;
+          break;
+        }
+      }
+      if (dominated && place < order.size() && place >= keep) {
+        stop = Stop(absl::StrCat(
+            "at rung ", rungs_[k], " its objectives place it ", place + 1,
+            " of ", order.size(),
+            " by non-dominated sorting, outside the first ", keep));
+      }
+      continue;
+    }
     // Quantile(values, 1 - 1/eta) of the rung, from its ranks.
     const double pos = (1.0 - 1.0 / eta_) * (ranked.size() - 1);
     const size_t lo = static_cast<size_t>(std::floor(pos));

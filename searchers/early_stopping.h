@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "searchers/pareto.h"
 #include "searchers/trial_scheduler.h"
 
 namespace dial::searchers {
@@ -64,6 +65,11 @@ class MedianStoppingScheduler : public TrialScheduler {
 //  - Promotion variant (the ASHA paper's): every trial PAUSEs at each rung;
 //    NextPromotion resumes the best not-yet-promoted trial that is in the
 //    top 1/eta of its rung, highest rung first; otherwise a new trial starts.
+//  - Several objectives (MOASHA): a rung ranks its trials by non-dominated
+//    sorting, then crowding distance, then trial number (pareto.h); a trial
+//    that another at the rung dominates and whose place is not within the
+//    first ceil(n/eta) of the n recorded is stopped, and promotion takes
+//    from the first floor(n/eta).
 // (score, trial) pairs in ascending order with ranks: the k-th in O(log n).
 using RankedScores =
     __gnu_pbds::tree<std::pair<double, int64_t>, __gnu_pbds::null_type,
@@ -92,8 +98,15 @@ class AshaScheduler : public TrialScheduler {
  private:
   // The best promotable trial, highest rung first: (rung, trial).
   std::optional<std::pair<size_t, int64_t>> FindPromotion() const;
+  // Several objectives: rung k's trials, best first.
+  std::vector<int64_t> ParetoRanked(size_t k) const;
+  void Record(size_t k, int64_t trial, double score, const Metrics& metrics);
 
   ObjectiveReader objective_;
+  v1::StudySpec spec_;  // the objectives, for several
+  bool multi_;
+  // Several objectives: rung index -> trial -> minimised objectives
+  std::vector<std::map<int64_t, Point>> points_;
   double eta_;
   bool promotion_;
   std::vector<int64_t> rungs_;

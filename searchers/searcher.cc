@@ -7,10 +7,13 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/params.h"
 #include "common/random.h"
 #include "common/status.h"
 #include "searchers/bayesian_searcher.h"
+#include "searchers/cmaes_searcher.h"
+#include "searchers/nsga2_searcher.h"
 #include "searchers/tpe_searcher.h"
 
 namespace dial::searchers {
@@ -336,7 +339,139 @@ std::vector<int64_t> RungSteps(const v1::StudySpec& spec) {
   return rungs;
 }
 
-absl::StatusOr<std::unique_ptr<Searcher>> CreateSearcher(
+std::string ParamsKey(const Params& params) {
+  std::vector<std::pair<std::string, std::string>> items;
+  for (const auto& [name, value] : params) {
+    // Doubles to 9 significant digits: points that differ further down
+    // are the same configuration to anyone training with them.
+    items.emplace_back(name, value.has_double_value()
+                                 ? absl::StrFormat("%.9g", value.double_value())
+                                 : ParamValueToString(value));
+  }
+  std::sort(items.begin(), items.end());
+  std::string key;
+  for (const auto& [name, value] : items) {
+    absl::StrAppend(&key, name.size(), ":", name, "=", value.size(), ":", value,
+                    ";");
+  }
+  return key;
+}
+
+absl::StatusOr<std::unique_ptr<UniqueSearcher>> UniqueSearcher::Create(
+    const v1::StudySpec& spec, std::unique_ptr<Searcher> inner) {
+  DIAL_ASSIGN_OR_RETURN(SearchSpace space, SearchSpace::Create(spec));
+  // A finite space small enough to walk: its full grid (every int, every
+  // listed value), visited in order from a seeded start when random draws
+  // keep hitting seen points.
+  constexpr int64_t kMaxWalk = 1000000;  // the largest valid max_trials
+  bool finite = true;
+  for (int i = 0; i < space.size(); ++i) {
+    const auto& p = space.param(i);
+    if (p.has_float_() ||
+        (p.has_int_() && p.int_().max() - p.int_().min() >= 10000)) {
+      finite = false;
+    }
+  }
+  std::unique_ptr<GridSearcher> grid;
+  if (finite) {
+    v1::StudySpec full = spec;
+    // Every int of a domain narrower than this is listed (the largest
+    // valid default_points).
+    full.mutable_searcher()->mutable_grid()->set_default_points(10000);
+    full.mutable_budget()->set_max_trials(static_cast<int32_t>(kMaxWalk));
+    for (auto& p : *full.mutable_search_space()) {
+      if (p.has_int_()) p.mutable_int_()->set_grid_points(0);
+    }
+    auto made = GridSearcher::Create(full);
+    if (made.ok() && (*made)->grid_size() <= kMaxWalk) grid = *std::move(made);
+  }
+  return std::unique_ptr<UniqueSearcher>(new UniqueSearcher(
+      std::move(space), SearcherSeed(spec), std::move(inner), std::move(grid)));
+}
+
+UniqueSearcher::UniqueSearcher(SearchSpace space, uint64_t seed,
+                               std::unique_ptr<Searcher> inner,
+                               std::unique_ptr<GridSearcher> grid)
+    : space_(std::move(space)),
+      seed_(seed),
+      inner_(std::move(inner)),
+      grid_(std::move(grid)) {}
+
+UniqueSearcher::~UniqueSearcher() = default;
+
+void UniqueSearcher::Remember(const Params& params) {
+  seen_.insert(ParamsKey(params));
+}
+
+void UniqueSearcher::Observe(const v1::Trial& trial) {
+  Remember(trial.params());
+  inner_->Observe(trial);
+}
+
+void UniqueSearcher::ObserveReport(
+    const v1::Trial& trial, int64_t step,
+    const google::protobuf::Map<std::string, double>& metrics) {
+  inner_->ObserveReport(trial, step, metrics);
+}
+
+absl::StatusOr<Params> UniqueSearcher::Suggest(
+    int64_t number, const std::vector<Params>& pending) {
+  for (const auto& p : pending) Remember(p);
+  if (grid_ && int64_t(seen_.size()) >= grid_->grid_size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("search space exhausted: all ", grid_->grid_size(),
+                     " configurations were suggested"));
+  }
+  static const std::vector<Params> kNone;
+  DIAL_ASSIGN_OR_RETURN(
+      Params params,
+      inner_->Suggest(number, inner_->UsesPending() ? pending : kNone));
+  std::string key = ParamsKey(params);
+  if (seen_.count(key)) {
+    std::mt19937_64 rng(SplitMix64(seed_ ^ 0x5eed5eed5eedULL) ^
+                        SplitMix64(static_cast<uint64_t>(number)));
+    for (int draw = 0; draw < 64 && seen_.count(key); ++draw) {
+      params = space_.Sample(rng);
+      key = ParamsKey(params);
+    }
+    if (seen_.count(key) && grid_) {
+      const int64_t size = grid_->grid_size();
+      const int64_t start = static_cast<int64_t>(rng() % uint64_t(size));
+      for (int64_t k = 0; k < size && seen_.count(key); ++k) {
+        DIAL_ASSIGN_OR_RETURN(params, grid_->Suggest((start + k) % size));
+        key = ParamsKey(params);
+      }
+    }
+  }
+  // Not remembered here: the caller may drop it (a study stopped
+  // meanwhile). A trial made of it comes back as pending or observed.
+  return params;
+}
+
+uint64_t SearcherSeed(const v1::StudySpec& spec) {
+  const auto& s = spec.searcher();
+  switch (s.kind_case()) {
+    case v1::SearcherSpec::kRandom:
+      return s.random().seed();
+    case v1::SearcherSpec::kGrid:
+      return s.grid().seed();
+    case v1::SearcherSpec::kBayesian:
+      return s.bayesian().seed();
+    case v1::SearcherSpec::kTpe:
+      return s.tpe().seed();
+    case v1::SearcherSpec::kNsga2:
+      return s.nsga2().seed();
+    case v1::SearcherSpec::kCmaes:
+      return s.cmaes().seed();
+    case v1::SearcherSpec::KIND_NOT_SET:
+      break;
+  }
+  return 0;
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<Searcher>> CreateInner(
     const v1::StudySpec& spec) {
   switch (spec.searcher().kind_case()) {
     case v1::SearcherSpec::kRandom:
@@ -356,8 +491,28 @@ absl::StatusOr<std::unique_ptr<Searcher>> CreateSearcher(
       DIAL_ASSIGN_OR_RETURN(auto s, TpeSearcher::Create(spec));
       return std::unique_ptr<Searcher>(std::move(s));
     }
+    case v1::SearcherSpec::kNsga2: {
+      DIAL_ASSIGN_OR_RETURN(auto s, Nsga2Searcher::Create(spec));
+      return std::unique_ptr<Searcher>(std::move(s));
+    }
+    case v1::SearcherSpec::kCmaes: {
+      DIAL_ASSIGN_OR_RETURN(auto s, CmaEsSearcher::Create(spec));
+      return std::unique_ptr<Searcher>(std::move(s));
+    }
   }
   return absl::InvalidArgumentError("searcher: unknown kind");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Searcher>> CreateSearcher(
+    const v1::StudySpec& spec) {
+  DIAL_ASSIGN_OR_RETURN(auto inner, CreateInner(spec));
+  // A grid visits each of its points once by construction.
+  if (spec.searcher().has_grid()) return inner;
+  DIAL_ASSIGN_OR_RETURN(auto unique,
+                        UniqueSearcher::Create(spec, std::move(inner)));
+  return std::unique_ptr<Searcher>(std::move(unique));
 }
 
 }  // namespace dial::searchers

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -150,8 +151,53 @@ class GridSearcher : public Searcher {
   std::unique_ptr<const Grid> grid_;
 };
 
-// The searcher named by spec.searcher (defaults must be filled in).
-// UNIMPLEMENTED for searchers not built yet.
+// A canonical text form of a configuration (names sorted; doubles to 9
+// significant digits, other values as ParamValueToString): configurations
+// with equal keys count as the same.
+std::string ParamsKey(const Params& params);
+
+// Makes any searcher suggest each configuration at most once. Every trial
+// the searcher hears of (`pending`: open trials, whichever way they were
+// made; observed trials in any state) is remembered; a suggestion equal to one
+// of them is replaced by the first unseen of up to 64 seeded random draws (a
+// function of the seed, the trial number and the draw), and failing that, in a
+// finite space (no float parameters, int domains under 10,000 values), by the
+// next unseen point of the space's full grid from a seeded start. A finite
+// space whose every point was suggested is exhausted: OUT_OF_RANGE, which
+// completes the study. What it remembers depends only on the trials, so a
+// restarted scheduler (which replays them) suggests the same.
+class UniqueSearcher : public Searcher {
+ public:
+  static absl::StatusOr<std::unique_ptr<UniqueSearcher>> Create(
+      const v1::StudySpec& spec, std::unique_ptr<Searcher> inner);
+  ~UniqueSearcher() override;
+  using Searcher::Suggest;
+  absl::StatusOr<Params> Suggest(int64_t number,
+                                 const std::vector<Params>& pending) override;
+  void Observe(const v1::Trial& trial) override;
+  bool WantsReports() const override { return inner_->WantsReports(); }
+  void ObserveReport(
+      const v1::Trial& trial, int64_t step,
+      const google::protobuf::Map<std::string, double>& metrics) override;
+  Searcher& inner() { return *inner_; }
+
+ private:
+  void Remember(const Params& params);
+  UniqueSearcher(SearchSpace space, uint64_t seed,
+                 std::unique_ptr<Searcher> inner,
+                 std::unique_ptr<GridSearcher> grid);
+  SearchSpace space_;
+  uint64_t seed_;
+  std::unique_ptr<Searcher> inner_;
+  std::unique_ptr<GridSearcher> grid_;  // finite spaces only
+  std::set<std::string> seen_;
+};
+
+// The seed of the study's searcher (whichever kind it is).
+uint64_t SearcherSeed(const v1::StudySpec& spec);
+
+// The searcher named by spec.searcher (defaults must be filled in), wrapped
+// in a UniqueSearcher. UNIMPLEMENTED for searchers not built yet.
 absl::StatusOr<std::unique_ptr<Searcher>> CreateSearcher(
     const v1::StudySpec& spec);
 

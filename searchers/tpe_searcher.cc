@@ -100,32 +100,53 @@ absl::StatusOr<std::unique_ptr<TpeSearcher>> TpeSearcher::Create(
   if (spec.searcher().tpe().initial_trials() > 0) {
     options.initial_trials = spec.searcher().tpe().initial_trials();
   }
-  return std::unique_ptr<TpeSearcher>(new TpeSearcher(
-      std::move(space), options, spec.objective().goal() == v1::MAXIMIZE,
-      RungSteps(spec), spec.objective().metric()));
+  return std::unique_ptr<TpeSearcher>(
+      new TpeSearcher(std::move(space), options, spec));
 }
 
 void TpeSearcher::Observe(const v1::Trial& trial) {
-  if (trial.state() == v1::COMPLETED && trial.has_objective_value() &&
-      std::isfinite(trial.objective_value())) {
-    observations_.push_back({trial.params(), maximize_
-                                                 ? -trial.objective_value()
-                                                 : trial.objective_value()});
+  const double inf = std::numeric_limits<double>::infinity();
+  const size_t dims = Objectives(spec_).size();
+  if (trial.state() == v1::COMPLETED) {
+    if (auto y = MinimizedObjectives(spec_, trial)) {
+      observations_.push_back(
+          {trial.params(), std::move(*y),
+           ConstraintViolation(spec_, trial.final_metrics())});
+    }
   } else if (trial.state() == v1::FAILED) {
-    observations_.push_back(
-        {trial.params(), std::numeric_limits<double>::infinity()});
+    observations_.push_back({trial.params(), Point(dims, inf), inf});
   }
 }
 
 void TpeSearcher::ObserveReport(
     const v1::Trial& trial, int64_t step,
     const google::protobuf::Map<std::string, double>& metrics) {
-  auto it = metrics.find(metric_);
-  if (it == metrics.end() || !std::isfinite(it->second)) return;
-  const double y = maximize_ ? -it->second : it->second;
+  auto y = MinimizedObjectives(spec_, metrics);
+  if (!y) return;
   rungs_.Add(trial.number(), step, [&] {
-    return Observation{trial.params(), y};
+    return Observation{trial.params(), *y, 0};
   });
+}
+
+std::vector<size_t> TpeSearcher::BestFirst(
+    const std::vector<Observation>& obs) const {
+  std::vector<size_t> order(obs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (!ranked_split_) {
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return obs[a].y[0] < obs[b].y[0];
+    });
+    return order;
+  }
+  std::vector<Point> points;
+  std::vector<double> violation;
+  for (const auto& o : obs) {
+    points.push_back(o.y);
+    violation.push_back(o.violation);
+  }
+  const std::vector<int> ranked = ParetoOrder(points, &violation);
+  for (size_t i = 0; i < order.size(); ++i) order[i] = size_t(ranked[i]);
+  return order;
 }
 
 absl::StatusOr<Params> TpeSearcher::Suggest(
@@ -142,10 +163,7 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
   if (obs.size() < needed) return space_.Sample(rng);
   // Good = the best gamma(n); bad = the rest plus pending trials (as a
   // constant liar). Both keep observation order, for the recency weights.
-  std::vector<size_t> by_value(obs.size());
-  for (size_t i = 0; i < by_value.size(); ++i) by_value[i] = i;
-  std::stable_sort(by_value.begin(), by_value.end(),
-                   [&](size_t a, size_t b) { return obs[a].y < obs[b].y; });
+  const std::vector<size_t> by_value = BestFirst(obs);
   const size_t n_good =
       std::min<size_t>(25, static_cast<size_t>(std::ceil(0.1 * obs.size())));
   std::vector<bool> is_good(obs.size(), false);

@@ -7,13 +7,17 @@
 // Numeric parameters use truncated-Gaussian Parzen windows in their unit
 // coordinate (log space for LOG) with a prior component; categoricals use
 // smoothed counts. Of 24 draws from l, the one maximising l/g wins. The
-// first `initial_trials` (default 10) are random. Deterministic for a seed;
-// state is the observed history, rebuilt on restart. Not thread-safe.
+// first `initial_trials` (default 10) are random.
+// Several objectives (MOTPE) and constraints: "best" is the order of
+// constrained non-dominated sorting (feasible first, then rank, crowding
+// distance, trial number; pareto.h); failed trials come last. Deterministic for
+// a seed; state is the observed history, rebuilt on restart. Not thread-safe.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "searchers/pareto.h"
 #include "searchers/searcher.h"
 
 namespace dial::searchers {
@@ -41,22 +45,25 @@ class TpeSearcher : public Searcher {
  private:
   struct Observation {
     Params params;
-    double y;  // minimised; +infinity for failed trials
+    Point y;  // minimised; +infinity for failed trials
+    double violation = 0;
   };
-  TpeSearcher(SearchSpace space, const Options& options, bool maximize,
-              std::vector<int64_t> rungs, std::string metric)
+  TpeSearcher(SearchSpace space, const Options& options,
+              const v1::StudySpec& spec)
       : space_(std::move(space)),
         options_(options),
-        maximize_(maximize),
-        rungs_(std::move(rungs)),
-        metric_(std::move(metric)) {}
+        spec_(spec),
+        ranked_split_(IsMultiObjective(spec) || spec.constraints_size() > 0),
+        rungs_(RungSteps(spec)) {}
+  // Observation indices, best first.
+  std::vector<size_t> BestFirst(const std::vector<Observation>& obs) const;
 
   SearchSpace space_;
   Options options_;
-  bool maximize_;
+  v1::StudySpec spec_;
+  bool ranked_split_;  // several objectives or constraints
   std::vector<Observation> observations_;
   RungResults<Observation> rungs_;  // BOHB-style, under early stopping
-  std::string metric_;
 };
 
 }  // namespace dial::searchers

@@ -352,6 +352,10 @@ class Run {
                             : 0;
       report.metrics["input_wait"] =
           train_seconds > 0 ? input.TakeWaitSeconds() / train_seconds : 0;
+      // The model's size: a second objective or a constraint to tune by.
+      int64_t weights = 0;
+      for (const auto& p : replicas_[0].net->parameters()) weights += p.numel();
+      report.metrics["model_params"] = static_cast<double>(weights);
       if (scaler_->enabled()) {
         report.metrics["loss_scale"] = scaler_->scale();
         report.metrics["skipped_steps"] = double(scaler_->skipped_steps());

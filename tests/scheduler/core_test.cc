@@ -502,3 +502,71 @@ TEST(CoreRestartTest, ARestartedCoreResumesEveryStudy) {
 
 }  // namespace
 }  // namespace dial::scheduler
+
+namespace dial::scheduler {
+namespace {
+
+searchers::Metrics AB(double a, double b) {
+  searchers::Metrics m;
+  m["a"] = a;
+  m["b"] = b;
+  return m;
+}
+
+TEST_F(CoreTest, SeveralObjectivesGiveAParetoFrontWithItsHypervolume) {
+  auto spec = ParseStudySpec(
+      "name: mo\nobjectives: [{metric: a, goal: MINIMIZE}, {metric: b, "
+      "goal: MAXIMIZE}]\nsearch_space: [{name: x, float: {min: 0, max: "
+      "1}}]\nbudget: {max_trials: 5, max_parallel_trials: 5}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(core_->CreateStudy(*spec).ok());
+  ASSERT_EQ(core_->SuggestTrials("mo", 5, "c")->trials.size(), 5u);
+  // Every objective is required.
+  auto missing = core_->CompleteTrial("mo", 4, M(1), "");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(missing.status().message(), HasSubstr("'a'"));
+  const double values[][2] = {{1, 5}, {2, 8}, {3, 3}, {0.5, 1}};
+  for (int i = 0; i < 4; ++i) {
+    auto t = core_->CompleteTrial("mo", i, AB(values[i][0], values[i][1]), "");
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_THAT(t->objective_values(),
+                ::testing::ElementsAre(values[i][0], values[i][1]));
+  }
+  v1::GetBestTrialsResponse front;
+  auto best = core_->GetBestTrials("mo", 10, auth::Anonymous(), &front);
+  ASSERT_TRUE(best.ok()) << best.status();
+  // Trial 2 is dominated by trial 1; the extremes (1: best b, 3: best a)
+  // come first.
+  std::vector<int64_t> numbers;
+  for (const auto& t : *best) numbers.push_back(t.number());
+  EXPECT_THAT(numbers, ::testing::ElementsAre(1, 3, 0));
+  EXPECT_EQ(front.front_size(), 3);
+  // Reference: the worst of each plus 10% of its range: a 3 + 0.25,
+  // b 1 - 0.7. The front's area below it, by hand: 3.75 + 9 + 1.925.
+  EXPECT_THAT(front.reference_point(),
+              ::testing::ElementsAre(3.25, ::testing::DoubleNear(0.3, 1e-12)));
+  EXPECT_NEAR(front.hypervolume(), 14.675, 1e-9);
+  EXPECT_EQ(core_->GetBestTrials("mo", 1)->at(0).number(), 1);
+}
+
+TEST_F(CoreTest, AnInfeasibleTrialIsNeverTheBest) {
+  ASSERT_TRUE(core_
+                  ->CreateStudy(Spec("budget: {max_trials: 3}\n"
+                                     "constraints: [{metric: mem, max: 1}]\n"))
+                  .ok());
+  ASSERT_EQ(core_->SuggestTrials("s", 3, "c")->trials.size(), 3u);
+  searchers::Metrics m = M(0);
+  m["mem"] = 5;  // the best loss, over the limit
+  ASSERT_TRUE(core_->CompleteTrial("s", 0, m, "").ok());
+  m = M(3);
+  m["mem"] = 0.5;
+  ASSERT_TRUE(core_->CompleteTrial("s", 1, m, "").ok());
+  ASSERT_TRUE(core_->CompleteTrial("s", 2, M(1), "").ok());  // no mem
+  auto best = core_->GetBestTrials("s", 3);
+  ASSERT_TRUE(best.ok());
+  ASSERT_EQ(best->size(), 1u);
+  EXPECT_EQ(best->at(0).number(), 1);
+}
+
+}  // namespace
+}  // namespace dial::scheduler

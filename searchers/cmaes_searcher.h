@@ -1,0 +1,91 @@
+// CmaEsSearcher: the covariance matrix adaptation evolution strategy
+// (Hansen, "The CMA Evolution Strategy: A Tutorial") with IPOP restarts,
+// for continuous spaces with a budget of hundreds of trials or more, where
+// a GP grows too slow and TPE's per-parameter model misses correlations.
+//  - Space: floats, ints (relaxed; FromUnit rounds) and discrete values
+//    (by their unit coordinate) form one Gaussian over the unit cube (log
+//    space for LOG scale), starting at its centre with step `sigma0`.
+//    Categoricals are not modelled: each suggestion draws them uniformly.
+//    A draw outside the cube is redrawn up to 100 times, then clipped.
+//  - Fitness: the objective, minimised; infeasible trials (outcome
+//    constraints) rank after every feasible one, by violation; failed
+//    trials, and completed ones without the objective, rank last. Stopped
+//    trials count when they have the objective; other states are ignored.
+//  - Update: finished trials are told in finish order, `lambda` at a time,
+//    whichever distribution drew them (asynchronous tells); a trial's point
+//    is its params re-encoded, so enqueued trials count too. The standard
+//    rank-one and rank-mu update with positive weights (no active CMA).
+//  - IPOP: when the step collapses (sigma * sqrt(max eig C) < 1e-8), C's
+//    condition number passes 1e14, or the best fitness of the last
+//    10 + ceil(30 n / lambda) generations stays within 1e-12, the search
+//    starts again from a seeded uniform random mean with `sigma0` and twice
+//    the population, at most `max_restarts` times. Trials certainly drawn
+//    before a restart (numbered at most the highest number observed by
+//    then) are not told to the new run.
+// Determinism: the state is a function of the spec and the Observe
+// sequence alone; Suggest(number) draws from a stream seeded by (seed,
+// number) and changes nothing, so a restarted scheduler that replays the
+// finished trials suggests what the running one would. `pending` is
+// ignored. Without numeric parameters it is random search.
+// Limits: one objective and no conditional parameters (Create refuses
+// both). Not thread-safe (see searcher.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "searchers/searcher.h"
+
+namespace dial::searchers {
+
+class CmaEsSearcher : public Searcher {
+ public:
+  struct Options {
+    uint64_t seed = 0;
+    int population_size = 0;  // lambda; 0: 4 + floor(3 ln n)
+    double sigma0 = 0.3;      // in unit coordinates
+    int max_restarts = 9;
+  };
+  // Reads spec.searcher().cmaes(). INVALID_ARGUMENT for conditional
+  // parameters, several objectives, out-of-range options (population_size
+  // 1 or negative, sigma0 negative or not finite, max_restarts below -1)
+  // or a spec that fails validation.
+  static absl::StatusOr<std::unique_ptr<CmaEsSearcher>> Create(
+      const v1::StudySpec& spec);
+  ~CmaEsSearcher() override;
+
+  using Searcher::Suggest;
+  absl::StatusOr<Params> Suggest(int64_t number,
+                                 const std::vector<Params>& pending) override;
+  bool UsesPending() const override { return false; }
+  void Observe(const v1::Trial& trial) override;
+
+  // The current run's lambda (0 without numeric parameters) and the number
+  // of IPOP restarts so far.
+  int population_size() const;
+  int restarts() const { return restarts_; }
+
+ private:
+  struct Cma;  // the distribution and its adaptation (cmaes_searcher.cc)
+  struct Told {
+    std::vector<double> x;  // unit coordinates of the numeric parameters
+    int tier;               // 0 feasible, 1 infeasible, 2 failed
+    double value;           // tier 0: objective; tier 1: violation
+  };
+  CmaEsSearcher(SearchSpace space, const v1::StudySpec& spec,
+                const Options& options);
+  void Restart();
+
+  SearchSpace space_;
+  v1::StudySpec spec_;  // for the objective and constraints
+  Options options_;
+  std::vector<int> numeric_;  // the parameters in the distribution
+  std::unique_ptr<Cma> cma_;  // null without numeric parameters
+  std::vector<Told> batch_;   // told since the last update
+  int restarts_ = 0;
+  int64_t max_number_ = -1;    // highest trial number observed
+  int64_t skip_through_ = -1;  // trials numbered up to this predate a restart
+};
+
+}  // namespace dial::searchers
