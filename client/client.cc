@@ -233,6 +233,27 @@ absl::StatusOr<v1::GetBestTrialsResponse> DialClient::GetFront(
   return response;
 }
 
+absl::StatusOr<v1::EnqueueTrialsResponse> DialClient::EnqueueTrials(
+    const std::string& study, const std::vector<v1::QueuedTrial>& trials) {
+  v1::EnqueueTrialsRequest request;
+  request.set_study(study);
+  for (const auto& t : trials) *request.add_trials() = t;
+  v1::EnqueueTrialsResponse response;
+  DIAL_CALL(EnqueueTrials, request, response);
+  return response;
+}
+
+absl::StatusOr<v1::ReevaluateTrialsResponse> DialClient::ReevaluateTrials(
+    const std::string& study, int32_t top, int32_t seeds) {
+  v1::ReevaluateTrialsRequest request;
+  request.set_study(study);
+  request.set_top(top);
+  request.set_seeds(seeds);
+  v1::ReevaluateTrialsResponse response;
+  DIAL_CALL(ReevaluateTrials, request, response);
+  return response;
+}
+
 absl::StatusOr<std::vector<v1::Trial>> DialClient::GetBestTrials(
     const std::string& study, int32_t count) {
   auto response = GetFront(study, count);

@@ -77,6 +77,10 @@ class DialClient {
                                                      int32_t count = 0);
   absl::StatusOr<std::vector<v1::Trial>> GetBestTrials(const std::string& study,
                                                        int32_t count);
+  absl::StatusOr<v1::EnqueueTrialsResponse> EnqueueTrials(
+      const std::string& study, const std::vector<v1::QueuedTrial>& trials);
+  absl::StatusOr<v1::ReevaluateTrialsResponse> ReevaluateTrials(
+      const std::string& study, int32_t top, int32_t seeds);
 
   absl::StatusOr<v1::SuggestTrialsResponse> SuggestTrials(
       const std::string& study, int32_t count, const std::string& client_id);

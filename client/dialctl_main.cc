@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -55,6 +56,9 @@ ABSL_FLAG(std::string, f, "",
 ABSL_FLAG(std::string, state, "",
           "Comma-separated trial states to list, e.g. COMPLETED,RUNNING");
 ABSL_FLAG(int32_t, count, 5, "How many trials for trials best");
+ABSL_FLAG(std::string, params, "",
+          "For trials enqueue: a JSON object of parameter values, or a list");
+ABSL_FLAG(int32_t, seeds, 3, "For study reevaluate: new seeds per trial");
 ABSL_FLAG(double, top, 0.1,
           "For study importance: share of the completed trials counted as "
           "the best, in (0, 1)");
@@ -265,6 +269,52 @@ int TrialsList(DialClient& client, const Args& args) {
   return 0;
 }
 
+int TrialsEnqueue(DialClient& client, const Args& args) {
+  if (absl::GetFlag(FLAGS_params).empty()) {
+    return Usage("trials enqueue needs --params=JSON");
+  }
+  auto study = client.GetStudy(args[2]);
+  if (!study.ok()) return Fail(study.status());
+  auto configs =
+      cli::ParseConfigurations(study->spec(), absl::GetFlag(FLAGS_params));
+  if (!configs.ok()) return Fail(configs.status());
+  auto queued = client.EnqueueTrials(args[2], *configs);
+  if (!queued.ok()) return Fail(queued.status());
+  if (Json()) {
+    std::cout << cli::ToJson(*queued) << "\n";
+  } else {
+    std::cout << queued->queued_size() << " configurations queued ("
+              << queued->waiting() << " waiting in " << args[2] << ")\n";
+  }
+  return 0;
+}
+
+// --top as a count of trials (the flag is shared with importance's share).
+bool TopCount(int32_t* top) {
+  const double t = absl::GetFlag(FLAGS_top);
+  if (!(t >= 1 && t <= 100 && t == std::floor(t))) return false;
+  *top = static_cast<int32_t>(t);
+  return true;
+}
+
+int StudyReevaluate(DialClient& client, const Args& args) {
+  int32_t top;
+  if (!TopCount(&top)) {
+    return Usage("study reevaluate needs --top=K (1 to 100 best trials)");
+  }
+  auto r = client.ReevaluateTrials(args[2], top, absl::GetFlag(FLAGS_seeds));
+  if (!r.ok()) return Fail(r.status());
+  if (Json()) {
+    std::cout << cli::ToJson(*r) << "\n";
+  } else {
+    std::cout << r->queued_size() << " re-evaluations queued; max_trials is "
+              << r->max_trials()
+              << " now. When they finish, `dialctl trials best " << args[2]
+              << "` ranks by the mean over seeds.\n";
+  }
+  return 0;
+}
+
 int TrialsBest(DialClient& client, const Args& args) {
   auto best = client.GetFront(args[2], absl::GetFlag(FLAGS_count));
   if (!best.ok()) return Fail(best.status());
@@ -376,6 +426,45 @@ absl::StatusOr<std::string> RunAndCapture(
 // The final, explicit evaluation of a trial on the held-out test split:
 // dial-train loads the trial's latest checkpoint from the shared store and
 // evaluates it here, so studies never see the test split.
+// Where dial-train reads checkpoints: --checkpoint-root (or
+// $DIAL_CHECKPOINT_ROOT) when it holds them all, else a temporary root the
+// scheduler's copies are downloaded into, removed afterwards.
+class CheckpointRoot {
+ public:
+  ~CheckpointRoot() {
+    std::error_code ec;
+    if (!temp_.empty()) fs::remove_all(temp_, ec);
+  }
+  absl::Status Fetch(DialClient& client, const std::string& study,
+                     const std::vector<std::string>& ids) {
+    path_ = absl::GetFlag(FLAGS_checkpoint_root);
+    if (path_.empty() && std::getenv(dial::kEnvCheckpointRoot)) {
+      path_ = std::getenv(dial::kEnvCheckpointRoot);
+    }
+    std::error_code ec;
+    bool all = !path_.empty();
+    for (const auto& id : ids)
+      all = all && fs::exists(fs::path(path_) / id, ec);
+    if (all) return absl::OkStatus();
+    temp_ = (fs::temp_directory_path() / "dialctl-evaluate-XXXXXX").string();
+    if (mkdtemp(temp_.data()) == nullptr) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot make a temporary directory: ", std::strerror(errno)));
+    }
+    path_ = temp_;
+    for (const auto& id : ids) {
+      auto got =
+          client.DownloadCheckpoint(study, id, (fs::path(path_) / id).string());
+      if (!got.ok()) return got.status();
+    }
+    return absl::OkStatus();
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, temp_;
+};
+
 int TrialsEvaluate(DialClient& client, const Args& args) {
   const std::string& name = args[2];
   int64_t number;
@@ -396,33 +485,9 @@ int TrialsEvaluate(DialClient& client, const Args& args) {
     return Fail(absl::FailedPreconditionError(
         absl::StrCat("trial ", number, " has no checkpoint to evaluate")));
   }
-  std::string root = absl::GetFlag(FLAGS_checkpoint_root);
-  if (root.empty() && std::getenv(dial::kEnvCheckpointRoot)) {
-    root = std::getenv(dial::kEnvCheckpointRoot);
-  }
-  // Without the store on this host's disk, the checkpoint comes from the
-  // scheduler into a temporary root, removed afterwards.
-  struct RemoveAtEnd {
-    std::string path;
-    ~RemoveAtEnd() {
-      std::error_code ec;
-      if (!path.empty()) fs::remove_all(path, ec);
-    }
-  } fetched;
-  std::error_code ec;
-  if (root.empty() || !fs::exists(fs::path(root) / trial->checkpoint(), ec)) {
-    std::string temp =
-        (fs::temp_directory_path() / "dialctl-evaluate-XXXXXX").string();
-    if (mkdtemp(temp.data()) == nullptr) {
-      return Fail(absl::UnavailableError(absl::StrCat(
-          "cannot make a temporary directory: ", std::strerror(errno))));
-    }
-    fetched.path = root = temp;
-    auto got = client.DownloadCheckpoint(
-        name, trial->checkpoint(),
-        (fs::path(root) / trial->checkpoint()).string());
-    if (!got.ok()) return Fail(got.status());
-  }
+  CheckpointRoot root;
+  absl::Status fetched = root.Fetch(client, name, {trial->checkpoint()});
+  if (!fetched.ok()) return Fail(fetched);
   std::string knobs;
   (void)google::protobuf::util::MessageToJsonString(
       study->spec().trial().trainer(), &knobs);
@@ -432,7 +497,7 @@ int TrialsEvaluate(DialClient& client, const Args& args) {
       trainer,
       "--evaluate=" + absl::GetFlag(FLAGS_split),
       "--restore=" + trial->checkpoint(),
-      "--checkpoint_root=" + root,
+      "--checkpoint_root=" + root.path(),
       "--knobs=" + knobs,
       "--params=" + dial::ParamsJson(trial->params())};
   if (!absl::GetFlag(FLAGS_predictions).empty()) {
@@ -453,6 +518,81 @@ int TrialsEvaluate(DialClient& client, const Args& args) {
     std::cout << cli::ToJson(metrics) << "\n";
   } else {
     std::cout << cli::FormatEvaluation(number, trial->checkpoint(), metrics);
+  }
+  return 0;
+}
+
+int StudyEnsemble(DialClient& client, const Args& args) {
+  const std::string& name = args[2];
+  int32_t top;
+  if (!TopCount(&top) || top < 2) {
+    return Usage("study ensemble needs --top=K (2 to 100 best trials)");
+  }
+  auto study = client.GetStudy(name);
+  if (!study.ok()) return Fail(study.status());
+  if (!study->spec().trial().has_trainer()) {
+    return Fail(absl::FailedPreconditionError(
+        absl::StrCat("study ", name, " does not run the built-in trainer")));
+  }
+  auto best = client.GetBestTrials(name, top);
+  if (!best.ok()) return Fail(best.status());
+  std::vector<v1::Trial> members;
+  for (auto& t : *best) {
+    if (!t.checkpoint().empty()) members.push_back(std::move(t));
+  }
+  if (members.size() < 2) {
+    return Fail(absl::FailedPreconditionError(
+        absl::StrCat("study ", name, " has ", members.size(),
+                     " completed trials with a checkpoint; an ensemble "
+                     "needs at least 2")));
+  }
+  std::vector<std::string> ids;
+  for (const auto& t : members) ids.push_back(t.checkpoint());
+  CheckpointRoot root;
+  absl::Status fetched = root.Fetch(client, name, ids);
+  if (!fetched.ok()) return Fail(fetched);
+  // The members, one JSON line each, beside the checkpoints.
+  const std::string list = (fs::path(root.path()).parent_path() /
+                            ("dialctl-ensemble-" + std::to_string(getpid())))
+                               .string();
+  {
+    std::ofstream out(list, std::ios::trunc);
+    for (const auto& t : members) {
+      google::protobuf::Value id;
+      id.set_string_value(t.checkpoint());
+      out << "{\"checkpoint\": " << cli::ToJson(id)
+          << ", \"params\": " << dial::ParamsJson(t.params()) << "}\n";
+    }
+    if (!out.flush()) {
+      return Fail(absl::UnavailableError("cannot write " + list));
+    }
+  }
+  struct RemoveList {
+    std::string path;
+    ~RemoveList() { std::remove(path.c_str()); }
+  } remove_list{list};
+  std::string knobs;
+  (void)google::protobuf::util::MessageToJsonString(
+      study->spec().trial().trainer(), &knobs);
+  std::string trainer = absl::GetFlag(FLAGS_trainer);
+  if (trainer.empty()) trainer = dial::DefaultTrainerPath();
+  auto output =
+      RunAndCapture({trainer, "--evaluate=" + absl::GetFlag(FLAGS_split),
+                     "--ensemble=" + list, "--checkpoint_root=" + root.path(),
+                     "--knobs=" + knobs});
+  if (!output.ok()) return Fail(output.status());
+  google::protobuf::Struct metrics;
+  if (!google::protobuf::util::JsonStringToMessage(*output, &metrics).ok()) {
+    return Fail(
+        absl::InternalError("dial-train printed no metrics: " + *output));
+  }
+  if (Json()) {
+    std::cout << cli::ToJson(metrics) << "\n";
+  } else {
+    std::vector<int64_t> numbers;
+    for (const auto& t : members) numbers.push_back(t.number());
+    std::cout << cli::FormatEnsemble(absl::GetFlag(FLAGS_split), numbers,
+                                     metrics);
   }
   return 0;
 }
@@ -575,8 +715,25 @@ constexpr Command kCommands[] = {
      true, StudyImportance},
     {"trials", "list", "STUDY [--state=S]",
      "list trials (S: PENDING,RUNNING,...)", true, TrialsList},
-    {"trials", "best", "STUDY [--count=N]", "the best completed trials", true,
-     TrialsBest},
+    {"trials", "best", "STUDY [--count=N]",
+     "the best completed trials (several objectives:\n"
+     "the Pareto front and its hypervolume)",
+     true, TrialsBest},
+    {"trials", "enqueue", "STUDY --params=JSON",
+     "configurations to run before the searcher's\n"
+     "own ({\"lr\": 0.01, ...} or a list of them)",
+     true, TrialsEnqueue},
+    {"study", "ensemble", "STUDY --top=K [--split=test]",
+     "average the predictions of the best K trials'\n"
+     "checkpoints (dial-train here; downloads them\n"
+     "unless --checkpoint-root has them) and compare\n"
+     "with the best single trial",
+     true, StudyEnsemble},
+    {"study", "reevaluate", "STUDY --top=K [--seeds=S]",
+     "run the best K configurations again with S\n"
+     "new seeds each (default 3); then trials best\n"
+     "ranks by the mean over seeds",
+     true, StudyReevaluate},
     {"trials", "get", "STUDY N", "one trial with its metric history", true,
      TrialsGet},
     {"trials", "lineage", "STUDY N",

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/params.h"
+#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace dial::client {
@@ -270,7 +271,100 @@ std::string FormatBest(const v1::GetBestTrialsResponse& best) {
   }
   const std::vector<v1::Trial> trials(best.trials().begin(),
                                       best.trials().end());
-  return out + FormatTrials(trials);
+  out += FormatTrials(trials);
+  if (!best.seed_runs().empty()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& r : best.seed_runs()) {
+      rows.push_back({std::to_string(r.trial()), std::to_string(r.runs()),
+                      FormatNumber(r.mean()), FormatNumber(r.stddev())});
+    }
+    out += "\nRe-evaluated with several seeds (ranked by the mean):\n";
+    out += FormatTable({"TRIAL", "RUNS", "MEAN", "STDDEV"}, rows);
+  }
+  return out;
+}
+
+std::string FormatEnsemble(const std::string& split,
+                           const std::vector<int64_t>& members,
+                           const google::protobuf::Struct& metrics) {
+  auto get = [&](const std::string& key) {
+    auto it = metrics.fields().find(key);
+    return it == metrics.fields().end() ? 0.0 : it->second.number_value();
+  };
+  const double ensemble = get(split + "_accuracy");
+  double best_single = 0;
+  int64_t best_trial = -1;
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const double acc = get(absl::StrCat("member_", i, "_accuracy"));
+    if (acc > best_single || best_trial < 0) {
+      best_single = acc;
+      best_trial = members[i];
+    }
+    rows.push_back({std::to_string(members[i]), FormatNumber(acc)});
+  }
+  std::string out =
+      FormatTable({"TRIAL", absl::AsciiStrToUpper(split) + "_ACCURACY"}, rows);
+  absl::StrAppend(
+      &out, "\nensemble of ", members.size(), ": ", split, " accuracy ",
+      FormatNumber(ensemble), ", loss ", FormatNumber(get(split + "_loss")),
+      " (", static_cast<int64_t>(get(split + "_examples")),
+      " examples)\nbest single (trial ", best_trial,
+      "): ", FormatNumber(best_single), "; the ensemble is ",
+      absl::StrFormat("%+.2f", 100 * (ensemble - best_single)), " points ",
+      ensemble >= best_single ? "better" : "worse", "\n");
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::QueuedTrial>> ParseConfigurations(
+    const v1::StudySpec& spec, const std::string& json) {
+  google::protobuf::Value root;
+  if (!google::protobuf::util::JsonStringToMessage(json, &root).ok()) {
+    return absl::InvalidArgumentError(
+        "--params: not JSON: give {\"name\": value, ...} or a list of them");
+  }
+  std::vector<const google::protobuf::Value*> entries;
+  if (root.has_list_value()) {
+    for (const auto& v : root.list_value().values()) entries.push_back(&v);
+  } else {
+    entries.push_back(&root);
+  }
+  std::vector<v1::QueuedTrial> out;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string where =
+        entries.size() > 1 ? absl::StrCat("--params[", i, "]") : "--params";
+    if (!entries[i]->has_struct_value()) {
+      return absl::InvalidArgumentError(where + ": must be a JSON object");
+    }
+    v1::QueuedTrial& q = out.emplace_back();
+    for (const auto& [name, value] : entries[i]->struct_value().fields()) {
+      const v1::ParameterSpec* p = nullptr;
+      for (const auto& s : spec.search_space()) {
+        if (s.name() == name) p = &s;
+      }
+      if (!p) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".", name, ": no such parameter"));
+      }
+      v1::ParamValue& v = (*q.mutable_params())[name];
+      const bool number = value.has_number_value();
+      if (p->has_categorical() && value.has_string_value()) {
+        v.set_string_value(value.string_value());
+      } else if (p->has_int_() && number &&
+                 value.number_value() == std::floor(value.number_value())) {
+        v.set_int_value(static_cast<int64_t>(value.number_value()));
+      } else if ((p->has_float_() || p->has_discrete()) && number) {
+        v.set_double_value(value.number_value());
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".", name, ": must be ",
+                         p->has_categorical() ? "one of its values, as text"
+                         : p->has_int_()      ? "an integer"
+                                              : "a number"));
+      }
+    }
+  }
+  return out;
 }
 
 std::string FormatTrial(const v1::Trial& t, const std::string& metric) {

@@ -70,6 +70,17 @@ std::string FormatTrials(const std::vector<v1::Trial>& trials);
 // the Pareto front (size, hypervolume, reference point) and each trial's
 // objective values.
 std::string FormatBest(const v1::GetBestTrialsResponse& best);
+// `dialctl study ensemble`: the ensemble's accuracy and loss on `split`
+// against each member's, best single trial first (`members` in order).
+std::string FormatEnsemble(const std::string& split,
+                           const std::vector<int64_t>& members,
+                           const google::protobuf::Struct& metrics);
+// `dialctl trials enqueue --params`: a JSON object of parameter values, or
+// an array of them, typed by the study's search space (ints as int_value,
+// floats and discrete values as double_value, categoricals as text).
+// INVALID_ARGUMENT naming the entry and parameter on a bad value.
+absl::StatusOr<std::vector<v1::QueuedTrial>> ParseConfigurations(
+    const v1::StudySpec& spec, const std::string& json);
 
 // `trials get`: one trial and its metric history; `metric` names the
 // objective.

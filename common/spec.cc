@@ -656,6 +656,22 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec,
                      "give either objective or objectives, not both");
     }
   }
+  const auto& ws = spec.warm_start();
+  if (ws.studies_size() > 16) {
+    return Invalid("warm_start.studies", "at most 16 studies");
+  }
+  for (int i = 0; i < ws.studies_size(); ++i) {
+    DIAL_RETURN_IF_ERROR(ValidateName(
+        absl::StrCat("warm_start.studies[", i, "]"), ws.studies(i)));
+    if (ws.studies(i) == spec.name()) {
+      return Invalid(absl::StrCat("warm_start.studies[", i, "]"),
+                     "a study cannot start from itself");
+    }
+  }
+  if (ws.top_k() < -1 || ws.top_k() > 1000) {
+    return Invalid("warm_start.top_k",
+                   "must be between -1 (none) and 1000 (0: 5)");
+  }
   if (spec.constraints_size() > kMaxConstraints) {
     return Invalid("constraints",
                    absl::StrCat("at most ", kMaxConstraints, ", got ",

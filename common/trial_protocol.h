@@ -29,6 +29,9 @@ inline constexpr char kEnvStartStep[] = "DIAL_START_STEP";
 inline constexpr char kEnvReportFd[] = "DIAL_REPORT_FD";
 inline constexpr char kEnvDecisionFd[] = "DIAL_DECISION_FD";
 inline constexpr char kEnvCpuThreads[] = "DIAL_CPU_THREADS";
+// A re-evaluation's seed (Trial.seed), when it has one: the trainer's
+// `seed` knob takes it; command trials seed their own randomness with it.
+inline constexpr char kEnvSeed[] = "DIAL_SEED";
 
 // The largest step a report may carry: 2^53, past which JSON numbers (as
 // doubles) skip integers.

@@ -8,11 +8,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/random.h"
 #include "common/spec.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
 #include "scheduler/access_checks.h"
 #include "scheduler/request_checks.h"
+#include "scheduler/warm_start.h"
 #include "spdlog/spdlog.h"
 
 namespace dial::scheduler {
@@ -337,8 +339,33 @@ Reply<v1::Study> SchedulerCore::CreateStudy(v1::StudySpec spec,
             "finished ones first"));
       }
     }
+    if (!entry->study.spec().warm_start().studies().empty()) {
+      DIAL_ASSIGN_OR_RETURN(
+          WarmStartPlan plan,
+          PlanWarmStart(entry->study.spec(),
+                        [&](const std::string& source)
+                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                                mu_) -> absl::StatusOr<const StudyEntry*> {
+                              return FindFor(who, source, Access::kRead);
+                            }));
+      for (auto& q : plan.queue) {
+        q.set_id(entry->study.next_queue_id() + 1);
+        entry->study.set_next_queue_id(q.id());
+        *entry->study.add_queue() = std::move(q);
+      }
+      for (auto& t : plan.priors) {
+        entry->searcher->ObservePrior(t);
+        *entry->study.add_prior_trials() = std::move(t);
+      }
+    }
     DIAL_RETURN_IF_ERROR(store_->CreateStudy(entry->study));
-    Audit(who, "CreateStudy", entry->name(), "");
+    entry->priors.Swap(entry->study.mutable_prior_trials());
+    Audit(who, "CreateStudy", entry->name(),
+          entry->study.queue().empty()
+              ? ""
+              : absl::StrCat("warm start: ", entry->study.queue_size(),
+                             " configurations queued, ", entry->priors.size(),
+                             " prior trials"));
     outbox_.fills.insert(entry->name());
     v1::Study created = entry->WithCounts();
     studies_.Add(std::move(entry));
@@ -455,16 +482,18 @@ Reply<v1::Study> SchedulerCore::UpdateStudy(const std::string& name,
     suggestions_.Enqueue(
         {[this, shared = studies_.Shared(name), spec] {
            std::map<int64_t, v1::Trial> trials;
+           google::protobuf::RepeatedPtrField<v1::Trial> priors;
            {
              Lock lock(this);
              if (!StudyRegistry::Gone(*shared).ok()) return;
              trials = shared->trials;
+             priors = shared->priors;
              shared->unobserved.clear();
              shared->unobserved_reports.clear();
            }
            // The store is read without the core's lock; reports that
            // arrive meanwhile are handed over as unobserved ones.
-           auto searcher = loader_.RebuildSearcher(spec, trials);
+           auto searcher = loader_.RebuildSearcher(spec, trials, priors);
            if (!searcher.ok()) {
              spdlog::error("study {}: cannot rebuild its searcher: {}",
                            spec.name(), searcher.status().ToString());
@@ -660,6 +689,9 @@ Reply<std::vector<v1::Trial>> SchedulerCore::GetBestTrials(
         }
         for (const auto& [value, number] : entry->ranked) {
           if (!add(number)) break;
+          if (auto runs = entry->Runs(number); runs && front) {
+            *front->add_seed_runs() = *runs;
+          }
         }
         return out;
       });
@@ -683,6 +715,136 @@ SchedulerCore::Gauges SchedulerCore::ReadGauges() {
   g.events_queued = events_.queued();
   g.suggestions_queued = suggestions_.size();
   return g;
+}
+
+absl::Status SchedulerCore::Enqueue(StudyEntry& entry,
+                                    std::vector<v1::QueuedTrial>& items,
+                                    const auth::Principal& who,
+                                    const std::string& action) {
+  if (entry.study.queue_size() + int64_t(items.size()) > kMaxQueuedTrials) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "study '", entry.name(), "' would have more than ", kMaxQueuedTrials,
+        " queued configurations; wait for some to run"));
+  }
+  v1::Study updated = entry.study;
+  for (auto& q : items) {
+    q.set_id(updated.next_queue_id() + 1);
+    updated.set_next_queue_id(q.id());
+    *updated.add_queue() = q;
+  }
+  *updated.mutable_update_time() = lifecycle_.Now();
+  DIAL_RETURN_IF_ERROR(store_->UpdateStudy(updated));
+  entry.study = std::move(updated);
+  Audit(who, action, entry.name(),
+        absl::StrCat(items.size(), " configurations queued"));
+  outbox_.fills.insert(entry.name());
+  return absl::OkStatus();
+}
+
+Reply<std::vector<v1::QueuedTrial>> SchedulerCore::EnqueueTrials(
+    const std::string& name, std::vector<v1::QueuedTrial> trials,
+    const auth::Principal& who, int32_t* waiting) {
+  if (trials.empty() || int64_t(trials.size()) > kMaxQueuedTrials) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trials: give between 1 and ", kMaxQueuedTrials, " configurations"));
+  }
+  return Locked<std::vector<v1::QueuedTrial>>(
+      [&]() -> absl::StatusOr<std::vector<v1::QueuedTrial>> {
+        DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
+                              FindFor(who, name, Access::kWrite));
+        if (entry->study.state() != v1::STUDY_ACTIVE) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "study '", name, "' is ",
+              v1::StudyState_Name(entry->study.state()),
+              "; raise budget.max_trials with UpdateStudy to reopen it"));
+        }
+        DIAL_ASSIGN_OR_RETURN(
+            auto space, searchers::SearchSpace::Create(entry->study.spec()));
+        for (size_t i = 0; i < trials.size(); ++i) {
+          const std::string where = absl::StrCat("trials[", i, "]");
+          DIAL_RETURN_IF_ERROR(
+              space.Check(trials[i].params(), where + ".params"));
+          if (trials[i].has_origin() || trials[i].id() != 0) {
+            return absl::InvalidArgumentError(
+                where + ": origin and id are the scheduler's to set");
+          }
+        }
+        DIAL_RETURN_IF_ERROR(Enqueue(*entry, trials, who, "EnqueueTrials"));
+        if (waiting) *waiting = entry->study.queue_size();
+        return trials;
+      });
+}
+
+Reply<std::vector<v1::QueuedTrial>> SchedulerCore::ReevaluateTrials(
+    const std::string& name, int32_t top, int32_t seeds,
+    const auth::Principal& who, int32_t* max_trials) {
+  if (top < 1 || top > 100 || seeds < 1 || seeds > 100) {
+    return absl::InvalidArgumentError(
+        "top and seeds: each must be between 1 and 100");
+  }
+  return Locked<std::vector<v1::QueuedTrial>>(
+      [&]() -> absl::StatusOr<std::vector<v1::QueuedTrial>> {
+        DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
+                              FindFor(who, name, Access::kWrite));
+        if (entry->study.state() == v1::STUDY_STOPPED) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("study '", name, "' was stopped"));
+        }
+        std::vector<int64_t> best;
+        if (searchers::IsMultiObjective(entry->study.spec())) {
+          best = entry->ParetoFront().trials;
+        } else {
+          for (const auto& [value, number] : entry->ranked) {
+            best.push_back(number);
+          }
+        }
+        if (best.size() > size_t(top)) best.resize(top);
+        if (best.empty()) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("study '", name, "' has no COMPLETED trial yet"));
+        }
+        std::vector<v1::QueuedTrial> items;
+        const uint64_t base = searchers::SearcherSeed(entry->study.spec());
+        for (int64_t origin : best) {
+          const int64_t done = entry->reruns.count(origin)
+                                   ? int64_t(entry->reruns.at(origin).size())
+                                   : 0;
+          for (int s = 0; s < seeds; ++s) {
+            v1::QueuedTrial& q = items.emplace_back();
+            *q.mutable_params() = entry->trials.at(origin).params();
+            q.set_origin(origin);
+            // New seeds, below the trainer knob's limit (1e15).
+            q.set_seed(SplitMix64(SplitMix64(base ^ uint64_t(origin)) +
+                                  uint64_t(done + s + 1)) %
+                       uint64_t{1000000000000000});
+          }
+        }
+        if (entry->study.queue_size() + int64_t(items.size()) >
+            kMaxQueuedTrials) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("more than ", kMaxQueuedTrials,
+                           " configurations would be queued; ask for fewer"));
+        }
+        // The budget grows to fit, and a finished study opens again.
+        v1::Study& study = entry->study;
+        const int64_t needed = int64_t(entry->trials.size()) +
+                               study.queue_size() + int64_t(items.size());
+        if (needed > study.spec().budget().max_trials()) {
+          if (needed > 1000000) {
+            return absl::InvalidArgumentError(
+                "budget.max_trials would pass 1000000");
+          }
+          study.mutable_spec()->mutable_budget()->set_max_trials(
+              static_cast<int32_t>(needed));
+        }
+        if (study.state() == v1::STUDY_COMPLETED) {
+          study.set_state(v1::STUDY_ACTIVE);
+        }
+        entry->exhausted = false;
+        DIAL_RETURN_IF_ERROR(Enqueue(*entry, items, who, "ReevaluateTrials"));
+        if (max_trials) *max_trials = study.spec().budget().max_trials();
+        return items;
+      });
 }
 
 Reply<std::vector<v1::Worker>> SchedulerCore::ListWorkers(
@@ -947,6 +1109,8 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
   std::vector<searchers::Params> pending;
   std::vector<v1::Trial> observe;
   std::vector<StudyEntry::Report> reports;
+  // A queued configuration goes before the searcher's own.
+  std::optional<v1::QueuedTrial> queued;
   // Worker-run studies queue only a few PENDING trials ahead of demand.
   auto queue_full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return state == v1::PENDING &&
@@ -963,13 +1127,15 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
       }
     }
     observe.swap(entry->unobserved);
+    if (!entry->study.queue().empty()) queued = entry->study.queue(0);
   }
   // Only this thread creates trials, so `number` stays free meanwhile.
   for (const auto& r : reports) {
     entry->searcher->ObserveReport(r.trial, r.step, r.metrics);
   }
   for (const auto& t : observe) entry->searcher->Observe(t);
-  auto params = entry->searcher->Suggest(number, pending);
+  auto params = queued ? absl::StatusOr<searchers::Params>(queued->params())
+                       : entry->searcher->Suggest(number, pending);
   Lock lock(this, ticket);
   if (absl::IsOutOfRange(params.status())) {
     entry->exhausted = true;
@@ -990,7 +1156,18 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
     trial.set_attempt(1);
     *trial.mutable_start_time() = trial.create_time();
   }
+  if (queued) {
+    trial.set_queue_id(queued->id());
+    if (queued->has_origin()) trial.set_origin(queued->origin());
+    if (queued->has_seed()) trial.set_seed(queued->seed());
+  }
   DIAL_RETURN_IF_ERROR(lifecycle_.SaveTrial(*entry, trial));
+  // Off the in-memory queue only: the stored one keeps it until the study
+  // is next written, and a restart drops what a trial's queue_id covers.
+  auto* queue = entry->study.mutable_queue();
+  if (queued && !queue->empty() && queue->begin()->id() == queued->id()) {
+    queue->erase(queue->begin());
+  }
   lifecycle_.Emit(*entry, v1::StudyEvent::TRIAL_CREATED, &trial);
   if (state == v1::PENDING) outbox_.dispatch = true;
   return std::optional<v1::Trial>(std::move(trial));

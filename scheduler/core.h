@@ -163,6 +163,21 @@ class SchedulerCore {
       const std::string& name, int32_t count,
       const auth::Principal& who = auth::Anonymous(),
       v1::GetBestTrialsResponse* front = nullptr);
+  // Configurations to run before the searcher's own, each checked against
+  // the search space (owner or admin; the study must be ACTIVE). Returns
+  // them with their ids; `waiting` gets the queue's length.
+  Reply<std::vector<v1::QueuedTrial>> EnqueueTrials(
+      const std::string& name, std::vector<v1::QueuedTrial> trials,
+      const auth::Principal& who = auth::Anonymous(),
+      int32_t* waiting = nullptr);
+  // Queues the best `top` trials' configurations again with `seeds` new
+  // seeds each (origin set), raising max_trials to fit and reopening a
+  // COMPLETED study; `max_trials` gets the budget after.
+  Reply<std::vector<v1::QueuedTrial>> ReevaluateTrials(
+      const std::string& name, int32_t top, int32_t seeds,
+      const auth::Principal& who = auth::Anonymous(),
+      int32_t* max_trials = nullptr);
+  static constexpr int64_t kMaxQueuedTrials = 1000;
   // What /metrics shows of the core, read under the lock.
   struct Gauges {
     // Per study: trials by state.
@@ -390,6 +405,10 @@ class SchedulerCore {
   // Records an action in the audit log; a failure to write it is logged.
   void Audit(const auth::Principal& who, const std::string& action,
              const std::string& study, const std::string& detail)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends `items` to the study's queue (ids set), saves and audits it.
+  absl::Status Enqueue(StudyEntry& entry, std::vector<v1::QueuedTrial>& items,
+                       const auth::Principal& who, const std::string& action)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   storage::StudyStore* const store_;

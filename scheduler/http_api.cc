@@ -141,6 +141,8 @@ const std::map<std::string, Unary>& Routes() {
       {"ListTrials", Route(&Stub::ListTrials)},
       {"GetTrial", Route(&Stub::GetTrial)},
       {"GetBestTrials", Route(&Stub::GetBestTrials)},
+      {"EnqueueTrials", Route(&Stub::EnqueueTrials)},
+      {"ReevaluateTrials", Route(&Stub::ReevaluateTrials)},
       {"GetParameterImportance", Route(&Stub::GetParameterImportance)},
       {"SuggestTrials", Route(&Stub::SuggestTrials)},
       {"ReportIntermediate", Route(&Stub::ReportIntermediate)},

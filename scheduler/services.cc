@@ -324,6 +324,40 @@ grpc::ServerUnaryReactor* StudyServiceImpl::GetBestTrials(
   });
 }
 
+grpc::ServerUnaryReactor* StudyServiceImpl::EnqueueTrials(
+    grpc::CallbackServerContext* ctx, const v1::EnqueueTrialsRequest* request,
+    v1::EnqueueTrialsResponse* response) {
+  return AsPrincipal(tokens_, ctx, [&](const auth::Principal& who) {
+    int32_t waiting = 0;
+    auto queued = core_->EnqueueTrials(
+        request->study(), {request->trials().begin(), request->trials().end()},
+        who, &waiting);
+    return Answer(core_, ctx, std::move(queued),
+                  [&](std::vector<v1::QueuedTrial>& items) {
+                    for (auto& q : items)
+                      *response->add_queued() = std::move(q);
+                    response->set_waiting(waiting);
+                  });
+  });
+}
+
+grpc::ServerUnaryReactor* StudyServiceImpl::ReevaluateTrials(
+    grpc::CallbackServerContext* ctx,
+    const v1::ReevaluateTrialsRequest* request,
+    v1::ReevaluateTrialsResponse* response) {
+  return AsPrincipal(tokens_, ctx, [&](const auth::Principal& who) {
+    int32_t max_trials = 0;
+    auto queued = core_->ReevaluateTrials(request->study(), request->top(),
+                                          request->seeds(), who, &max_trials);
+    return Answer(core_, ctx, std::move(queued),
+                  [&](std::vector<v1::QueuedTrial>& items) {
+                    for (auto& q : items)
+                      *response->add_queued() = std::move(q);
+                    response->set_max_trials(max_trials);
+                  });
+  });
+}
+
 grpc::ServerUnaryReactor* StudyServiceImpl::GetParameterImportance(
     grpc::CallbackServerContext* ctx,
     const v1::GetParameterImportanceRequest* request,

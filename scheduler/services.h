@@ -59,6 +59,13 @@ class StudyServiceImpl final : public v1::StudyService::CallbackService {
   grpc::ServerUnaryReactor* GetBestTrials(
       grpc::CallbackServerContext* ctx, const v1::GetBestTrialsRequest* request,
       v1::GetBestTrialsResponse* response) override;
+  grpc::ServerUnaryReactor* EnqueueTrials(
+      grpc::CallbackServerContext* ctx, const v1::EnqueueTrialsRequest* request,
+      v1::EnqueueTrialsResponse* response) override;
+  grpc::ServerUnaryReactor* ReevaluateTrials(
+      grpc::CallbackServerContext* ctx,
+      const v1::ReevaluateTrialsRequest* request,
+      v1::ReevaluateTrialsResponse* response) override;
   grpc::ServerUnaryReactor* ListWorkers(
       grpc::CallbackServerContext* ctx, const v1::ListWorkersRequest* request,
       v1::ListWorkersResponse* response) override;

@@ -1,6 +1,7 @@
 #include "scheduler/study_entry.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace dial::scheduler {
 
@@ -19,16 +20,37 @@ void StudyEntry::Mirror(v1::Trial trial) {
   const bool maximize = study.spec().objective().goal() == v1::MAXIMIZE;
   // Best first: the highest value when maximising, the lowest otherwise;
   // the lower trial number on ties.
-  auto rank_key = [maximize](const v1::Trial& t) {
-    return std::make_pair(maximize ? -t.objective_value() : t.objective_value(),
-                          t.number());
+  auto rank_key = [maximize, this](const v1::Trial& t) {
+    double value = t.objective_value();
+    auto runs = reruns.find(t.number());
+    if (runs != reruns.end() && !runs->second.empty()) {
+      for (const auto& [n, v] : runs->second) value += v;
+      value /= double(runs->second.size() + 1);
+    }
+    return std::make_pair(maximize ? -value : value, t.number());
   };
   const v1::StudySpec& spec = study.spec();
   auto is_ranked = [&spec](const v1::Trial& t) {
     return t.state() == v1::COMPLETED && t.has_objective_value() &&
-           searchers::IsFeasible(spec, t.final_metrics());
+           !t.has_origin() && searchers::IsFeasible(spec, t.final_metrics());
   };
   const int64_t number = trial.number();
+  if (trial.has_origin()) {
+    // A re-evaluation moves its origin's rank (the mean over its runs).
+    auto origin = trials.find(trial.origin());
+    const bool origin_ranked =
+        origin != trials.end() && is_ranked(origin->second);
+    if (origin_ranked) ranked.erase(rank_key(origin->second));
+    auto& runs = reruns[trial.origin()];
+    runs.erase(number);
+    if (trial.state() == v1::COMPLETED && trial.has_objective_value()) {
+      runs[number] = trial.objective_value();
+    }
+    if (origin_ranked) {
+      ranked.insert(rank_key(origin->second));
+      front.reset();
+    }
+  }
   auto it = trials.find(number);
   if (it != trials.end()) {
     const v1::Trial& old = it->second;
@@ -74,6 +96,29 @@ v1::Study StudyEntry::WithCounts() const {
     if (n > 0) counts[v1::TrialState_Name(state)] = n;
   }
   out.set_trials_created(static_cast<int32_t>(trials.size()));
+  out.clear_prior_trials();
+  return out;
+}
+
+std::optional<v1::SeedRuns> StudyEntry::Runs(int64_t number) const {
+  auto runs = reruns.find(number);
+  auto trial = trials.find(number);
+  if (runs == reruns.end() || runs->second.empty() || trial == trials.end() ||
+      !trial->second.has_objective_value()) {
+    return std::nullopt;
+  }
+  std::vector<double> values = {trial->second.objective_value()};
+  for (const auto& [n, v] : runs->second) values.push_back(v);
+  double mean = 0;
+  for (double v : values) mean += v;
+  mean /= double(values.size());
+  double ss = 0;
+  for (double v : values) ss += (v - mean) * (v - mean);
+  v1::SeedRuns out;
+  out.set_trial(number);
+  out.set_runs(static_cast<int32_t>(values.size()));
+  out.set_mean(mean);
+  out.set_stddev(std::sqrt(ss / double(values.size() - 1)));
   return out;
 }
 
@@ -126,7 +171,8 @@ const StudyEntry::Front& StudyEntry::ParetoFront() const {
 
 bool StudyEntry::CanCreate() const {
   const auto& budget = study.spec().budget();
-  return !deleted && study.state() == v1::STUDY_ACTIVE && !exhausted &&
+  return !deleted && study.state() == v1::STUDY_ACTIVE &&
+         (!exhausted || !study.queue().empty()) &&
          int64_t(trials.size()) < budget.max_trials() &&
          active_trials < budget.max_parallel_trials();
 }

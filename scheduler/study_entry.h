@@ -63,6 +63,13 @@ struct StudyEntry {
   std::set<int64_t> open, pending;
   std::map<v1::TrialState, int64_t> state_counts;
   std::set<std::pair<double, int64_t>> ranked;
+  // Warm start: the searcher's prior (in the store since creation; not in
+  // `study`, so answers and study writes never carry it).
+  google::protobuf::RepeatedPtrField<v1::Trial> priors;
+  // Re-evaluations: origin trial -> its COMPLETED re-evaluations' objective
+  // values, by trial number. An origin ranks by the mean over its runs;
+  // re-evaluations themselves are not ranked.
+  std::map<int64_t, std::map<int64_t, double>> reruns;
   mutable std::optional<Front> front;  // ParetoFront's cache
   std::map<std::string, std::set<int64_t>> open_by_client;
   // The decision given for each trial's latest report, returned again
@@ -113,6 +120,9 @@ struct StudyEntry {
   const v1::Trial* Best() const;
   // Several objectives: the Pareto front (see Front above).
   const Front& ParetoFront() const;
+  // A re-evaluated trial's runs (itself and its COMPLETED re-evaluations):
+  // count, mean and sample standard deviation; nullopt if it has none.
+  std::optional<v1::SeedRuns> Runs(int64_t number) const;
   // Whether the budget lets one more trial start now.
   bool CanCreate() const;
 };

@@ -25,7 +25,19 @@ absl::StatusOr<std::shared_ptr<StudyEntry>> StudyLoader::Load(
   DIAL_ASSIGN_OR_RETURN(entry->searcher, searchers_(entry->study.spec()));
   DIAL_ASSIGN_OR_RETURN(entry->trial_scheduler,
                         trial_schedulers_(entry->study.spec()));
+  entry->priors.Swap(entry->study.mutable_prior_trials());
+  for (const auto& t : entry->priors) entry->searcher->ObservePrior(t);
   DIAL_ASSIGN_OR_RETURN(auto trials, store_->ListTrials(entry->name(), {}));
+  // Queued configurations that became trials before the queue's own
+  // update reached the store (a crash in between) are gone from it.
+  int64_t dequeued = 0;
+  for (const auto& trial : trials) {
+    dequeued = std::max(dequeued, trial.queue_id());
+  }
+  auto* queue = entry->study.mutable_queue();
+  while (!queue->empty() && queue->begin()->id() <= dequeued) {
+    queue->erase(queue->begin());
+  }
   for (auto& trial : trials) entry->Mirror(std::move(trial));
   trials.clear();
   DIAL_ASSIGN_OR_RETURN(int64_t replayed,
@@ -39,9 +51,11 @@ absl::StatusOr<std::shared_ptr<StudyEntry>> StudyLoader::Load(
 }
 
 absl::StatusOr<std::unique_ptr<searchers::Searcher>>
-StudyLoader::RebuildSearcher(const v1::StudySpec& spec,
-                             const std::map<int64_t, v1::Trial>& trials) const {
+StudyLoader::RebuildSearcher(
+    const v1::StudySpec& spec, const std::map<int64_t, v1::Trial>& trials,
+    const google::protobuf::RepeatedPtrField<v1::Trial>& priors) const {
   DIAL_ASSIGN_OR_RETURN(auto searcher, searchers_(spec));
+  for (const auto& t : priors) searcher->ObservePrior(t);
   if (trials.empty()) return searcher;
   v1::Study study;
   study.set_name(trials.begin()->second.study());

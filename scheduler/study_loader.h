@@ -40,8 +40,8 @@ class StudyLoader {
   // A new searcher for `spec` that has seen what `trials` (the study's,
   // without metric history) and their stored reports hold.
   absl::StatusOr<std::unique_ptr<searchers::Searcher>> RebuildSearcher(
-      const v1::StudySpec& spec,
-      const std::map<int64_t, v1::Trial>& trials) const;
+      const v1::StudySpec& spec, const std::map<int64_t, v1::Trial>& trials,
+      const google::protobuf::RepeatedPtrField<v1::Trial>& priors) const;
   // The factories, for studies made anew.
   const SearcherFactory& searchers() const { return searchers_; }
   const TrialSchedulerFactory& trial_schedulers() const {

@@ -352,7 +352,8 @@ absl::Status TrialLifecycle::MaybeFinish(StudyEntry& entry) {
     return absl::OkStatus();
   }
   const int64_t max_trials = entry.study.spec().budget().max_trials();
-  if (int64_t(entry.trials.size()) < max_trials && !entry.exhausted) {
+  if (int64_t(entry.trials.size()) < max_trials &&
+      (!entry.exhausted || !entry.study.queue().empty())) {
     return absl::OkStatus();
   }
   if (entry.open_trials > 0) {

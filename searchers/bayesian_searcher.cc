@@ -310,6 +310,41 @@ Params BayesianSearcher::InitialDesign(int64_t number) const {
   return space_.Decode(u);
 }
 
+void BayesianSearcher::ObservePrior(const v1::Trial& trial) {
+  Observation o = Make(0, trial, trial.final_metrics());
+  if (!o.objectives.empty()) priors_.push_back(std::move(o));
+  prior_gp_.reset();
+}
+
+const GaussianProcess* BayesianSearcher::PriorGp() {
+  if (prior_gp_ || priors_.empty()) return prior_gp_.get();
+  std::vector<const Observation*> all;
+  for (const auto& o : priors_) all.push_back(&o);
+  Eigen::VectorXd y =
+      Transform(Targets(all, std::vector<double>(objectives_, 1.0)));
+  std::vector<int> keep = Subset(y, options_.max_points);
+  Eigen::MatrixXd x(keep.size(), features_.size());
+  Eigen::VectorXd ys(keep.size());
+  for (size_t i = 0; i < keep.size(); ++i) {
+    x.row(i) = priors_[keep[i]].features.transpose();
+    ys[i] = y[keep[i]];
+  }
+  std::vector<int> fit_rows = Subset(ys, options_.max_fit_points);
+  Eigen::MatrixXd fx(fit_rows.size(), features_.size());
+  Eigen::VectorXd fy(fit_rows.size());
+  for (size_t i = 0; i < fit_rows.size(); ++i) {
+    fx.row(i) = x.row(fit_rows[i]);
+    fy[i] = ys[fit_rows[i]];
+  }
+  GpFitOptions fit;
+  fit.seed = SplitMix64(options_.seed ^ 0x9e10);
+  prior_h_ = GaussianProcess::Fit(
+      fx, fy, GpHyperparameters::Default(features_.size()), fit);
+  auto gp = GaussianProcess::Condition(x, ys, prior_h_);
+  if (gp.ok()) prior_gp_ = std::make_shared<GaussianProcess>(std::move(*gp));
+  return prior_gp_.get();
+}
+
 void BayesianSearcher::ObserveReport(const v1::Trial& trial, int64_t step,
                                      const Metrics& metrics) {
   if (!MinimizedObjectives(spec_, metrics)) return;
@@ -365,7 +400,16 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
       valid = static_cast<int>(rung->size());
     }
   }
-  if (valid < options_.initial_trials) return InitialDesign(number);
+  // Warm start: with fewer than two results of its own, the prior's
+  // trials stand in for them (the prior's GP proposes).
+  const GaussianProcess* prior = PriorGp();
+  const bool prior_only = prior && valid < 2;
+  if (valid < options_.initial_trials && !prior) return InitialDesign(number);
+  if (prior_only) {
+    chosen = &priors_;
+    level = -3;
+    valid = static_cast<int>(priors_.size());
+  }
   // The fit's own results, then the stopped trials it lacks (imputed at
   // the worst value; past the hyperparameter fit's first `valid`).
   std::vector<Observation> observations = *chosen;
@@ -400,8 +444,16 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
     x.row(i) = observations[keep[i]].features.transpose();
     y[i] = y_all[keep[i]];
   }
-  const GpHyperparameters& h = Hyperparameters(observations, level, valid);
-  auto gp = GaussianProcess::Condition(x.topRows(n), y.head(n), h);
+  // Own results under warm start: residuals from the prior's mean, with
+  // the prior's hyperparameters until the study has its initial trials.
+  const bool stacked = prior && !prior_only;
+  const GpHyperparameters& h =
+      prior_only || (stacked && valid < options_.initial_trials)
+          ? prior_h_
+          : Hyperparameters(observations, level, valid);
+  auto gp = stacked ? GaussianProcess::Condition(x.topRows(n), y.head(n), h,
+                                                 prior_gp_)
+                    : GaussianProcess::Condition(x.topRows(n), y.head(n), h);
   if (!gp.ok()) return InitialDesign(number);
   // Constraints: one GP per constraint metric, and the best target among
   // feasible observations only.
@@ -477,7 +529,8 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
     y[n + j] = mean;
   }
   if (p > 0) {
-    auto believed = GaussianProcess::Condition(x, y, h);
+    auto believed = stacked ? GaussianProcess::Condition(x, y, h, prior_gp_)
+                            : GaussianProcess::Condition(x, y, h);
     if (believed.ok()) gp = std::move(believed);
   }
 

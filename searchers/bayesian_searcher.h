@@ -22,6 +22,11 @@
 //    Chebyshev function under weights drawn from the simplex per trial
 //    number, and maximises EI of that. Hyperparameters are fitted on the
 //    equal-weight scalarisation, so they stay a function of the history.
+//  - Warm start (ObservePrior): a GP fitted once on the earlier studies'
+//    trials (standardised on their own) is the prior mean, and the
+//    study's own observations are modelled as residuals from it (stacked
+//    transfer); until two of its own trials finish, the prior's GP alone
+//    proposes, with no quasi-random phase.
 //  - Constraints: a GP per constraint metric (standardised, same refit
 //    schedule); the acquisition is EI times the probability that every
 //    constraint holds (constrained EI), or that probability alone until a
@@ -76,6 +81,7 @@ class BayesianSearcher : public Searcher {
   absl::StatusOr<Params> Suggest(int64_t number,
                                  const std::vector<Params>& pending) override;
   void Observe(const v1::Trial& trial) override;
+  void ObservePrior(const v1::Trial& trial) override;
   bool WantsReports() const override { return !rungs_.empty(); }
   void ObserveReport(const v1::Trial& trial, int64_t step,
                      const Metrics& metrics) override;
@@ -116,6 +122,11 @@ class BayesianSearcher : public Searcher {
   std::pair<int, int> constraint_fit_key_{-1, -2};
   std::vector<Observation> observations_;  // sorted by (end_ms, number)
   std::vector<Observation> stopped_;       // STOPPED trials, y NaN
+  std::vector<Observation> priors_;        // warm start
+  std::shared_ptr<const GaussianProcess> prior_gp_;  // fitted on priors_
+  GpHyperparameters prior_h_;
+  // The warm-start prior's GP (fitted on first use).
+  const GaussianProcess* PriorGp();
   RungResults<Observation> rungs_;
   int64_t report_seq_ = 0;
   int fitted_level_ = -2;  // -1: final results; k: rung k

@@ -172,6 +172,20 @@ absl::StatusOr<GaussianProcess> GaussianProcess::Condition(
   return absl::FailedPreconditionError("GP: kernel matrix is singular");
 }
 
+absl::StatusOr<GaussianProcess> GaussianProcess::Condition(
+    const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
+    const GpHyperparameters& h, std::shared_ptr<const GaussianProcess> prior) {
+  Eigen::VectorXd residual = y;
+  for (int i = 0; i < x.rows(); ++i) {
+    double mean, var;
+    prior->Predict(x.row(i).transpose(), &mean, &var);
+    residual[i] -= mean;
+  }
+  auto gp = Condition(x, residual, h);
+  if (gp.ok()) gp->prior_ = std::move(prior);
+  return gp;
+}
+
 GpHyperparameters GaussianProcess::Fit(const Eigen::MatrixXd& x,
                                        const Eigen::VectorXd& y,
                                        const GpHyperparameters& start,
@@ -243,6 +257,14 @@ void GaussianProcess::Predict(const Eigen::VectorXd& point, double* mean,
   *variance = std::max(1e-12, s2 - kstar.dot(kinv_kstar));
   if (dmean) *dmean = dk.transpose() * alpha_;
   if (dvariance) *dvariance = -2.0 * dk.transpose() * kinv_kstar;
+  if (prior_) {
+    double prior_mean, prior_var;
+    Eigen::VectorXd prior_dmean;
+    prior_->Predict(point, &prior_mean, &prior_var,
+                    dmean ? &prior_dmean : nullptr);
+    *mean += prior_mean;
+    if (dmean) *dmean += prior_dmean;
+  }
 }
 
 double LogExpectedImprovement(double mean, double sd, double best,

@@ -10,6 +10,7 @@
 
 #include <Eigen/Dense>
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/statusor.h"
 
@@ -37,6 +38,12 @@ class GaussianProcess {
   static absl::StatusOr<GaussianProcess> Condition(const Eigen::MatrixXd& x,
                                                    const Eigen::VectorXd& y,
                                                    const GpHyperparameters& h);
+  // Stacked transfer (a warm start): the posterior of prior's mean plus a
+  // GP on the residuals y - prior's mean at x. Its variance is the
+  // residual GP's.
+  static absl::StatusOr<GaussianProcess> Condition(
+      const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
+      const GpHyperparameters& h, std::shared_ptr<const GaussianProcess> prior);
 
   // Hyperparameters maximising log marginal likelihood + log prior, from
   // `start` and seeded random starts.
@@ -68,7 +75,8 @@ class GaussianProcess {
   Eigen::VectorXd alpha_;  // K^-1 y
   Eigen::LLT<Eigen::MatrixXd> llt_;
   GpHyperparameters h_;
-  Eigen::ArrayXd inv_l2_;  // 1 / lengthscale^2
+  Eigen::ArrayXd inv_l2_;                         // 1 / lengthscale^2
+  std::shared_ptr<const GaussianProcess> prior_;  // mean added, if any
 };
 
 // log EI for minimisation: log E[max(best - f, 0)] with f ~ N(mean, sd^2).

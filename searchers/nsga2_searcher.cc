@@ -75,6 +75,16 @@ void Nsga2Searcher::Observe(const v1::Trial& trial) {
                            ConstraintViolation(spec_, trial.final_metrics())});
 }
 
+void Nsga2Searcher::ObservePrior(const v1::Trial& trial) {
+  auto objectives = MinimizedObjectives(spec_, trial);
+  if (!objectives) return;
+  // Numbered below every trial of the study, in the order given.
+  observations_.push_back({-1 - int64_t(observations_.size()),
+                           space_.Encode(trial.params()),
+                           std::move(*objectives),
+                           ConstraintViolation(spec_, trial.final_metrics())});
+}
+
 const std::vector<int>& Nsga2Searcher::Elite() {
   if (elite_of_ == observations_.size() && !elite_.empty()) return elite_;
   // Rank every observation (in trial-number order, so the order of

@@ -40,6 +40,9 @@ class Nsga2Searcher : public Searcher {
                                  const std::vector<Params>& pending) override;
   bool UsesPending() const override { return false; }
   void Observe(const v1::Trial& trial) override;
+  // Warm start: prior trials join the pool the elite is chosen from (as
+  // if observed before the study's first trial).
+  void ObservePrior(const v1::Trial& trial) override;
 
  private:
   struct Observation {

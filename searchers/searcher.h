@@ -36,6 +36,11 @@ class Searcher {
   // searcher, so model-based searchers rebuild their state from it.
   virtual void Observe(const v1::Trial& trial) {}
 
+  // Warm start: a finished trial of an earlier study (params, final
+  // metrics, state), given before any Observe, also after a restart.
+  // Model-based searchers take it as a prior; others ignore it.
+  virtual void ObservePrior(const v1::Trial& trial) {}
+
   // Model-based search under early stopping (ASHA, Hyperband): every
   // report of a running trial, in arrival order (a restart replays them
   // trial by trial, so state must not depend on their order across trials),
@@ -175,6 +180,9 @@ class UniqueSearcher : public Searcher {
   absl::StatusOr<Params> Suggest(int64_t number,
                                  const std::vector<Params>& pending) override;
   void Observe(const v1::Trial& trial) override;
+  void ObservePrior(const v1::Trial& trial) override {
+    inner_->ObservePrior(trial);
+  }
   bool WantsReports() const override { return inner_->WantsReports(); }
   void ObserveReport(
       const v1::Trial& trial, int64_t step,

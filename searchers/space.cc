@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "common/params.h"
 #include "common/spec.h"
 
@@ -201,6 +202,55 @@ bool SearchSpace::Contains(int i, const v1::ParamValue& value) const {
     default:
       return false;
   }
+}
+
+absl::Status SearchSpace::Check(const Params& params,
+                                const std::string& where) const {
+  Params known;
+  for (int i = 0; i < size(); ++i) {
+    const std::string& name = params_[i].name();
+    auto it = params.find(name);
+    if (!IsActive(i, known)) {
+      if (it != params.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".", name,
+                         ": inactive here (see its `when`); leave it out"));
+      }
+      continue;
+    }
+    if (it == params.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".", name, ": is required"));
+    }
+    if (!Contains(i, it->second)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ".", name, ": '", ParamValueToString(it->second),
+          "' is not a value of the parameter (wrong type or out of range)"));
+    }
+    known[name] = it->second;
+  }
+  for (const auto& [name, value] : params) {
+    if (!known.count(name)) {
+      bool listed = false;
+      for (const auto& p : params_) listed |= p.name() == name;
+      if (!listed) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".", name, ": no such parameter"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::optional<Params> SearchSpace::Project(const Params& params) const {
+  Params out;
+  for (int i = 0; i < size(); ++i) {
+    if (!IsActive(i, out)) continue;
+    auto it = params.find(params_[i].name());
+    if (it == params.end() || !Contains(i, it->second)) return std::nullopt;
+    out[params_[i].name()] = it->second;
+  }
+  return out;
 }
 
 }  // namespace dial::searchers

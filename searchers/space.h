@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -47,6 +48,14 @@ class SearchSpace {
 
   // Whether `value` is a valid value of parameter i (type and bounds).
   bool Contains(int i, const v1::ParamValue& value) const;
+
+  // OK if `params` is a configuration of this space: every active
+  // parameter with a valid value, no inactive or unknown one. Otherwise
+  // INVALID_ARGUMENT naming the parameter, under `where`.
+  absl::Status Check(const Params& params, const std::string& where) const;
+  // `params` (of a compatible space) restricted to this one: the active
+  // parameters' values, nullopt if one is missing or out of range.
+  std::optional<Params> Project(const Params& params) const;
 
  private:
   explicit SearchSpace(std::vector<v1::ParameterSpec> params)

@@ -118,6 +118,13 @@ void TpeSearcher::Observe(const v1::Trial& trial) {
   }
 }
 
+void TpeSearcher::ObservePrior(const v1::Trial& trial) {
+  if (auto y = MinimizedObjectives(spec_, trial)) {
+    priors_.push_back({trial.params(), std::move(*y),
+                       ConstraintViolation(spec_, trial.final_metrics())});
+  }
+}
+
 void TpeSearcher::ObserveReport(
     const v1::Trial& trial, int64_t step,
     const google::protobuf::Map<std::string, double>& metrics) {
@@ -160,17 +167,21 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
     if (const auto* rung = rungs_.Highest(needed)) chosen = rung;
   }
   const std::vector<Observation>& obs = *chosen;
-  if (obs.size() < needed) return space_.Sample(rng);
+  if (obs.size() + priors_.size() < needed) return space_.Sample(rng);
   // Good = the best gamma(n); bad = the rest plus pending trials (as a
   // constant liar). Both keep observation order, for the recency weights.
-  const std::vector<size_t> by_value = BestFirst(obs);
-  const size_t n_good =
-      std::min<size_t>(25, static_cast<size_t>(std::ceil(0.1 * obs.size())));
-  std::vector<bool> is_good(obs.size(), false);
-  for (size_t i = 0; i < n_good; ++i) is_good[by_value[i]] = true;
   std::vector<const Params*> good, bad;
-  for (size_t i = 0; i < obs.size(); ++i) {
-    (is_good[i] ? good : bad).push_back(&obs[i].params);
+  // The prior first (older), then the study's own, each split on its own.
+  const std::vector<Observation>* groups[] = {&priors_, &obs};
+  for (const auto* group : groups) {
+    const std::vector<size_t> by_value = BestFirst(*group);
+    const size_t n_good = std::min<size_t>(
+        25, static_cast<size_t>(std::ceil(0.1 * group->size())));
+    std::vector<bool> is_good(group->size(), false);
+    for (size_t i = 0; i < n_good; ++i) is_good[by_value[i]] = true;
+    for (size_t i = 0; i < group->size(); ++i) {
+      (is_good[i] ? good : bad).push_back(&(*group)[i].params);
+    }
   }
   for (const auto& p : pending) bad.push_back(&p);
 

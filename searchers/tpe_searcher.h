@@ -37,6 +37,10 @@ class TpeSearcher : public Searcher {
   absl::StatusOr<Params> Suggest(int64_t number,
                                  const std::vector<Params>& pending) override;
   void Observe(const v1::Trial& trial) override;
+  // Warm start: the prior's best gamma join the good group and the rest
+  // the bad one (split within the prior, so a shifted scale does not mix
+  // with the study's own), older than any of the study's trials.
+  void ObservePrior(const v1::Trial& trial) override;
   bool WantsReports() const override { return !rungs_.empty(); }
   void ObserveReport(
       const v1::Trial& trial, int64_t step,
@@ -63,6 +67,7 @@ class TpeSearcher : public Searcher {
   v1::StudySpec spec_;
   bool ranked_split_;  // several objectives or constraints
   std::vector<Observation> observations_;
+  std::vector<Observation> priors_;
   RungResults<Observation> rungs_;  // BOHB-style, under early stopping
 };
 

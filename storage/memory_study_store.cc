@@ -61,6 +61,8 @@ absl::Status MemoryStudyStore::UpdateStudy(const v1::Study& study) {
   *stored.mutable_spec() = study.spec();
   stored.set_state(study.state());
   *stored.mutable_update_time() = study.update_time();
+  *stored.mutable_queue() = study.queue();
+  stored.set_next_queue_id(study.next_queue_id());
   return absl::OkStatus();
 }
 

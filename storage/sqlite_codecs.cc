@@ -26,7 +26,18 @@ v1::Study ReadStudy(const Statement& row) {
   *study.mutable_create_time() = FromMs(row.Int(3));
   *study.mutable_update_time() = FromMs(row.Int(4));
   study.set_owner(row.Text(5));
+  v1::Study extra;
+  if (extra.ParseFromString(row.Text(6))) study.MergeFrom(extra);
+  v1::Study prior;
+  if (prior.ParseFromString(row.Text(7))) study.MergeFrom(prior);
   return study;
+}
+
+std::string StudyExtra(const v1::Study& study) {
+  v1::Study extra;
+  *extra.mutable_queue() = study.queue();
+  extra.set_next_queue_id(study.next_queue_id());
+  return extra.SerializeAsString();
 }
 
 void BindStudy(Statement& stmt, const v1::Study& study) {
@@ -35,7 +46,11 @@ void BindStudy(Statement& stmt, const v1::Study& study) {
       .Bind(3, int64_t{study.state()})
       .Bind(4, ToMs(study.create_time()))
       .Bind(5, ToMs(study.update_time()))
-      .Bind(6, study.owner());
+      .Bind(6, study.owner())
+      .BindBlob(7, StudyExtra(study));
+  v1::Study prior;
+  *prior.mutable_prior_trials() = study.prior_trials();
+  stmt.BindBlob(8, prior.SerializeAsString());
 }
 
 v1::Trial ReadTrial(const Statement& row, int64_t* trial_id) {
@@ -65,6 +80,10 @@ std::string TrialDetail(const v1::Trial& trial) {
   *detail.mutable_lineage() = trial.lineage();
   detail.set_checkpoint_step(trial.checkpoint_step());
   detail.set_lease_token(trial.lease_token());
+  *detail.mutable_objective_values() = trial.objective_values();
+  detail.set_queue_id(trial.queue_id());
+  if (trial.has_origin()) detail.set_origin(trial.origin());
+  if (trial.has_seed()) detail.set_seed(trial.seed());
   return detail.SerializeAsString();
 }
 

@@ -21,10 +21,13 @@ int64_t ToMs(const google::protobuf::Timestamp& t);
 google::protobuf::Timestamp FromMs(int64_t ms);
 
 // studies
-#define DIAL_STUDY_COLUMNS "name, spec, state, create_ms, update_ms, owner"
+#define DIAL_STUDY_COLUMNS \
+  "name, spec, state, create_ms, update_ms, owner, extra, prior"
 v1::Study ReadStudy(const Statement& row);
-// ?1..?6 in DIAL_STUDY_COLUMNS order.
+// ?1..?8 in DIAL_STUDY_COLUMNS order.
 void BindStudy(Statement& stmt, const v1::Study& study);
+// The `extra` column: the study's queue and next queue id.
+std::string StudyExtra(const v1::Study& study);
 
 // trials, joined with studies (t, s)
 #define DIAL_TRIAL_COLUMNS                                               \

@@ -87,6 +87,13 @@ CREATE TABLE audit(
   detail TEXT NOT NULL);
 CREATE INDEX audit_by_study ON audit(study, id);
 )sql",
+    // 4: a study's queued configurations (a Study message holding only
+    // queue and next_queue_id) and its warm-start prior (one holding only
+    // prior_trials, written once at creation).
+    R"sql(
+ALTER TABLE studies ADD COLUMN extra BLOB NOT NULL DEFAULT x'';
+ALTER TABLE studies ADD COLUMN prior BLOB NOT NULL DEFAULT x'';
+)sql",
 };
 constexpr int kSchemaVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 

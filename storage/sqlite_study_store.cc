@@ -369,7 +369,7 @@ absl::Status SqliteStudyStore::CreateStudy(const v1::Study& study) {
   absl::MutexLock lock(&mu_);
   return Transaction([&]() -> absl::Status {
     DIAL_PREPARE(stmt, "INSERT INTO studies(" DIAL_STUDY_COLUMNS
-                       ") VALUES (?, ?, ?, ?, ?, ?)");
+                       ") VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
     BindStudy(stmt, study);
     absl::Status status = stmt.Run();
     if (absl::IsAlreadyExists(status)) {
@@ -410,12 +410,13 @@ absl::Status SqliteStudyStore::UpdateStudy(const v1::Study& study) {
   absl::MutexLock lock(&mu_);
   return Transaction([&]() -> absl::Status {
     DIAL_PREPARE(stmt,
-                 "UPDATE studies SET spec = ?, state = ?, update_ms = ? WHERE "
-                 "name = ?");
+                 "UPDATE studies SET spec = ?, state = ?, update_ms = ?, "
+                 "extra = ? WHERE name = ?");
     stmt.BindBlob(1, study.spec().SerializeAsString())
         .Bind(2, int64_t{study.state()})
         .Bind(3, ToMs(study.update_time()))
-        .Bind(4, study.name());
+        .BindBlob(4, StudyExtra(study))
+        .Bind(5, study.name());
     DIAL_RETURN_IF_ERROR(stmt.Run());
     if (conn_->changes() == 0) {
       return absl::NotFoundError(

@@ -61,7 +61,9 @@ class StudyStore {
   // NOT_FOUND if absent. trial_counts are not filled.
   virtual absl::StatusOr<v1::Study> GetStudy(const std::string& name) = 0;
   virtual absl::StatusOr<std::vector<v1::Study>> ListStudies() = 0;
-  // Replaces spec, state and update_time. NOT_FOUND if absent.
+  // Replaces spec, state, update_time, queue and next_queue_id (never
+  // prior_trials: those are written once, by CreateStudy). NOT_FOUND if
+  // absent.
   virtual absl::Status UpdateStudy(const v1::Study& study) = 0;
   // Removes the study with its trials, metrics and checkpoint index: at
   // once for every read (its name is free again when this returns), but a

@@ -60,4 +60,25 @@ EvalResult Evaluate(torch::nn::Sequential& net, const Split& s, int64_t batch,
   return result;
 }
 
+torch::Tensor Probabilities(torch::nn::Sequential& net, const Split& s,
+                            int64_t batch, torch::Device device,
+                            Precision precision) {
+  torch::NoGradGuard no_grad;
+  net->eval();
+  std::vector<torch::Tensor> parts;
+  const int64_t n = s.x.size(0);
+  for (int64_t start = 0; start < n; start += batch) {
+    const int64_t end = std::min(n, start + batch);
+    auto x = s.x.slice(0, start, end).to(device, /*non_blocking=*/true);
+    torch::Tensor out;
+    {
+      AutocastScope autocast(device, precision);
+      out = net->forward(x);
+    }
+    parts.push_back(out.to(torch::kFloat32).softmax(1).cpu());
+  }
+  net->train();
+  return torch::cat(parts);
+}
+
 }  // namespace dial::trainer

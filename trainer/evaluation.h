@@ -27,4 +27,10 @@ EvalResult Evaluate(torch::nn::Sequential& net, const Split& s, int64_t batch,
                     torch::Device device, Precision precision,
                     bool predictions);
 
+// Softmax class probabilities of `net` for every example of `s` (float,
+// [N, classes], on the CPU), for averaging an ensemble.
+torch::Tensor Probabilities(torch::nn::Sequential& net, const Split& s,
+                            int64_t batch, torch::Device device,
+                            Precision precision);
+
 }  // namespace dial::trainer

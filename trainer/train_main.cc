@@ -8,12 +8,16 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <map>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "common/flags.h"
 #include "common/trainer_knobs.h"
 #include "common/trial_protocol.h"
@@ -44,6 +48,10 @@ ABSL_FLAG(std::string, evaluate, "",
           "print the metrics as JSON and exit; no training");
 ABSL_FLAG(std::string, predictions, "",
           "With --evaluate: write per-example predictions to this CSV file");
+ABSL_FLAG(std::string, ensemble, "",
+          "With --evaluate: a file of JSON lines {\"checkpoint\": ID, "
+          "\"params\": {...}}, one per member; evaluates the average of "
+          "their predicted class probabilities (the --knobs apply to all)");
 
 namespace {
 
@@ -138,6 +146,22 @@ int Fail(const absl::Status& status, int code) {
   return code;
 }
 
+// Prints evaluation metrics as one JSON object; the exit status.
+int PrintMetrics(const absl::StatusOr<std::map<std::string, double>>& metrics) {
+  if (!metrics.ok()) {
+    return Fail(metrics.status(),
+                absl::IsInvalidArgument(metrics.status()) ? 2 : 1);
+  }
+  google::protobuf::Struct out;
+  for (const auto& [name, value] : *metrics) {
+    (*out.mutable_fields())[name].set_number_value(value);
+  }
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(out, &json);
+  std::cout << json << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,6 +197,16 @@ int main(int argc, char** argv) {
     fields["steps"].set_number_value(
         static_cast<double>(absl::GetFlag(FLAGS_steps)));
   }
+  // A re-evaluation runs with its own seed.
+  if (const char* seed = std::getenv(dial::kEnvSeed); seed && *seed) {
+    double value;
+    if (!absl::SimpleAtod(seed, &value)) {
+      return Fail(absl::InvalidArgumentError(
+                      absl::StrCat("$", dial::kEnvSeed, ": not a number")),
+                  2);
+    }
+    fields["seed"].set_number_value(value);
+  }
   auto params = ParseJsonObject(
       "--params",
       FlagOrEnv(absl::GetFlag(FLAGS_params), dial::kEnvTrialParams));
@@ -202,22 +236,49 @@ int main(int argc, char** argv) {
   ctx.threads = std::max(1, threads);
   ctx.interrupt = &g_interrupt;
 
+  if (!absl::GetFlag(FLAGS_ensemble).empty()) {
+    if (absl::GetFlag(FLAGS_evaluate).empty()) {
+      return Fail(absl::InvalidArgumentError("--ensemble needs --evaluate"), 2);
+    }
+    std::ifstream in(absl::GetFlag(FLAGS_ensemble));
+    if (!in) {
+      return Fail(absl::InvalidArgumentError("cannot read " +
+                                             absl::GetFlag(FLAGS_ensemble)),
+                  2);
+    }
+    std::vector<dial::TrainerConfig> configs;
+    std::vector<dial::trainer::RunContext> contexts;
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      auto member = ParseJsonObject("--ensemble", line);
+      if (!member.ok()) return Fail(member.status(), 2);
+      const auto& f = member->fields();
+      auto ckpt = f.find("checkpoint");
+      auto mparams = f.find("params");
+      if (ckpt == f.end() || !ckpt->second.has_string_value() ||
+          mparams == f.end() || !mparams->second.has_struct_value()) {
+        return Fail(absl::InvalidArgumentError(
+                        "--ensemble: each line needs \"checkpoint\" (text) "
+                        "and \"params\" (an object): " +
+                        line),
+                    2);
+      }
+      auto member_config =
+          dial::ResolveTrainerConfig(*knobs, mparams->second.struct_value());
+      if (!member_config.ok()) return Fail(member_config.status(), 2);
+      configs.push_back(*member_config);
+      contexts.push_back(ctx);
+      contexts.back().restore_checkpoint = ckpt->second.string_value();
+    }
+    return PrintMetrics(dial::trainer::EvaluateEnsemble(
+        configs, contexts, absl::GetFlag(FLAGS_evaluate)));
+  }
+
   if (!absl::GetFlag(FLAGS_evaluate).empty()) {
-    auto metrics = dial::trainer::EvaluateCheckpoint(
+    return PrintMetrics(dial::trainer::EvaluateCheckpoint(
         *config, ctx, absl::GetFlag(FLAGS_evaluate),
-        absl::GetFlag(FLAGS_predictions));
-    if (!metrics.ok()) {
-      return Fail(metrics.status(),
-                  absl::IsInvalidArgument(metrics.status()) ? 2 : 1);
-    }
-    google::protobuf::Struct out;
-    for (const auto& [name, value] : *metrics) {
-      (*out.mutable_fields())[name].set_number_value(value);
-    }
-    std::string json;
-    (void)google::protobuf::util::MessageToJsonString(out, &json);
-    std::cout << json << std::endl;
-    return 0;
+        absl::GetFlag(FLAGS_predictions)));
   }
 
   int report_fd = -1, decision_fd = -1;

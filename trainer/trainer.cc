@@ -186,6 +186,22 @@ class Run {
         {split + "_examples", static_cast<double>(r.examples)}};
   }
 
+  // The loaded checkpoint's class probabilities on `split`, and its labels.
+  absl::StatusOr<std::pair<torch::Tensor, torch::Tensor>> PredictOnly(
+      const std::string& split) {
+    if (ctx_.restore_checkpoint.empty()) {
+      return absl::InvalidArgumentError("evaluation needs a checkpoint id");
+    }
+    DIAL_RETURN_IF_ERROR(
+        Setup(/*evaluate=*/true, /*with_test=*/split == "test").status());
+    const Split& s = split == "test" ? data_.test : data_.val;
+    at::set_num_threads(ctx_.threads);
+    torch::Tensor p = Probabilities(replicas_[0].net, s,
+                                    std::max(c_.eval_batch_size, c_.batch_size),
+                                    replicas_[0].device, precision_);
+    return std::make_pair(p, s.y.cpu());
+  }
+
  private:
   // Evaluates replica 0's model with every thread of the run (training
   // gives this thread only its replica's share).
@@ -417,6 +433,48 @@ absl::StatusOr<RunResult> Train(const TrainerConfig& config,
     Run run(config, context, &sink);
     return run.Train();
   } catch (const std::exception& e) {  // c10::Error and std::runtime_error
+    return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::map<std::string, double>> EvaluateEnsemble(
+    const std::vector<TrainerConfig>& configs,
+    const std::vector<RunContext>& contexts, const std::string& split) {
+  if (split != "test" && split != "val") {
+    return absl::InvalidArgumentError("split must be test or val, got '" +
+                                      split + "'");
+  }
+  if (configs.empty() || configs.size() != contexts.size()) {
+    return absl::InvalidArgumentError("an ensemble needs members");
+  }
+  try {
+    std::map<std::string, double> out;
+    torch::Tensor sum, labels;
+    for (size_t i = 0; i < configs.size(); ++i) {
+      Run run(configs[i], contexts[i], nullptr);
+      DIAL_ASSIGN_OR_RETURN(auto predicted, run.PredictOnly(split));
+      auto& [p, y] = predicted;
+      if (labels.defined() && (!y.equal(labels) || p.sizes() != sum.sizes())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "member ", i, " (", contexts[i].restore_checkpoint,
+            ") sees other labels or classes on the ", split,
+            " split than member 0; ensemble on test, with one dataset"));
+      }
+      out[absl::StrCat("member_", i, "_accuracy")] =
+          p.argmax(1).eq(y).to(torch::kFloat64).mean().item<double>();
+      sum = sum.defined() ? sum + p : p;
+      labels = y;
+    }
+    const torch::Tensor mean = sum / double(configs.size());
+    out[split + "_accuracy"] =
+        mean.argmax(1).eq(labels).to(torch::kFloat64).mean().item<double>();
+    out[split + "_loss"] =
+        torch::nn::functional::nll_loss(mean.clamp_min(1e-12).log(), labels)
+            .item<double>();
+    out[split + "_examples"] = static_cast<double>(labels.size(0));
+    out["members"] = static_cast<double>(configs.size());
+    return out;
+  } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("libtorch: ", e.what()));
   }
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/trainer_knobs.h"
@@ -73,6 +74,16 @@ absl::StatusOr<RunResult> Train(const TrainerConfig& config,
 // `predictions_path` is not empty, writes one CSV row per example there
 // (index, label, prediction, confidence). INVALID_ARGUMENT for a bad split,
 // knobs or data; NOT_FOUND / DATA_LOSS for a bad checkpoint.
+// An ensemble: each member (its own config and context.restore_checkpoint)
+// predicts class probabilities on `split`; their average is evaluated.
+// Metrics: <split>_accuracy and <split>_loss of the average,
+// <split>_examples, members, and member_<i>_accuracy for each.
+// INVALID_ARGUMENT when members disagree on the split's labels or classes
+// (e.g. "val" carved with different seeds: use "test").
+absl::StatusOr<std::map<std::string, double>> EvaluateEnsemble(
+    const std::vector<TrainerConfig>& configs,
+    const std::vector<RunContext>& contexts, const std::string& split);
+
 absl::StatusOr<std::map<std::string, double>> EvaluateCheckpoint(
     const TrainerConfig& config, const RunContext& context,
     const std::string& split, const std::string& predictions_path);

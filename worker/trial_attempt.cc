@@ -66,6 +66,7 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
                              trial.number(), options.checkpoints);
   if (!restore.ok()) return restore;
   const std::string threads = std::to_string(options.cpu_threads);
+  if (trial.has_seed()) p.env[kEnvSeed] = std::to_string(trial.seed());
   p.env[kEnvStudy] = trial.study();
   p.env[kEnvTrial] = std::to_string(trial.number());
   p.env[kEnvAttempt] = std::to_string(a.attempt());

@@ -45,6 +45,12 @@ ABSL_FLAG(std::string, functions, "",
           "Functions to run; default branin,hartmann6,rosenbrock4,mixed, "
           "with --multi zdt1,zdt2,zdt3,dtlz2,branin_c,mixed_c");
 ABSL_FLAG(bool, latency, false, "Measure Bayesian suggestion latency instead");
+ABSL_FLAG(bool, warm, false,
+          "Warm start: per function and seed, a cold study, a source study "
+          "on a shifted copy of the function and a study warm-started from "
+          "it; prints when the warm one reaches the cold one's final regret");
+ABSL_FLAG(double, shift, 0.05,
+          "--warm: the copy's shift, as a share of each float's range");
 ABSL_FLAG(bool, multi, false,
           "Run the multi-objective and constrained problems instead");
 ABSL_FLAG(bool, mo_latency, false,
@@ -403,8 +409,89 @@ int RunMoLatency() {
 
 }  // namespace
 
+// The same point `share` of each float parameter's range lower, so the
+// copy f(x - d) has its optima `share` of the range higher (clamped).
+Params ShiftedBack(const dial::v1::StudySpec& spec, const Params& p,
+                   double share) {
+  Params out = p;
+  for (const auto& s : spec.search_space()) {
+    if (!s.has_float_() || !out.count(s.name())) continue;
+    const auto& r = s.float_();
+    auto& v = out[s.name()];
+    v.set_double_value(std::clamp(
+        v.double_value() - share * (r.max() - r.min()), r.min(), r.max()));
+  }
+  return out;
+}
+
+int RunWarm() {
+  auto local = dial::bench::LocalScheduler::Start("dial-warm-bench");
+  if (!local) return 1;
+  dial::client::DialClient& client = local->client();
+  const auto searchers = ListFlag(FLAGS_searchers, "bayesian,tpe");
+  const auto functions = ListFlag(FLAGS_functions, "branin,hartmann6");
+  const int trials = absl::GetFlag(FLAGS_trials);
+  const double share = absl::GetFlag(FLAGS_shift);
+  for (const Function& fn : kFunctions) {
+    if (!Contains(functions, fn.name)) continue;
+    for (const auto& searcher : searchers) {
+      for (int seed = 0; seed < absl::GetFlag(FLAGS_seeds); ++seed) {
+        const std::string tag = absl::StrCat(fn.name, "-", searcher, "-", seed);
+        const std::string goal = "objective: {metric: y, goal: MINIMIZE}\n";
+        auto run = [&](const std::string& name, const std::string& extra,
+                       bool shifted, std::vector<double>* regret) {
+          auto spec = BenchSpec(name, goal + extra, searcher, seed + 1, trials,
+                                fn.space_yaml);
+          if (!spec.ok()) return spec.status();
+          double best = 1e300;
+          return RunStudy(
+                     client, *spec, trials,
+                     [&](const Params& p) {
+                       return Metrics{
+                           {"y",
+                            fn.f(shifted ? ShiftedBack(*spec, p, share) : p)}};
+                     },
+                     [&](const Metrics& m) {
+                       best = std::min(best, m.at("y"));
+                       if (regret) regret->push_back(best - fn.optimum);
+                     })
+              .status();
+        };
+        std::vector<double> cold, warm;
+        absl::Status status = run("cold-" + tag, "", false, &cold);
+        if (status.ok()) status = run("source-" + tag, "", true, nullptr);
+        if (status.ok()) {
+          status = run("warm-" + tag,
+                       "warm_start: {studies: [source-" + tag + "]}\n", false,
+                       &warm);
+        }
+        if (!status.ok()) return Fail(status);
+        // The first trial count at which the warm study's regret is at
+        // most the cold study's after all its trials.
+        int reached = -1;
+        for (size_t t = 0; t < warm.size(); ++t) {
+          if (warm[t] <= cold.back()) {
+            reached = static_cast<int>(t) + 1;
+            break;
+          }
+        }
+        std::printf(
+            "{\"tool\": \"dial\", \"mode\": \"warm\", \"searcher\": "
+            "\"%s\", \"function\": \"%s\", \"seed\": %d, \"trials\": %d, "
+            "\"shift\": %g, \"cold_regret\": %.10g, \"warm_regret\": "
+            "%.10g, \"warm_regret_at_half\": %.10g, \"reached_at\": %d}\n",
+            searcher.c_str(), fn.name, seed, trials, share, cold.back(),
+            warm.back(), warm[warm.size() / 2 - 1], reached);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_warm)) return RunWarm();
   if (absl::GetFlag(FLAGS_mo_latency)) return RunMoLatency();
   if (absl::GetFlag(FLAGS_multi)) return RunMulti();
   return absl::GetFlag(FLAGS_latency) ? RunLatency() : RunRegret();

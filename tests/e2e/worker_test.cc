@@ -12,6 +12,7 @@
 
 #include "client/client.h"
 #include "common/spec.h"
+#include "searchers/searcher.h"
 #include "tests/e2e/worker_fixture.h"
 
 namespace dial {
@@ -82,6 +83,63 @@ TEST_F(WorkerE2eTest, TwoWorkersRunAFourTrialStudyToCompletion) {
   EXPECT_EQ(test.fields().at("test_examples").number_value(), 1024);
   EXPECT_GT(test.fields().at("test_accuracy").number_value(), 0.25);
   EXPECT_FALSE(listed.trials(0).final_metrics().count("test_accuracy"));
+
+  // An ensemble of the best three: each member is evaluated as that
+  // trial alone would be, and their average on the same split.
+  auto best = client_->GetBestTrials("synthetic", 3);
+  ASSERT_TRUE(best.ok());
+  google::protobuf::Struct alone;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  Dialctl("--json trials evaluate synthetic " +
+                          std::to_string(best->at(0).number()) +
+                          " --trainer=" DIAL_TRAIN_BIN),
+                  &alone)
+                  .ok());
+  google::protobuf::Struct ensemble;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  Dialctl("--json study ensemble synthetic --top=3 "
+                          "--trainer=" DIAL_TRAIN_BIN " --checkpoint-root=" +
+                          (dir_ / "ckpt").string()),
+                  &ensemble)
+                  .ok());
+  EXPECT_EQ(ensemble.fields().at("members").number_value(), 3);
+  EXPECT_EQ(ensemble.fields().at("test_examples").number_value(), 1024);
+  EXPECT_DOUBLE_EQ(ensemble.fields().at("member_0_accuracy").number_value(),
+                   alone.fields().at("test_accuracy").number_value());
+  EXPECT_GT(ensemble.fields().at("test_accuracy").number_value(), 0.25);
+
+  // Re-evaluation: the best configuration runs twice more with new seeds
+  // (DIAL_SEED reaches the trainer), and ranks by the mean of its runs.
+  EXPECT_THAT(Dialctl("study reevaluate synthetic --top=1 --seeds=2"),
+              HasSubstr("2 re-evaluations queued; max_trials is 6"));
+  WaitForEnd("synthetic");
+  auto reruns = client_->ListAllTrials("synthetic", {});
+  ASSERT_TRUE(reruns.ok());
+  ASSERT_EQ(reruns->size(), 6u);
+  std::set<uint64_t> seeds;
+  for (int i = 4; i < 6; ++i) {
+    const auto& t = (*reruns)[i];
+    EXPECT_EQ(t.state(), v1::COMPLETED) << t.error();
+    EXPECT_EQ(t.origin(), best->at(0).number());
+    EXPECT_TRUE(t.has_seed());
+    seeds.insert(t.seed());
+    EXPECT_EQ(searchers::ParamsKey(t.params()),
+              searchers::ParamsKey(best->at(0).params()));
+  }
+  EXPECT_EQ(seeds.size(), 2u);
+  // Another seed trains another model.
+  EXPECT_NE((*reruns)[4].objective_value(), (*reruns)[5].objective_value());
+  auto ranked = client_->GetFront("synthetic", 6);
+  ASSERT_TRUE(ranked.ok());
+  ASSERT_EQ(ranked->seed_runs_size(), 1);
+  EXPECT_EQ(ranked->seed_runs(0).trial(), best->at(0).number());
+  EXPECT_EQ(ranked->seed_runs(0).runs(), 3);
+  EXPECT_NEAR(ranked->seed_runs(0).mean(),
+              (best->at(0).objective_value() + (*reruns)[4].objective_value() +
+               (*reruns)[5].objective_value()) /
+                  3,
+              1e-12);
+  for (const auto& t : ranked->trials()) EXPECT_FALSE(t.has_origin());
 }
 
 TEST_F(WorkerE2eTest, APythonCommandTrialRunsToCompletion) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <future>
 
@@ -566,6 +567,139 @@ TEST_F(CoreTest, AnInfeasibleTrialIsNeverTheBest) {
   ASSERT_TRUE(best.ok());
   ASSERT_EQ(best->size(), 1u);
   EXPECT_EQ(best->at(0).number(), 1);
+}
+
+}  // namespace
+}  // namespace dial::scheduler
+
+namespace dial::scheduler {
+namespace {
+
+v1::QueuedTrial Queued(double x, const std::string& opt) {
+  v1::QueuedTrial q;
+  (*q.mutable_params())["x"].set_double_value(x);
+  (*q.mutable_params())["opt"].set_string_value(opt);
+  return q;
+}
+
+TEST_F(CoreTest, EnqueuedConfigurationsRunFirstAndAreChecked) {
+  ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 4}")).ok());
+  v1::QueuedTrial bad = Queued(9, "sgd");  // x is in [-5, 5]
+  auto refused = core_->EnqueueTrials("s", {bad});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("trials[0].params.x"));
+  v1::QueuedTrial unknown = Queued(1, "sgd");
+  (*unknown.mutable_params())["y"].set_double_value(1);
+  EXPECT_THAT(core_->EnqueueTrials("s", {unknown}).status().message(),
+              HasSubstr("trials[0].params.y: no such parameter"));
+  int32_t waiting = 0;
+  auto queued =
+      core_->EnqueueTrials("s", {Queued(1.5, "adam"), Queued(-2, "sgd")},
+                           auth::Anonymous(), &waiting);
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  EXPECT_EQ(waiting, 2);
+  EXPECT_EQ(core_->GetStudy("s")->queue_size(), 2);
+  auto s = core_->SuggestTrials("s", 3, "c");
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->trials.size(), 3u);
+  EXPECT_EQ(s->trials[0].params().at("x").double_value(), 1.5);
+  EXPECT_EQ(s->trials[0].queue_id(), queued->at(0).id());
+  EXPECT_EQ(s->trials[1].params().at("x").double_value(), -2);
+  EXPECT_EQ(s->trials[2].queue_id(), 0);  // the searcher's own
+  EXPECT_EQ(core_->GetStudy("s")->queue_size(), 0);
+}
+
+TEST(CoreRestartTest, QueueAndWarmStartSurviveARestart) {
+  const storage::testing::ScopedTempDir dir("core-queue");
+  const std::string db = dir.File("dial.db");
+  FakeClock clock;
+  std::vector<v1::Trial> source, own;
+  v1::StudySpec stored;
+  {
+    auto store = storage::SqliteStudyStore::Create({db});
+    ASSERT_TRUE(store.ok());
+    auto core = SchedulerCore::Create({store->get(), &clock});
+    ASSERT_TRUE(core.ok());
+    // A source study with 12 completed trials, best near x = 2.
+    ASSERT_TRUE((*core)
+                    ->CreateStudy(Spec("budget: {max_trials: 12}\n"
+                                       "searcher: {random: {seed: 4}}",
+                                       "old"))
+                    .ok());
+    auto s = (*core)->SuggestTrials("old", 12, "c");
+    ASSERT_TRUE(s.ok());
+    for (const auto& t : s->trials) {
+      const double x = t.params().at("x").double_value();
+      auto done =
+          (*core)->CompleteTrial("old", t.number(), M((x - 2) * (x - 2)), "");
+      ASSERT_TRUE(done.ok());
+      source.push_back(*done);
+    }
+    const double best_x =
+        (*core)->GetBestTrials("old", 1)->at(0).params().at("x").double_value();
+    auto warm = (*core)->CreateStudy(
+        Spec("budget: {max_trials: 20}\nsearcher: {tpe: {seed: 5}}\n"
+             "warm_start: {studies: [old], top_k: 2}",
+             "new"));
+    ASSERT_TRUE(warm.ok()) << warm.status();
+    stored = warm->spec();
+    EXPECT_EQ(warm->queue_size(), 2);
+    EXPECT_EQ(warm->prior_trials_size(), 0);  // never in an answer
+    auto first = (*core)->SuggestTrials("new", 3, "c");
+    ASSERT_TRUE(first.ok());
+    ASSERT_EQ(first->trials.size(), 3u);
+    EXPECT_EQ(first->trials[0].params().at("x").double_value(), best_x);
+    EXPECT_EQ(first->trials[1].queue_id(), 2);
+    EXPECT_EQ(first->trials[2].queue_id(), 0);
+    for (int i = 0; i < 3; ++i) {
+      auto done = (*core)->CompleteTrial("new", i, M(i + 1), "");
+      ASSERT_TRUE(done.ok());
+      own.push_back(*done);
+    }
+    auto running = (*core)->SuggestTrials("new", 1, "c");
+    ASSERT_TRUE(running.ok());
+    own.push_back(running->trials[0]);
+  }
+  // What a searcher given the prior (best first) and the study's trials
+  // suggests: the running core's trial 3, and the restarted core's 4. A
+  // core that lost the prior would still be in TPE's random phase.
+  auto expected = searchers::CreateSearcher(stored);
+  ASSERT_TRUE(expected.ok());
+  std::sort(source.begin(), source.end(), [](const auto& a, const auto& b) {
+    return a.objective_value() < b.objective_value();
+  });
+  for (const auto& t : source) (*expected)->ObservePrior(t);
+  for (int i = 0; i < 3; ++i) (*expected)->Observe(own[i]);
+  EXPECT_EQ(searchers::ParamsKey(*(*expected)->Suggest(3)),
+            searchers::ParamsKey(own[3].params()));
+  auto store = storage::SqliteStudyStore::Create({db});
+  ASSERT_TRUE(store.ok());
+  auto core = SchedulerCore::Create({store->get(), &clock});
+  ASSERT_TRUE(core.ok()) << core.status();
+  EXPECT_EQ((*core)->GetStudy("new")->queue_size(), 0);
+  auto again = (*core)->SuggestTrials("new", 1, "c2");
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->trials.size(), 1u);
+  EXPECT_EQ(again->trials[0].number(), 4);
+  EXPECT_EQ(searchers::ParamsKey(again->trials[0].params()),
+            searchers::ParamsKey(*(*expected)->Suggest(4, {own[3].params()})));
+}
+
+TEST_F(CoreTest, WarmStartNeedsACompatibleSource) {
+  ASSERT_TRUE(core_->CreateStudy(Spec("budget: {max_trials: 2}", "old")).ok());
+  auto other = ParseStudySpec(
+      "name: new\nobjective: {metric: loss, goal: MINIMIZE}\n"
+      "search_space: [{name: x, int: {min: 0, max: 3}}]\n"
+      "budget: {max_trials: 2}\nwarm_start: {studies: [old]}\n");
+  ASSERT_TRUE(other.ok());
+  auto refused = core_->CreateStudy(*other);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("warm_start.studies[0]: study 'old' gives parameter "
+                        "'x' another kind"));
+  other->mutable_warm_start()->set_studies(0, "missing");
+  EXPECT_EQ(core_->CreateStudy(*other).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -420,3 +420,74 @@ scheduler: {asha: {min_steps: 1, max_steps: 9, reduction_factor: 3}}
 
 }  // namespace
 }  // namespace dial::searchers
+
+namespace dial::searchers {
+namespace {
+
+// A warm start from trials of a shifted copy beats a cold start at the
+// same small budget, for the searchers that take a prior.
+TEST(WarmStartTest, APriorFromAShiftedCopyHelpsEarly) {
+  auto f = [](const Params& p, double shift) {
+    double y = 0;
+    for (const char* k : {"a", "b", "c"}) {
+      const double v = p.at(k).double_value() - 0.3 - shift;
+      y += v * v;
+    }
+    Metrics m;
+    m["y"] = y;
+    return m;
+  };
+  for (const std::string searcher : {"bayesian", "tpe"}) {
+    double cold_total = 0, warm_total = 0;
+    for (int seed = 1; seed <= 3; ++seed) {
+      const auto spec = Spec(
+          "objective: {metric: y, goal: MINIMIZE}\n"
+          "search_space:\n"
+          "  - {name: a, float: {min: -2, max: 2}}\n"
+          "  - {name: b, float: {min: -2, max: 2}}\n"
+          "  - {name: c, float: {min: -2, max: 2}}\n"
+          "searcher: {" +
+          searcher + ": {seed: " + std::to_string(seed) + "}}\n");
+      // The prior: 40 random trials of the copy shifted by 0.1.
+      auto source =
+          CreateSearcher(Spec("objective: {metric: y, goal: MINIMIZE}\n"
+                              "search_space:\n"
+                              "  - {name: a, float: {min: -2, max: 2}}\n"
+                              "  - {name: b, float: {min: -2, max: 2}}\n"
+                              "  - {name: c, float: {min: -2, max: 2}}\n"
+                              "searcher: {random: {seed: 7}}\n"));
+      ASSERT_TRUE(source.ok());
+      std::vector<v1::Trial> prior;
+      for (int n = 0; n < 40; ++n) {
+        auto p = (*source)->Suggest(n);
+        ASSERT_TRUE(p.ok());
+        prior.push_back(Finished(n, *p, f(*p, 0.1), spec));
+      }
+      std::sort(prior.begin(), prior.end(), [](const auto& a, const auto& b) {
+        return a.objective_value() < b.objective_value();
+      });
+      auto best_of = [&](bool warm) {
+        auto s = CreateSearcher(spec);
+        EXPECT_TRUE(s.ok());
+        if (warm) {
+          for (const auto& t : prior) (*s)->ObservePrior(t);
+        }
+        double best = 1e300;
+        for (int n = 0; n < 8; ++n) {
+          auto p = (*s)->Suggest(n);
+          EXPECT_TRUE(p.ok());
+          const Metrics m = f(*p, 0);
+          best = std::min(best, m.at("y"));
+          (*s)->Observe(Finished(n, *p, m, spec));
+        }
+        return best;
+      };
+      cold_total += best_of(false);
+      warm_total += best_of(true);
+    }
+    EXPECT_LT(warm_total, cold_total) << searcher;
+  }
+}
+
+}  // namespace
+}  // namespace dial::searchers

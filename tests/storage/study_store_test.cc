@@ -147,6 +147,37 @@ TEST_P(StudyStoreContract, StudiesRoundTrip) {
             absl::StatusCode::kNotFound);
 }
 
+// Issue 20: a study's queue is written with every update; its warm-start
+// prior only by CreateStudy, so later updates cannot drop it.
+TEST_P(StudyStoreContract, QueuesAndPriorsRoundTrip) {
+  v1::Study study = MakeStudy("q");
+  v1::Trial prior = MakeTrial("old", 3);
+  prior.set_state(v1::COMPLETED);
+  prior.set_objective_value(0.5);
+  *study.add_prior_trials() = prior;
+  ASSERT_TRUE(store_->CreateStudy(study).ok());
+  v1::Study updated = study;
+  updated.clear_prior_trials();  // what the core writes back
+  auto* q = updated.add_queue();
+  (*q->mutable_params())["lr"].set_double_value(0.1);
+  q->set_id(1);
+  q->set_origin(7);
+  q->set_seed(42);
+  updated.set_next_queue_id(1);
+  ASSERT_TRUE(store_->UpdateStudy(updated).ok());
+  auto read = store_->GetStudy("q");
+  ASSERT_TRUE(read.ok());
+  ASSERT_EQ(read->queue_size(), 1);
+  EXPECT_TRUE(MessageDifferencer::Equals(read->queue(0), *q));
+  EXPECT_EQ(read->next_queue_id(), 1);
+  ASSERT_EQ(read->prior_trials_size(), 1);
+  EXPECT_TRUE(MessageDifferencer::Equals(read->prior_trials(0), prior));
+  updated.clear_queue();
+  ASSERT_TRUE(store_->UpdateStudy(updated).ok());
+  EXPECT_EQ(store_->GetStudy("q")->queue_size(), 0);
+  EXPECT_EQ(store_->GetStudy("q")->prior_trials_size(), 1);
+}
+
 // Issue 16: deleting a study of 700k trials held the scheduler's lock for
 // 10 s. DeleteStudy is now one small write (the name is free at once) and
 // PurgeDeleted removes the rows later.
@@ -582,7 +613,7 @@ TEST_F(SqliteStudyStoreTest, ReopenKeepsDataAndSchemaVersion) {
 // audit log) migrates: its checkpoint records read with score -infinity,
 // new ones keep theirs, its studies have no owner, and the audit log works.
 TEST_F(SqliteStudyStoreTest, MigratesADatabaseFromVersion1) {
-  ASSERT_EQ(LatestSchemaVersion(), 3);
+  ASSERT_GE(LatestSchemaVersion(), 4);  // through issue 20's queue and prior
   const std::string path = dir_.File("v1.db");
   {
     sqlite3* db;
@@ -609,10 +640,11 @@ TEST_F(SqliteStudyStoreTest, MigratesADatabaseFromVersion1) {
   {
     auto store = SqliteStudyStore::Create({path});
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ((*store)->schema_version(), 3);
+    EXPECT_EQ((*store)->schema_version(), LatestSchemaVersion());
     auto study = (*store)->GetStudy("s");
     ASSERT_TRUE(study.ok()) << study.status();
     EXPECT_EQ(study->owner(), "");
+    EXPECT_EQ(study->queue_size(), 0);  // migration 4's empty extra
     v1::AuditEvent event;
     event.set_principal("root");
     event.set_action("Migrated");
@@ -625,7 +657,7 @@ TEST_F(SqliteStudyStoreTest, MigratesADatabaseFromVersion1) {
   }
   auto store = SqliteStudyStore::Create({path});
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ((*store)->schema_version(), 3);
+  EXPECT_EQ((*store)->schema_version(), LatestSchemaVersion());
   auto audit = (*store)->ListAudit("", 0, 10);
   ASSERT_TRUE(audit.ok());
   ASSERT_EQ(audit->size(), 1u);
