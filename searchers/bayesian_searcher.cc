@@ -445,12 +445,38 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
     y[i] = y_all[keep[i]];
   }
   // Own results under warm start: residuals from the prior's mean, with
-  // the prior's hyperparameters until the study has its initial trials.
+  // the prior's hyperparameters until the study has its initial trials,
+  // then with hyperparameters fitted on the residuals of its first k
+  // results (on the refit schedule, a function of the history).
   const bool stacked = prior && !prior_only;
+  if (stacked && valid >= options_.initial_trials) {
+    const int k = RefitPoint(valid);
+    if (residual_fit_key_ != std::make_pair(k, level)) {
+      std::vector<int> rows;
+      for (int i = 0, seen = 0; i < n && seen < k; ++i) {
+        if (std::isfinite(observations[keep[i]].y)) {
+          rows.push_back(i);
+          ++seen;
+        }
+      }
+      Eigen::MatrixXd rx(rows.size(), features_.size());
+      Eigen::VectorXd ry(rows.size());
+      for (size_t r = 0; r < rows.size(); ++r) {
+        rx.row(r) = x.row(rows[r]);
+        double mean, var;
+        prior->Predict(rx.row(r).transpose(), &mean, &var);
+        ry[r] = y[rows[r]] - mean;
+      }
+      GpFitOptions fit;
+      fit.seed = SplitMix64(options_.seed ^ 0x7e5 ^ uint64_t(k));
+      residual_h_ = GaussianProcess::Fit(rx, ry, prior_h_, fit);
+      residual_fit_key_ = {k, level};
+    }
+  }
   const GpHyperparameters& h =
-      prior_only || (stacked && valid < options_.initial_trials)
-          ? prior_h_
-          : Hyperparameters(observations, level, valid);
+      prior_only || (stacked && valid < options_.initial_trials) ? prior_h_
+      : stacked                                                  ? residual_h_
+                : Hyperparameters(observations, level, valid);
   auto gp = stacked ? GaussianProcess::Condition(x.topRows(n), y.head(n), h,
                                                  prior_gp_)
                     : GaussianProcess::Condition(x.topRows(n), y.head(n), h);

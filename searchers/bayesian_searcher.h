@@ -22,11 +22,13 @@
 //    Chebyshev function under weights drawn from the simplex per trial
 //    number, and maximises EI of that. Hyperparameters are fitted on the
 //    equal-weight scalarisation, so they stay a function of the history.
-//  - Warm start (ObservePrior): a GP fitted once on the earlier studies'
-//    trials (standardised on their own) is the prior mean, and the
-//    study's own observations are modelled as residuals from it (stacked
-//    transfer); until two of its own trials finish, the prior's GP alone
-//    proposes, with no quasi-random phase.
+//  - Warm start (ObservePrior), in place of the quasi-random phase: until
+//    two of its own trials finish, a GP fitted once on the earlier
+//    studies' trials (standardised on their own) proposes; after that,
+//    that GP is the prior mean and the own observations are modelled as
+//    residuals from it (stacked transfer), with the prior's
+//    hyperparameters until the study has its initial trials and then
+//    with ones fitted on the residuals.
 //  - Constraints: a GP per constraint metric (standardised, same refit
 //    schedule); the acquisition is EI times the probability that every
 //    constraint holds (constrained EI), or that probability alone until a
@@ -125,6 +127,10 @@ class BayesianSearcher : public Searcher {
   std::vector<Observation> priors_;        // warm start
   std::shared_ptr<const GaussianProcess> prior_gp_;  // fitted on priors_
   GpHyperparameters prior_h_;
+  // Warm start: hyperparameters of the residual GP, and the (refit point,
+  // level) they are for.
+  GpHyperparameters residual_h_;
+  std::pair<int, int> residual_fit_key_{-1, -2};
   // The warm-start prior's GP (fitted on first use).
   const GaussianProcess* PriorGp();
   RungResults<Observation> rungs_;

@@ -171,8 +171,11 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
   // Good = the best gamma(n); bad = the rest plus pending trials (as a
   // constant liar). Both keep observation order, for the recency weights.
   std::vector<const Params*> good, bad;
-  // The prior first (older), then the study's own, each split on its own.
-  const std::vector<Observation>* groups[] = {&priors_, &obs};
+  // The prior first (older), then the study's own, each split on its own;
+  // the prior counts until the study has twice its initial trials.
+  static const std::vector<Observation> kNoPrior;
+  const std::vector<Observation>* groups[] = {
+      obs.size() < 2 * needed ? &priors_ : &kNoPrior, &obs};
   for (const auto* group : groups) {
     const std::vector<size_t> by_value = BestFirst(*group);
     const size_t n_good = std::min<size_t>(

@@ -39,7 +39,8 @@ class TpeSearcher : public Searcher {
   void Observe(const v1::Trial& trial) override;
   // Warm start: the prior's best gamma join the good group and the rest
   // the bad one (split within the prior, so a shifted scale does not mix
-  // with the study's own), older than any of the study's trials.
+  // with the study's own), older than any of the study's trials, until the
+  // study has twice its initial trials.
   void ObservePrior(const v1::Trial& trial) override;
   bool WantsReports() const override { return !rungs_.empty(); }
   void ObserveReport(

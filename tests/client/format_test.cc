@@ -460,3 +460,83 @@ TEST(FormatTest, WorkersShowSlotsGpusAndRunningTrials) {
 }
 
 }  // namespace dial::client
+
+namespace dial::client {
+namespace {
+
+TEST(FormatTest, ConfigurationsAreTypedByTheSearchSpace) {
+  v1::StudySpec spec;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(search_space {
+             name: "lr"
+             float { min: 0.001 max: 0.1 }
+           }
+           search_space {
+             name: "units"
+             int { min: 8 max: 64 }
+           }
+           search_space {
+             name: "opt"
+             categorical { values: "adam" }
+           })pb",
+      &spec));
+  auto one =
+      ParseConfigurations(spec, R"({"lr": 0.01, "units": 32, "opt": "adam"})");
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->size(), 1u);
+  const auto& p = (*one)[0].params();
+  EXPECT_EQ(p.at("lr").double_value(), 0.01);
+  EXPECT_EQ(p.at("units").int_value(), 32);
+  EXPECT_EQ(p.at("opt").string_value(), "adam");
+  auto two = ParseConfigurations(spec, R"([{"lr": 0.02}, {"units": 9}])");
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->size(), 2u);
+  EXPECT_THAT(ParseConfigurations(spec, R"({"units": 3.5})").status().message(),
+              HasSubstr("--params.units: must be an integer"));
+  EXPECT_THAT(
+      ParseConfigurations(spec, R"([{"lr": 1}, {"x": 1}])").status().message(),
+      HasSubstr("--params[1].x: no such parameter"));
+  EXPECT_THAT(ParseConfigurations(spec, "not json").status().message(),
+              HasSubstr("not JSON"));
+}
+
+TEST(FormatTest, BestShowsTheFrontAndSeedRuns) {
+  v1::GetBestTrialsResponse best;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(trials {
+             number: 4
+             state: COMPLETED
+             objective_value: 0.9
+             objective_values: 0.9
+             objective_values: 12
+           }
+           hypervolume: 3.5
+           reference_point: 0
+           reference_point: 20
+           front_size: 1
+           seed_runs { trial: 4 runs: 3 mean: 0.88 stddev: 0.01 })pb",
+      &best));
+  const std::string out = FormatBest(best);
+  EXPECT_THAT(out, HasSubstr("Pareto front: 1 trials, hypervolume 3.5 "
+                             "(reference point 0, 20)"));
+  EXPECT_THAT(out, HasSubstr("0.9, 12"));
+  EXPECT_THAT(out, HasSubstr("ranked by the mean"));
+  EXPECT_THAT(out, HasSubstr("0.88"));
+}
+
+TEST(FormatTest, EnsembleComparesWithTheBestSingleTrial) {
+  google::protobuf::Struct m;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  R"({"test_accuracy": 0.9, "test_loss": 0.3,
+                      "test_examples": 100, "member_0_accuracy": 0.85,
+                      "member_1_accuracy": 0.87})",
+                  &m)
+                  .ok());
+  const std::string out = FormatEnsemble("test", {7, 2}, m);
+  EXPECT_THAT(out, HasSubstr("ensemble of 2: test accuracy 0.9"));
+  EXPECT_THAT(out, HasSubstr("best single (trial 2): 0.87; the ensemble is "
+                             "+3.00 points better"));
+}
+
+}  // namespace
+}  // namespace dial::client
