@@ -16,6 +16,7 @@ v1::Study EventStudy(const v1::Study& study) {
   v1::Study out;
   out.set_name(study.name());
   *out.mutable_spec()->mutable_objective() = study.spec().objective();
+  *out.mutable_spec()->mutable_objectives() = study.spec().objectives();
   *out.mutable_spec()->mutable_budget() = study.spec().budget();
   out.set_state(study.state());
   if (study.has_create_time()) {
@@ -37,6 +38,7 @@ void StripForWatchers(v1::StudyEvent& event) {
     if (spec->has_objective())
       kept.mutable_objective()->Swap(spec->mutable_objective());
     if (spec->has_budget()) kept.mutable_budget()->Swap(spec->mutable_budget());
+    kept.mutable_objectives()->Swap(spec->mutable_objectives());
     spec->Swap(&kept);
   }
   if (event.has_trial()) StripTrial(*event.mutable_trial());

@@ -168,8 +168,9 @@ TEST(EventHubTest, EventStudyKeepsAllButTheSpec) {
   EXPECT_EQ(EventStudy(study).SerializeAsString(),
             expected.SerializeAsString());
   // A new field of v1::Study must be copied by EventStudy (or left out on
-  // purpose): this count makes whoever adds one look.
-  EXPECT_EQ(v1::Study::descriptor()->field_count(), 8);
+  // purpose): this count makes whoever adds one look. Left out: queue,
+  // prior_trials and next_queue_id (issue 20), which can be large.
+  EXPECT_EQ(v1::Study::descriptor()->field_count(), 11);
 }
 
 class WatchLimitsTest : public ::testing::Test {
