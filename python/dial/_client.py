@@ -1,0 +1,749 @@
+"""The client: connect(), studies, ask/tell trials and optimize()."""
+from __future__ import annotations
+
+import math
+import os
+import random
+import threading
+import time
+import uuid
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping,
+                    Optional, Sequence, Tuple, Union)
+
+import grpc
+
+from . import _errors
+from ._errors import (FailedPrecondition, InvalidArgument, Pruned,
+                      Unavailable, from_rpc_error)
+from ._types import (BestTrials, Decision, ParamValue, StudyEvent,
+                     TrialRecord, params_dict, parse_spec, state_number,
+                     to_param_value)
+from .v1 import service_pb2, service_pb2_grpc, spec_pb2, study_pb2
+
+DEFAULT_ADDRESS = "127.0.0.1:7070"
+# A response of up to this size (a page of 1000 trials with their params).
+_MAX_MESSAGE = 64 * 1024 * 1024
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def connect(address: Optional[str] = None, token: Optional[str] = None,
+            tls_ca: Optional[str] = None, *, tls_cert: Optional[str] = None,
+            tls_key: Optional[str] = None,
+            tls_server_name: Optional[str] = None,
+            client_id: Optional[str] = None, timeout: float = 30.0,
+            retries: int = 6) -> "Client":
+    """Connects to a Dial scheduler.
+
+    Args:
+      address: ``host:port``; default ``$DIAL_SCHEDULER``, else
+        ``127.0.0.1:7070``.
+      token: bearer token; default ``$DIAL_TOKEN`` (empty: none).
+      tls_ca: PEM file of the CA that signed the scheduler's certificate;
+        with it the connection uses TLS. ``tls_cert``/``tls_key``: a client
+        certificate for a scheduler that requires one (mTLS).
+      tls_server_name: the name to check in the scheduler's certificate when
+        the address does not carry it.
+      client_id: this program's ask/tell identity (see ``Study.ask``);
+        default a fresh random one.
+      timeout: seconds per call.
+      retries: how often an idempotent call is retried on UNAVAILABLE, with
+        exponential backoff (0.1 s doubling, at most 5 s).
+
+    The connection is lazy: an unreachable scheduler shows at the first
+    call, as ``dial.Unavailable``.
+    """
+    address = address or os.environ.get("DIAL_SCHEDULER") or DEFAULT_ADDRESS
+    if token is None:
+        token = os.environ.get("DIAL_TOKEN", "")
+    options = [("grpc.max_receive_message_length", _MAX_MESSAGE),
+               ("grpc.max_send_message_length", _MAX_MESSAGE)]
+    if (tls_cert is None) != (tls_key is None):
+        raise InvalidArgument("tls_cert: give tls_cert and tls_key together")
+    if tls_ca:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=_read(tls_ca),
+            private_key=_read(tls_key) if tls_key else None,
+            certificate_chain=_read(tls_cert) if tls_cert else None)
+        if tls_server_name:
+            options.append(("grpc.ssl_target_name_override", tls_server_name))
+        channel = grpc.secure_channel(address, credentials, options=options)
+    else:
+        if tls_cert:
+            raise InvalidArgument("tls_cert: a client certificate needs "
+                                  "tls_ca (TLS)")
+        channel = grpc.insecure_channel(address, options=options)
+    return Client(channel, token=token, client_id=client_id, timeout=timeout,
+                  retries=retries, address=address)
+
+
+class Client:
+    """A connection to a scheduler. Thread-safe: share one among threads.
+    Use ``dial.connect()`` to make one; ``close()`` (or ``with``) ends it."""
+
+    def __init__(self, channel: grpc.Channel, *, token: str = "",
+                 client_id: Optional[str] = None, timeout: float = 30.0,
+                 retries: int = 6, address: str = ""):
+        self._channel = channel
+        self._stub = service_pb2_grpc.StudyServiceStub(channel)
+        self._metadata = (("authorization", "Bearer " + token),) if token \
+            else ()
+        self.address = address
+        self.client_id = client_id or f"py-{uuid.uuid4().hex[:12]}"
+        self.timeout = timeout
+        self.retries = retries
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the connection."""
+        self._channel.close()
+
+    # -- calls ------------------------------------------------------------
+    def _call(self, method: str, request: Any, *, idempotent: bool = True,
+              on_retry: Optional[Callable[[Exception], Any]] = None) -> Any:
+        """Calls `method`; on UNAVAILABLE retries an idempotent call with
+        backoff. A non-idempotent call is retried only with an `on_retry`
+        that turns the error of a repeated call into its answer (the first
+        try went through) or re-raises it."""
+        rpc = getattr(self._stub, method)
+        delay, tries = 0.1, 0
+        while True:
+            try:
+                return rpc(request, timeout=self.timeout,
+                           metadata=self._metadata)
+            except grpc.RpcError as e:
+                error = from_rpc_error(e)
+                if tries > 0 and on_retry is not None and \
+                        not isinstance(error, Unavailable):
+                    return on_retry(error)
+                if not isinstance(error, Unavailable) or \
+                        tries >= self.retries or \
+                        not (idempotent or on_retry is not None):
+                    raise error from None
+            tries += 1
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 5.0)
+
+    # -- studies ----------------------------------------------------------
+    def create_study(self, spec: Any, *, exist_ok: bool = False) -> "Study":
+        """Creates a study from a spec: a dict, YAML or JSON text, a path, or
+        a ``dial.v1.spec_pb2.StudySpec``. With ``exist_ok``, an existing
+        study of that name is returned instead (its spec is not compared).
+        Raises ``dial.InvalidArgument`` naming the field of a bad spec, and
+        ``dial.AlreadyExists``."""
+        message = parse_spec(spec)
+        request = service_pb2.CreateStudyRequest(spec=message)
+
+        def retried(error: Exception) -> Any:
+            # A retry that finds the name taken: the first try created it.
+            if isinstance(error, _errors.AlreadyExists):
+                return service_pb2.CreateStudyResponse(
+                    study=self._get_study(message.name))
+            raise error
+        try:
+            study = self._call("CreateStudy", request, idempotent=False,
+                               on_retry=retried).study
+        except _errors.AlreadyExists:
+            if not exist_ok:
+                raise
+            study = self._get_study(message.name)
+        return Study(self, study.name, study)
+
+    def _get_study(self, name: str) -> study_pb2.Study:
+        return self._call("GetStudy",
+                          service_pb2.GetStudyRequest(study=name)).study
+
+    def study(self, name: str) -> "Study":
+        """The study of that name (``dial.NotFound`` if there is none)."""
+        return Study(self, name, self._get_study(name))
+
+    def studies(self, page_size: int = 100) -> Iterator["Study"]:
+        """Every study this token may see, by name, paging transparently."""
+        token = ""
+        while True:
+            response = self._call("ListStudies", service_pb2.ListStudiesRequest(
+                page_size=page_size, page_token=token))
+            for s in response.studies:
+                yield Study(self, s.name, s)
+            token = response.next_page_token
+            if not token:
+                return
+
+    def workers(self) -> List[Dict[str, Any]]:
+        """The registered workers: id, host, last_seen and running trials."""
+        response = self._call("ListWorkers", service_pb2.ListWorkersRequest())
+        return [{"id": w.id, "host": w.host,
+                 "last_seen": w.last_seen.ToDatetime(),
+                 "slots": w.resources.slots,
+                 "gpus": [g.id for g in w.resources.gpus],
+                 "running": [(r.study, r.number) for r in w.running]}
+                for w in response.workers]
+
+
+def _states(states: Union[None, str, int, Iterable[Union[str, int]]]
+            ) -> List[int]:
+    if states is None:
+        return []
+    if isinstance(states, (str, int)):
+        states = [states]
+    return [state_number(s) for s in states]
+
+
+class Study:
+    """One study. Get it from ``Client.create_study``, ``Client.study`` or
+    ``Client.studies``."""
+
+    def __init__(self, client: Client, name: str,
+                 proto: Optional[study_pb2.Study] = None):
+        self.client = client
+        self.name = name
+        self._proto = proto
+        self._lock = threading.Lock()
+        # Per client id: trials an earlier run left open, not handed out.
+        self._open_trials: Dict[str, List[study_pb2.Trial]] = {}
+
+    def __repr__(self) -> str:
+        return f"Study({self.name!r})"
+
+    # -- what it is -------------------------------------------------------
+    def refresh(self) -> study_pb2.Study:
+        """Reads the study again; returns its message."""
+        self._proto = self.client._get_study(self.name)
+        return self._proto
+
+    @property
+    def proto(self) -> study_pb2.Study:
+        """The study message as last read (``refresh()`` reads it again)."""
+        return self._proto if self._proto is not None else self.refresh()
+
+    @property
+    def spec(self):
+        """The spec as stored: defaults filled in, seeds fixed."""
+        return self.proto.spec
+
+    @property
+    def state(self) -> str:
+        """``"STUDY_ACTIVE"``, ``"STUDY_COMPLETED"`` or ``"STUDY_STOPPED"``,
+        read now."""
+        return study_pb2.StudyState.Name(self.refresh().state)
+
+    @property
+    def trial_counts(self) -> Dict[str, int]:
+        """Trials by state, read now."""
+        return dict(self.refresh().trial_counts)
+
+    @property
+    def objectives(self) -> List[Tuple[str, str]]:
+        """(metric, goal) of each objective, in order."""
+        spec = self.spec
+        objectives = list(spec.objectives) or [spec.objective]
+        return [(o.metric, spec_pb2.Goal.Name(o.goal))
+                for o in objectives]
+
+    # -- reading trials ---------------------------------------------------
+    def trials(self, states: Any = None, page_size: int = 1000
+               ) -> Iterator[TrialRecord]:
+        """The study's trials by number, paging transparently. ``states``:
+        one state or several (``"COMPLETED"``, ``["RUNNING", "PAUSED"]``);
+        default all."""
+        token = ""
+        wanted = _states(states)
+        while True:
+            response = self.client._call(
+                "ListTrials", service_pb2.ListTrialsRequest(
+                    study=self.name, states=wanted, page_size=page_size,
+                    page_token=token))
+            for t in response.trials:
+                yield TrialRecord.from_proto(t)
+            token = response.next_page_token
+            if not token:
+                return
+
+    def get_trial(self, number: int, history: bool = True) -> TrialRecord:
+        """One trial, with its whole metric history (paged) and lineage."""
+        points: List[study_pb2.MetricPoint] = []
+        token = ""
+        while True:
+            response = self.client._call(
+                "GetTrial", service_pb2.GetTrialRequest(
+                    study=self.name, trial=number, history_page_size=10000,
+                    history_page_token=token))
+            points.extend(response.trial.metric_history)
+            token = response.next_history_page_token
+            if not history or not token:
+                return TrialRecord.from_proto(
+                    response.trial, points if history else ())
+
+    def best_trials(self, k: int = 1) -> BestTrials:
+        """The best ``k`` COMPLETED trials, best first (several objectives:
+        the Pareto front, with ``hypervolume``). Empty before the first
+        completed trial."""
+        response = self.client._call(
+            "GetBestTrials", service_pb2.GetBestTrialsRequest(
+                study=self.name, count=k))
+        best = BestTrials(TrialRecord.from_proto(t) for t in response.trials)
+        best.hypervolume = response.hypervolume
+        best.reference_point = tuple(response.reference_point)
+        best.front_size = response.front_size
+        best.seed_runs = {r.trial: (r.runs, r.mean, r.stddev)
+                          for r in response.seed_runs}
+        return best
+
+    @property
+    def best_trial(self) -> Optional[TrialRecord]:
+        """The best completed trial, or None."""
+        best = self.best_trials(1)
+        return best[0] if best else None
+
+    def importance(self, top_quantile: float = 0.0) -> Dict[str, float]:
+        """How much each parameter matters (PED-ANOVA over the COMPLETED
+        trials), most important first; the shares sum to 1."""
+        response = self.client._call(
+            "GetParameterImportance",
+            service_pb2.GetParameterImportanceRequest(
+                study=self.name, top_quantile=top_quantile))
+        return {p.name: p.importance for p in response.params}
+
+    def watch(self) -> Iterator[StudyEvent]:
+        """Events as they happen: a SNAPSHOT first, then TRIAL_CREATED,
+        TRIAL_REPORTED and TRIAL_FINISHED, and STUDY_FINISHED last, after
+        which the iterator ends. Break out of the loop to stop watching."""
+        stream = self.client._stub.WatchStudy(
+            service_pb2.WatchStudyRequest(study=self.name),
+            metadata=self.client._metadata)
+        try:
+            for response in stream:
+                yield StudyEvent.from_proto(response.event)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise from_rpc_error(e) from None
+        finally:
+            stream.cancel()
+
+    def to_dataframe(self, states: Any = None):
+        """The trials as a pandas DataFrame, a row each: number, state,
+        value (values_0.. with several objectives), params_<name>,
+        metrics_<name>, times, duration (s), last_step, error. Needs
+        pandas (Debian: python3-pandas)."""
+        try:
+            import pandas
+        except ImportError as e:
+            raise ImportError("Study.to_dataframe needs pandas (Debian: "
+                              "python3-pandas)") from e
+        rows = []
+        for t in self.trials(states):
+            row: Dict[str, Any] = {"number": t.number, "state": t.state,
+                                   "value": t.value}
+            if len(t.values) > 1:
+                for i, v in enumerate(t.values):
+                    row[f"values_{i}"] = v
+            row.update({f"params_{k}": v for k, v in t.params.items()})
+            row.update({f"metrics_{k}": v for k, v in t.metrics.items()})
+            duration = t.duration
+            row.update({"create_time": t.create_time,
+                        "start_time": t.start_time, "end_time": t.end_time,
+                        "duration": duration.total_seconds()
+                        if duration else None,
+                        "last_step": t.last_step, "error": t.error})
+            rows.append(row)
+        return pandas.DataFrame(rows)
+
+    # -- changing it ------------------------------------------------------
+    def stop(self) -> None:
+        """Stops the study: no new trials; running ones get STOP at their
+        next report."""
+        self._proto = self.client._call(
+            "StopStudy", service_pb2.StopStudyRequest(study=self.name)).study
+
+    def update(self, max_trials: Optional[int] = None,
+               max_parallel_trials: Optional[int] = None) -> None:
+        """Changes the budget. Raising ``max_trials`` of a COMPLETED study
+        makes it active again."""
+        current = self.refresh()
+        self._proto = self.client._call(
+            "UpdateStudy", service_pb2.UpdateStudyRequest(
+                study=self.name,
+                max_trials=max_trials if max_trials is not None
+                else current.spec.budget.max_trials,
+                max_parallel_trials=max_parallel_trials or 0)).study
+
+    def delete(self) -> None:
+        """Deletes the study and its trials."""
+        self.client._call("DeleteStudy",
+                          service_pb2.DeleteStudyRequest(study=self.name),
+                          idempotent=False)
+
+    def enqueue(self, params: Union[Mapping[str, Any],
+                                    Sequence[Mapping[str, Any]]]) -> List[int]:
+        """Queues configurations (one dict, or a list of them) to be
+        evaluated before the searcher's own; returns their queue ids."""
+        if isinstance(params, Mapping):
+            params = [params]
+        request = service_pb2.EnqueueTrialsRequest(study=self.name)
+        for p in params:
+            queued = request.trials.add()
+            for name, value in p.items():
+                queued.params[name].CopyFrom(to_param_value(name, value))
+        response = self.client._call("EnqueueTrials", request,
+                                     idempotent=False)
+        return [q.id for q in response.queued]
+
+    def reevaluate(self, top: int, seeds: int = 3) -> int:
+        """Runs the ``top`` best configurations again with ``seeds`` new
+        seeds each; returns the number of trials queued."""
+        response = self.client._call(
+            "ReevaluateTrials", service_pb2.ReevaluateTrialsRequest(
+                study=self.name, top=top, seeds=seeds), idempotent=False)
+        return len(response.queued)
+
+    # -- ask/tell ---------------------------------------------------------
+    def _suggest(self, count: int, client_id: str
+                 ) -> service_pb2.SuggestTrialsResponse:
+        # Idempotent with a client id: a repeat returns the open trials.
+        return self.client._call(
+            "SuggestTrials", service_pb2.SuggestTrialsRequest(
+                study=self.name, count=count, client_id=client_id),
+            idempotent=bool(client_id))
+
+    def _take_open(self, cid: str, n: int) -> List[study_pb2.Trial]:
+        """Up to n open trials of client `cid` (or of its "cid/..." ids)
+        left by an earlier run, each handed out once per Study object."""
+        with self._lock:
+            if cid not in self._open_trials:
+                prefix = cid + "/"
+                self._open_trials[cid] = [
+                    t.proto for t in self.trials(states="RUNNING")
+                    if t.client_id == cid or t.client_id.startswith(prefix)]
+            pending = self._open_trials[cid]
+            taken, pending[:] = pending[:n], pending[n:]
+            return taken
+
+    def _next_trials(self, n: int, cid: str) -> Tuple[List["Trial"], bool]:
+        """One SuggestTrials round: (trials, done). New trials are asked
+        for as "<cid>/<random>", so that every call gets new ones while
+        `cid`'s earlier trials are still open, and a restarted program with
+        the same `cid` finds its open trials by the prefix."""
+        resumed = self._take_open(cid, n)
+        if resumed:
+            return [Trial(self, t) for t in resumed], False
+        response = self._suggest(n, f"{cid}/{uuid.uuid4().hex[:12]}")
+        return [Trial(self, t) for t in response.trials], response.done
+
+    def ask(self, n: Optional[int] = None, *, client_id: Optional[str] = None,
+            timeout: Optional[float] = None
+            ) -> Union[Optional["Trial"], List["Trial"]]:
+        """Asks for a trial to evaluate (``ask()``) or up to ``n``
+        (``ask(n)``, a list).
+
+        Waits while none can start (the parallelism limit), up to
+        ``timeout`` seconds (default: as long as it takes). Returns None (an
+        empty list) once the study is done.
+
+        Trials are owned by ``client_id`` (default the client's). A program
+        restarted with the same ``client_id`` gets the trials its last run
+        left open back first, with ``trial.resumed`` set and ``last_step``
+        the last step recorded.
+        """
+        cid = client_id if client_id is not None else self.client.client_id
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.02
+        while True:
+            trials, done = self._next_trials(1 if n is None else n, cid)
+            if trials or done:
+                return (trials[0] if trials else None) if n is None \
+                    else trials
+            if deadline is not None and time.monotonic() >= deadline:
+                return None if n is None else []
+            time.sleep(delay)
+            delay = min(delay * 1.5, 1.0)
+
+    def tell(self, trial: Union["Trial", int], value: Any = None, *,
+             error: Optional[str] = None, **metrics: float) -> TrialRecord:
+        """Finishes a trial by number (or Trial): as ``Trial.complete`` with
+        a value or metrics, or as ``Trial.fail`` with ``error``."""
+        handle = trial if isinstance(trial, Trial) else Trial(
+            self, study_pb2.Trial(study=self.name, number=trial,
+                                  last_step=-1))
+        if error is not None:
+            return handle.fail(error)
+        return handle.complete(value, **metrics)
+
+    def optimize(self, fn: Callable[["Trial"], Any],
+                 n_trials: Optional[int] = None, n_jobs: int = 1,
+                 client_id: Optional[str] = None,
+                 timeout: Optional[float] = None,
+                 catch: Tuple[type, ...] = ()) -> int:
+        """Runs ``fn(trial)`` on trials the study suggests, in ``n_jobs``
+        threads, like Optuna's ``study.optimize``.
+
+        ``fn`` returns the objective (a number; with several objectives a
+        sequence in their order; or a dict of final metrics), or raises
+        ``dial.Pruned`` when ``trial.report`` told it to stop. Any other
+        exception fails the trial; it is re-raised, ending the loop, unless
+        it is one of ``catch``.
+
+        Ends after ``n_trials`` trials (default: until the study's budget is
+        used), after ``timeout`` seconds (no new trial starts then), or when
+        the study is done. Returns the number of trials finished here.
+
+        Interrupting is safe: trials that were running stay open, owned by
+        ``client_id``; run ``optimize`` again with the same ``client_id``
+        and they are evaluated again first (reports of steps already
+        recorded are skipped).
+        """
+        if n_jobs < 1:
+            raise InvalidArgument("n_jobs: must be at least 1")
+        if n_trials is not None and n_trials < 0:
+            raise InvalidArgument("n_trials: must not be negative")
+        runner = _Optimizer(self, fn, n_trials, n_jobs,
+                            client_id or self.client.client_id, timeout,
+                            catch)
+        return runner.run()
+
+
+class _Optimizer:
+    """The threads of Study.optimize."""
+
+    def __init__(self, study: Study, fn: Callable[["Trial"], Any],
+                 n_trials: Optional[int], n_jobs: int, client_id: str,
+                 timeout: Optional[float], catch: Tuple[type, ...]):
+        self.study, self.fn, self.n_jobs = study, fn, n_jobs
+        self.client_id = client_id
+        self.catch = catch
+        self.deadline = None if timeout is None else \
+            time.monotonic() + timeout
+        self.lock = threading.Lock()
+        self.left = n_trials  # trials this call may still take on
+        self.finished = 0
+        self.error: Optional[BaseException] = None
+        self.stop = threading.Event()
+
+    def run(self) -> int:
+        threads = [threading.Thread(target=self._thread,
+                                    name=f"dial-optimize-{k}", daemon=True)
+                   for k in range(self.n_jobs)]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+        except BaseException:
+            # KeyboardInterrupt: the open trials stay with their client id.
+            self.stop.set()
+            raise
+        if self.error is not None:
+            raise self.error
+        return self.finished
+
+    def _expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def _take(self) -> bool:
+        """Reserves one trial of n_trials; False when none is left."""
+        with self.lock:
+            if self.stop.is_set() or self._expired():
+                return False
+            if self.left is None:
+                return True
+            if self.left <= 0:
+                return False
+            self.left -= 1
+            return True
+
+    def _next(self) -> Optional["Trial"]:
+        delay = 0.01
+        while not self.stop.is_set() and not self._expired():
+            trials, done = self.study._next_trials(1, self.client_id)
+            if trials:
+                return trials[0]
+            if done:
+                return None
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+        return None
+
+    def _thread(self) -> None:
+        try:
+            while self._take():
+                trial = self._next()
+                if trial is None:
+                    return
+                self._evaluate(trial)
+        except BaseException as e:  # noqa: B902 - handed to run()
+            with self.lock:
+                if self.error is None:
+                    self.error = e
+            self.stop.set()
+
+    def _evaluate(self, trial: "Trial") -> None:
+        try:
+            result = self.fn(trial)
+        except Pruned:
+            trial._finish_pruned()
+        except self.catch as e:  # type: ignore[misc]
+            trial.fail(f"{type(e).__name__}: {e}")
+        except Exception as e:
+            trial.fail(f"{type(e).__name__}: {e}")
+            raise
+        else:
+            if trial._open:
+                try:
+                    if isinstance(result, Mapping):
+                        trial.complete(**result)
+                    else:
+                        trial.complete(result)
+                except (InvalidArgument, TypeError, ValueError) as e:
+                    # A result the trial cannot complete with (NaN, no
+                    # objective, not a number): fail it, not left RUNNING.
+                    trial.fail(f"objective returned {result!r}: {e}")
+                    raise
+        with self.lock:
+            self.finished += 1
+
+
+class Trial:
+    """An ask/tell trial: read its ``params``, ``report`` steps, then
+    ``complete`` or ``fail`` it."""
+
+    def __init__(self, study: Study, proto: study_pb2.Trial):
+        self.study = study
+        self.number: int = proto.number
+        self.params: Dict[str, ParamValue] = params_dict(proto.params)
+        self.client_id: str = proto.client_id
+        # Steps up to here were recorded by an earlier run of this trial.
+        self.last_step: int = proto.last_step
+        self._resumed_to = proto.last_step
+        self.seed: Optional[int] = proto.seed if proto.HasField("seed") \
+            else None
+        self.origin: Optional[int] = proto.origin if proto.HasField("origin") \
+            else None
+        self.decision: Decision = Decision("CONTINUE")
+        self._open = True
+        self._last_metrics: Dict[str, float] = {}
+
+    def __repr__(self) -> str:
+        return f"Trial({self.study.name!r}, {self.number}, {self.params})"
+
+    @property
+    def should_stop(self) -> bool:
+        """The last report's decision was STOP (the trial is STOPPED)."""
+        return self.decision.should_stop
+
+    @property
+    def should_pause(self) -> bool:
+        """The last report's decision was PAUSE (ASHA promotion)."""
+        return self.decision.should_pause
+
+    @property
+    def resumed(self) -> bool:
+        """This trial was handed back to its client with reports already
+        recorded (``last_step`` >= 0)."""
+        return self._resumed_to >= 0
+
+    def report(self, step: int, metrics: Optional[Mapping[str, float]] = None,
+               *, checkpoint: str = "", **more: float) -> Decision:
+        """Reports one step's metrics (``trial.report(3, loss=0.2)``);
+        returns the decision, also kept in ``trial.decision``. Steps must
+        increase. A step an earlier run of this trial already recorded is
+        not sent again and gets CONTINUE."""
+        values = dict(metrics or {})
+        values.update(more)
+        values = {k: float(v) for k, v in values.items()}
+        self._last_metrics = values
+        if step <= self._resumed_to:
+            return Decision("CONTINUE", reason="step already recorded")
+        request = service_pb2.ReportIntermediateRequest(
+            study=self.study.name, trial=self.number, step=step,
+            metrics=values, checkpoint=checkpoint)
+
+        def retried(error: Exception) -> Any:
+            # The first try was recorded and its answer lost: STOP if the
+            # trial stopped meanwhile, else CONTINUE.
+            if isinstance(error, InvalidArgument) and \
+                    "is not after the last reported step" in error.message:
+                state = self.study.get_trial(self.number, history=False).state
+                action = {"STOPPED": study_pb2.Decision.STOP,
+                          "PAUSED": study_pb2.Decision.PAUSE}.get(
+                              state, study_pb2.Decision.CONTINUE)
+                return service_pb2.ReportIntermediateResponse(
+                    decision=study_pb2.Decision(action=action))
+            raise error
+        response = self.study.client._call("ReportIntermediate", request,
+                                           idempotent=False,
+                                           on_retry=retried)
+        self.last_step = step
+        self.decision = Decision.from_proto(response.decision)
+        if self.decision.should_exit:
+            self._open = self.decision.should_stop  # STOP: may complete once
+        return self.decision
+
+    def _objective_metrics(self, value: Any) -> Dict[str, float]:
+        metrics = [m for m, _ in self.study.objectives]
+        if isinstance(value, (list, tuple)):
+            if len(value) != len(metrics):
+                raise InvalidArgument(
+                    f"value: {len(value)} values for {len(metrics)} "
+                    f"objectives ({', '.join(metrics)})")
+            return {m: float(v) for m, v in zip(metrics, value)}
+        return {metrics[0]: float(value)}
+
+    def complete(self, value: Any = None, /, **metrics: float) -> TrialRecord:
+        """Completes the trial: ``complete(0.12)`` sets the objective (a
+        sequence with several objectives), ``complete(loss=0.12, acc=0.9)``
+        gives final metrics by name; both may be combined. A NaN or
+        infinite objective is refused (``dial.InvalidArgument``): call
+        ``fail`` for a diverged run."""
+        final = {k: float(v) for k, v in metrics.items()}
+        if value is not None:
+            final.update(self._objective_metrics(value))
+        return self._finish(service_pb2.CompleteTrialRequest(
+            study=self.study.name, trial=self.number, final_metrics=final))
+
+    def fail(self, error: str) -> TrialRecord:
+        """Marks the trial FAILED with this message (it counts toward
+        max_trials and is not retried)."""
+        return self._finish(service_pb2.CompleteTrialRequest(
+            study=self.study.name, trial=self.number,
+            error=str(error) or "failed"))
+
+    def _finish(self, request: service_pb2.CompleteTrialRequest
+                ) -> TrialRecord:
+        def retried(error: Exception) -> Any:
+            # The first try finished it and its answer was lost.
+            if isinstance(error, FailedPrecondition):
+                return service_pb2.CompleteTrialResponse(
+                    trial=self.study.get_trial(self.number,
+                                               history=False).proto)
+            raise error
+        response = self.study.client._call("CompleteTrial", request,
+                                           idempotent=False, on_retry=retried)
+        self._open = False
+        return TrialRecord.from_proto(response.trial)
+
+    def _finish_pruned(self) -> None:
+        """After dial.Pruned: a STOPPED trial keeps its last metrics as its
+        final ones; a trial pruned without a STOP is marked failed."""
+        if not self._open:
+            return
+        if self.decision.should_stop and self._last_metrics:
+            try:
+                self._finish(service_pb2.CompleteTrialRequest(
+                    study=self.study.name, trial=self.number,
+                    final_metrics={k: v for k, v in self._last_metrics.items()
+                                   if math.isfinite(v)}))
+            except InvalidArgument:
+                self._open = False
+            return
+        if not self.decision.should_exit:
+            self.fail("pruned by the objective function without a STOP")
+        self._open = False
