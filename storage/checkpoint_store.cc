@@ -331,6 +331,87 @@ absl::StatusOr<CheckpointInfo> FileCheckpointStore::CopyInto(
   return Seal(staging, dir, name, id);
 }
 
+absl::StatusOr<CheckpointInfo> FileCheckpointStore::CopyPathInto(
+    absl::string_view source_id, int64_t source_trial, int64_t source_step,
+    absl::string_view study, int64_t trial) {
+  DIAL_RETURN_IF_ERROR(CheckOwnId(source_id, study, source_trial));
+  if (source_step < 0) {
+    return absl::InvalidArgumentError("checkpoint step: must be >= 0");
+  }
+  DIAL_ASSIGN_OR_RETURN(std::string source_dir, TrialDir(study, source_trial));
+  DIAL_ASSIGN_OR_RETURN(std::string dir, TrialDir(study, trial));
+  std::error_code ec;
+  // Inside the source trial's directory once symbolic links are followed.
+  const fs::path source =
+      fs::weakly_canonical(fs::path(root_) / std::string(source_id), ec);
+  const fs::path source_root = fs::weakly_canonical(source_dir, ec);
+  const std::string prefix = source_root.string() + "/";
+  if (ec || source.string().rfind(prefix, 0) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", source_id, " resolves outside ", source_dir));
+  }
+  if (!fs::exists(source, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint ", source_id, " not found"));
+  }
+  const std::string name =
+      absl::StrCat("from-", source_trial, "-", source_step);
+  const std::string id = absl::StrCat(study, "/", trial, "/", name);
+  const std::string final_path = absl::StrCat(dir, "/", name);
+  if (fs::exists(final_path, ec)) return CheckpointInfo{id, 0, ""};
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  }
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  const std::string staging = absl::StrCat(
+      dir, "/", kStagingPrefix, "copy-", ::getpid(), "-", counter++, "-", rd());
+  auto fail = [&](absl::Status status) {
+    std::error_code ignored;
+    fs::remove_all(staging, ignored);
+    return status;
+  };
+  fs::copy(source, staging,
+           fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+  if (ec) {
+    return fail(absl::UnavailableError(absl::StrCat(
+        "cannot copy ", source.string(), " to ", staging, ": ", ec.message())));
+  }
+  int64_t total = 0;
+  if (fs::is_directory(staging, ec)) {
+    for (auto it = fs::recursive_directory_iterator(staging, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (it->is_symlink()) continue;
+      const bool is_dir = it->is_directory();
+      if (!is_dir) total += static_cast<int64_t>(it->file_size());
+      auto synced = FsyncPath(it->path().string(), is_dir);
+      if (!synced.ok()) return fail(synced);
+    }
+    if (ec) {
+      return fail(absl::UnavailableError(
+          absl::StrCat("cannot list ", staging, ": ", ec.message())));
+    }
+    auto synced = FsyncPath(staging, true);
+    if (!synced.ok()) return fail(synced);
+  } else {
+    total = static_cast<int64_t>(fs::file_size(staging, ec));
+    auto synced = FsyncPath(staging, false);
+    if (!synced.ok()) return fail(synced);
+  }
+  if (::rename(staging.c_str(), final_path.c_str()) != 0) {
+    if (errno == ENOTEMPTY || errno == EEXIST) {
+      // A concurrent copy of the same source won: the same checkpoint.
+      (void)fail(absl::OkStatus());
+      return CheckpointInfo{id, total, ""};
+    }
+    return fail(IoError("cannot rename to", final_path));
+  }
+  DIAL_RETURN_IF_ERROR(FsyncPath(dir, true));
+  return CheckpointInfo{id, total, ""};
+}
+
 absl::StatusOr<CheckpointInfo> FileCheckpointStore::Write(
     absl::string_view study, int64_t trial, int64_t step,
     const std::map<std::string, std::string>& files) {

@@ -120,6 +120,19 @@ class FileCheckpointStore : public CheckpointStore {
   absl::StatusOr<CheckpointInfo> CopyInto(absl::string_view source_id,
                                           absl::string_view study,
                                           int64_t trial) override;
+  // PBT exploit of a command trial: copies the file or directory that
+  // trial `source_trial` reported as its checkpoint of `source_step`
+  // (`source_id`, a path relative to the root inside that trial's
+  // directory) into `trial`'s directory as <study>/<trial>/from-<t>-<s>; a
+  // file stays a file, a directory a directory (symbolic links inside it
+  // are copied as links). Written under a staging name, fsynced and
+  // renamed, so the copy appears whole or not at all; copying the same
+  // source again is a no-op.
+  absl::StatusOr<CheckpointInfo> CopyPathInto(absl::string_view source_id,
+                                              int64_t source_trial,
+                                              int64_t source_step,
+                                              absl::string_view study,
+                                              int64_t trial);
   absl::StatusOr<CheckpointInfo> Verify(absl::string_view id) const override;
   absl::StatusOr<std::map<std::string, std::string>> Read(
       absl::string_view id) const override;

@@ -184,12 +184,19 @@ AttemptEnd TrialAttempt::RelayReports(ReportRelay& relay) {
                                           fetched.message());
         break;
       }
+      // A store id (the built-in trainer's) is copied through the store; a
+      // command trial's file or directory as it is.
+      const std::string& source = decision->source_checkpoint();
       auto copy =
-          options_.checkpoints
-              ? options_.checkpoints->CopyInto(decision->source_checkpoint(),
-                                               trial.study(), trial.number())
-              : absl::StatusOr<storage::CheckpointInfo>(
-                    absl::FailedPreconditionError("no checkpoint root"));
+          !options_.checkpoints
+              ? absl::StatusOr<storage::CheckpointInfo>(
+                    absl::FailedPreconditionError("no checkpoint root"))
+          : storage::CheckpointStore::ParseId(source).ok()
+              ? options_.checkpoints->CopyInto(source, trial.study(),
+                                               trial.number())
+              : options_.checkpoints->CopyPathInto(
+                    source, decision->source_trial(), decision->source_step(),
+                    trial.study(), trial.number());
       if (!copy.ok()) {
         end.protocol_error = absl::StrCat("cannot copy checkpoint ",
                                           decision->source_checkpoint(), ": ",

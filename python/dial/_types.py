@@ -7,6 +7,7 @@ import datetime
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -16,6 +17,8 @@ from ._errors import InvalidArgument
 from .v1 import spec_pb2, study_pb2
 
 ParamValue = Union[int, float, str]
+
+_FROM = re.compile(r"/from-(\d+)-(\d+)$")
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "STOPPED", "PAUSED", "FAILED")
 
@@ -196,12 +199,18 @@ class Decision:
     def from_json(cls, line: str) -> "Decision":
         """A decision line of the trial protocol."""
         d = json.loads(line)
+        checkpoint = d.get("checkpoint", "")
+        source_trial, source_step = d.get("source_trial"), \
+            d.get("source_step")
+        # The worker names its copy of the donor's checkpoint
+        # <study>/<trial>/from-<source trial>-<source step>.
+        match = _FROM.search(checkpoint)
+        if match and source_trial is None:
+            source_trial, source_step = int(match[1]), int(match[2])
         return cls(action=d.get("action", "CONTINUE"),
-                   reason=d.get("reason", ""),
-                   checkpoint=d.get("checkpoint", ""),
+                   reason=d.get("reason", ""), checkpoint=checkpoint,
                    params=dict(d.get("params", {})),
-                   source_trial=d.get("source_trial"),
-                   source_step=d.get("source_step"))
+                   source_trial=source_trial, source_step=source_step)
 
 
 CONTINUE = Decision("CONTINUE")

@@ -88,6 +88,33 @@ TEST_F(CheckpointStoreTest, AManifestNamingFilesElsewhereIsRefused) {
   }
 }
 
+TEST_F(CheckpointStoreTest, CommandTrialCheckpointsAreCopiedAsTheyAre) {
+  // A command trial's checkpoint is whatever it wrote: a file...
+  fs::create_directories(root_ / "s/2/run");
+  std::ofstream(root_ / "s/2/ckpt-4.pt") << "weights";
+  auto file = store_->CopyPathInto("s/2/ckpt-4.pt", 2, 4, "s", 1);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->id, "s/1/from-2-4");
+  EXPECT_EQ(file->size_bytes, 7);
+  EXPECT_TRUE(fs::is_regular_file(root_ / "s/1/from-2-4"));
+  // ... or a directory; each copy appears once, whole.
+  std::ofstream(root_ / "s/2/run/a") << "x";
+  auto dir = store_->CopyPathInto("s/2/run", 2, 6, "s", 1);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  EXPECT_TRUE(fs::is_regular_file(root_ / "s/1/from-2-6/a"));
+  EXPECT_TRUE(store_->CopyPathInto("s/2/run", 2, 6, "s", 1).ok());
+  for (const auto& entry : fs::directory_iterator(root_ / "s/1")) {
+    EXPECT_NE(entry.path().filename().string().rfind(".staging-", 0), 0u);
+  }
+  // Only the source trial's own checkpoints, and only existing ones.
+  EXPECT_EQ(store_->CopyPathInto("s/3/x", 2, 6, "s", 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->CopyPathInto("s/2/../0/x", 2, 6, "s", 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->CopyPathInto("s/2/none", 2, 8, "s", 1).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(CheckpointStoreTest, UnfinishedWritesAreInvisible) {
   // A writer that dies before Commit leaves only a staging directory.
   auto staging = store_->BeginWrite("s", 1, 50);
