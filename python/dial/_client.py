@@ -7,6 +7,7 @@ import random
 import threading
 import time
 import uuid
+import warnings
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping,
                     Optional, Sequence, Tuple, Union)
 
@@ -95,6 +96,10 @@ class Client:
         self.client_id = client_id or f"py-{uuid.uuid4().hex[:12]}"
         self.timeout = timeout
         self.retries = retries
+        self._lock = threading.Lock()
+        # Per (study, client id): open trials an earlier run of that client
+        # left, not handed out yet (Study._take_open).
+        self._open_trials: Dict[Tuple[str, str], List[study_pb2.Trial]] = {}
 
     def __enter__(self) -> "Client":
         return self
@@ -206,9 +211,6 @@ class Study:
         self.client = client
         self.name = name
         self._proto = proto
-        self._lock = threading.Lock()
-        # Per client id: trials an earlier run left open, not handed out.
-        self._open_trials: Dict[str, List[study_pb2.Trial]] = {}
 
     def __repr__(self) -> str:
         return f"Study({self.name!r})"
@@ -416,14 +418,18 @@ class Study:
 
     def _take_open(self, cid: str, n: int) -> List[study_pb2.Trial]:
         """Up to n open trials of client `cid` (or of its "cid/..." ids)
-        left by an earlier run, each handed out once per Study object."""
-        with self._lock:
-            if cid not in self._open_trials:
+        left by an earlier run, each handed out once per Client."""
+        if not cid:
+            return []  # anonymous trials are never handed out again
+        client = self.client
+        with client._lock:
+            key = (self.name, cid)
+            if key not in client._open_trials:
                 prefix = cid + "/"
-                self._open_trials[cid] = [
+                client._open_trials[key] = [
                     t.proto for t in self.trials(states="RUNNING")
                     if t.client_id == cid or t.client_id.startswith(prefix)]
-            pending = self._open_trials[cid]
+            pending = client._open_trials[key]
             taken, pending[:] = pending[:n], pending[n:]
             return taken
 
@@ -435,7 +441,8 @@ class Study:
         resumed = self._take_open(cid, n)
         if resumed:
             return [Trial(self, t) for t in resumed], False
-        response = self._suggest(n, f"{cid}/{uuid.uuid4().hex[:12]}")
+        response = self._suggest(
+            n, f"{cid}/{uuid.uuid4().hex[:12]}" if cid else "")
         return [Trial(self, t) for t in response.trials], response.done
 
     def ask(self, n: Optional[int] = None, *, client_id: Optional[str] = None,
@@ -461,9 +468,11 @@ class Study:
             if trials or done:
                 return (trials[0] if trials else None) if n is None \
                     else trials
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 return None if n is None else []
-            time.sleep(delay)
+            time.sleep(delay if deadline is None
+                       else min(delay, deadline - now))
             delay = min(delay * 1.5, 1.0)
 
     def tell(self, trial: Union["Trial", int], value: Any = None, *,
@@ -604,9 +613,12 @@ class _Optimizer:
                         trial.complete(result)
                 except (InvalidArgument, TypeError, ValueError) as e:
                     # A result the trial cannot complete with (NaN, no
-                    # objective, not a number): fail it, not left RUNNING.
+                    # objective, not a number) fails the trial, as in
+                    # Optuna, and the loop goes on.
                     trial.fail(f"objective returned {result!r}: {e}")
-                    raise
+                    warnings.warn(f"dial: trial {trial.number} failed: the "
+                                  f"objective returned {result!r}: {e}",
+                                  stacklevel=2)
         with self.lock:
             self.finished += 1
 

@@ -39,9 +39,11 @@ def under_worker() -> bool:
 
 
 def params() -> Dict[str, ParamValue]:
-    """The trial's hyperparameters (``DIAL_TRIAL_PARAMS``): float and
-    discrete as float, int as int, categorical as str. After a PBT
-    ``EXPLOIT`` decision they hold the new values."""
+    """The trial's hyperparameters (``DIAL_TRIAL_PARAMS``) as JSON gives
+    them: numbers as int or float (a float parameter whose value is whole,
+    such as 0.0, arrives as an int: convert with ``float()``), categorical
+    values as str. After a PBT ``EXPLOIT`` decision they hold the new
+    values."""
     global _params
     with _lock:
         if _params is None:
