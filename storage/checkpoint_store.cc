@@ -120,6 +120,22 @@ absl::StatusOr<std::vector<ManifestEntry>> ParseManifest(
   return entries;
 }
 
+// Creates `dir` and returns a fresh name in it for a staging directory or
+// file: <dir>/.staging-<tag>-<pid>-<counter>-<random>, never reused.
+absl::StatusOr<std::string> NewStagingName(const std::string& dir,
+                                           absl::string_view tag) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  }
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  return absl::StrCat(dir, "/", kStagingPrefix, tag, "-", ::getpid(), "-",
+                      counter++, "-", rd());
+}
+
 }  // namespace
 
 std::string CheckpointStore::MakeId(absl::string_view study, int64_t trial,
@@ -225,16 +241,9 @@ absl::StatusOr<std::string> FileCheckpointStore::BeginWrite(
   DIAL_ASSIGN_OR_RETURN(std::string dir, TrialDir(study, trial));
   if (step < 0)
     return absl::InvalidArgumentError("checkpoint step: must be >= 0");
+  DIAL_ASSIGN_OR_RETURN(std::string staging,
+                        NewStagingName(dir, absl::StrCat(step)));
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  }
-  static std::atomic<uint64_t> counter{0};
-  std::random_device rd;
-  std::string staging = absl::StrCat(dir, "/", kStagingPrefix, step, "-",
-                                     ::getpid(), "-", counter++, "-", rd());
   if (!fs::create_directory(staging, ec) || ec) {
     return absl::UnavailableError(
         absl::StrCat("cannot create ", staging, ": ", ec.message()));
@@ -359,15 +368,7 @@ absl::StatusOr<CheckpointInfo> FileCheckpointStore::CopyPathInto(
   const std::string id = absl::StrCat(study, "/", trial, "/", name);
   const std::string final_path = absl::StrCat(dir, "/", name);
   if (fs::exists(final_path, ec)) return CheckpointInfo{id, 0, ""};
-  fs::create_directories(dir, ec);
-  if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  }
-  static std::atomic<uint64_t> counter{0};
-  std::random_device rd;
-  const std::string staging = absl::StrCat(
-      dir, "/", kStagingPrefix, "copy-", ::getpid(), "-", counter++, "-", rd());
+  DIAL_ASSIGN_OR_RETURN(const std::string staging, NewStagingName(dir, "copy"));
   auto fail = [&](absl::Status status) {
     std::error_code ignored;
     fs::remove_all(staging, ignored);
