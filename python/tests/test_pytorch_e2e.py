@@ -195,9 +195,13 @@ def test_pbt_exploits_load_the_donors_checkpoint(start_scheduler,
     lr.discrete.values.extend([1.0e-5, 1.0e-4, 0.05, 0.1])
     spec.searcher.Clear()
     spec.searcher.grid.SetInParent()
+    # The bottom half copies the top half: the two hopeless members are
+    # exploited whenever they report at an interval.
+    spec.scheduler.pbt.quantile = 0.5
     study = client.create_study(spec)
-    workers = [start_worker(scheduler.address, "--slots=2", "--cpus=2")
-               for _ in range(2)]
+    # One worker runs the whole population at once, so every member has
+    # others to be ranked against from its first interval on.
+    workers = [start_worker(scheduler.address, "--slots=4", "--cpus=2")]
     trials = wait_for_end(study, 120)
     assert len(trials) == 4
     # No attempt failed (the workers log each failure with its reason).
@@ -233,8 +237,10 @@ def test_pbt_exploits_load_the_donors_checkpoint(start_scheduler,
                   f"{entry['source_step']}, now {entry['new_params']}")
         if params is not None:
             assert record.params == params
-    assert exploits >= 1
-    assert checked >= 1
+    timeline = [(t.number, t.params, str(t.start_time), str(t.end_time),
+                 t.last_step) for t in trials]
+    assert exploits >= 1, timeline
+    assert checked >= 1, timeline
 
 
 def test_asha_promotion_resumes_paused_trials(start_scheduler, start_worker):
