@@ -276,7 +276,9 @@ class Study:
         while True:
             response = self.client._call(
                 "GetTrial", service_pb2.GetTrialRequest(
-                    study=self.name, trial=number, history_page_size=10000,
+                    study=self.name, trial=number,
+                    # Without history, one point: the least the API sends.
+                    history_page_size=10000 if history else 1,
                     history_page_token=token))
             points.extend(response.trial.metric_history)
             token = response.next_history_page_token
@@ -462,18 +464,32 @@ class Study:
         """
         cid = client_id if client_id is not None else self.client.client_id
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay = 0.02
-        while True:
-            trials, done = self._next_trials(1 if n is None else n, cid)
+        trials = self._wait_for_trials(1 if n is None else n, cid, deadline)
+        if n is None:
+            return trials[0] if trials else None
+        return trials
+
+    def _wait_for_trials(self, n: int, cid: str, deadline: Optional[float],
+                         stop: Optional[threading.Event] = None
+                         ) -> List["Trial"]:
+        """Asks until trials come, polling with a growing pause; empty once
+        the study is done, at `deadline` (time.monotonic()), or when `stop`
+        is set."""
+        delay = 0.01
+        while stop is None or not stop.is_set():
+            trials, done = self._next_trials(n, cid)
             if trials or done:
-                return (trials[0] if trials else None) if n is None \
-                    else trials
+                return trials
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                return None if n is None else []
-            time.sleep(delay if deadline is None
-                       else min(delay, deadline - now))
-            delay = min(delay * 1.5, 1.0)
+                return []
+            pause = delay if deadline is None else min(delay, deadline - now)
+            if stop is not None:
+                stop.wait(pause)
+            else:
+                time.sleep(pause)
+            delay = min(delay * 1.5, 0.5)
+        return []
 
     def tell(self, trial: Union["Trial", int], value: Any = None, *,
              error: Optional[str] = None, **metrics: float) -> TrialRecord:
@@ -570,16 +586,9 @@ class _Optimizer:
             return True
 
     def _next(self) -> Optional["Trial"]:
-        delay = 0.01
-        while not self.stop.is_set() and not self._expired():
-            trials, done = self.study._next_trials(1, self.client_id)
-            if trials:
-                return trials[0]
-            if done:
-                return None
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.5)
-        return None
+        trials = self.study._wait_for_trials(1, self.client_id, self.deadline,
+                                             self.stop)
+        return trials[0] if trials else None
 
     def _thread(self) -> None:
         try:
