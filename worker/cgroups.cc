@@ -1,5 +1,6 @@
 #include "worker/cgroups.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -74,6 +75,36 @@ std::string OwnCgroup() {
   return "";
 }
 
+// Removes the empty cgroups a worker killed with SIGKILL left under
+// `parent`: "dial-trial-<pid>-<n>", "dial-worker-<pid>" and
+// "dial-probe-<pid>" whose pid is no longer alive. A cgroup that still
+// has processes cannot be removed (rmdir fails), so nothing running is
+// touched.
+void RemoveStale(const std::string& parent) {
+  DIR* dir = opendir(parent.c_str());
+  if (dir == nullptr) return;
+  std::vector<std::string> stale;
+  while (dirent* entry = readdir(dir)) {
+    absl::string_view name = entry->d_name;
+    if (!absl::ConsumePrefix(&name, "dial-trial-") &&
+        !absl::ConsumePrefix(&name, "dial-worker-") &&
+        !absl::ConsumePrefix(&name, "dial-probe-")) {
+      continue;
+    }
+    int pid = 0;
+    if (!absl::SimpleAtoi(name.substr(0, name.find('-')), &pid) || pid <= 0 ||
+        pid == getpid()) {
+      continue;
+    }
+    if (kill(pid, 0) != 0 && errno == ESRCH) stale.push_back(entry->d_name);
+  }
+  closedir(dir);
+  for (const std::string& name : stale) {
+    const std::string path = absl::StrCat(parent, "/", name);
+    if (rmdir(path.c_str()) == 0) spdlog::info("removed stale cgroup {}", path);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Cgroups>> Cgroups::Create(
@@ -102,6 +133,7 @@ absl::StatusOr<std::unique_ptr<Cgroups>> Cgroups::Create(
         "cannot create cgroups under ", parent, ": ", std::strerror(errno)));
   }
   rmdir(probe.c_str());
+  RemoveStale(parent);
 
   bool memory = HasWord(ReadText(parent + "/cgroup.subtree_control"), "memory");
   if (!memory && HasWord(ReadText(parent + "/cgroup.controllers"), "memory")) {
@@ -126,11 +158,21 @@ absl::StatusOr<std::unique_ptr<Cgroups>> Cgroups::Create(
 
 absl::StatusOr<std::unique_ptr<CgroupScope>> Cgroups::NewScope(
     int64_t memory_mb) {
-  const std::string path =
-      absl::StrCat(parent_, "/dial-trial-", getpid(), "-", next_++);
-  if (mkdir(path.c_str(), 0755) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot create cgroup ", path,
-                                               ": ", std::strerror(errno)));
+  if (memory_mb > 0 && !memory_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the memory controller is not available under ", parent_,
+                     " (cgroup v2)"));
+  }
+  // A name can be taken by a scope of an earlier process with this pid
+  // that was killed before it removed it (pids are reused): skip it.
+  std::string path;
+  for (int tries = 0;; ++tries) {
+    path = absl::StrCat(parent_, "/dial-trial-", getpid(), "-", next_++);
+    if (mkdir(path.c_str(), 0755) == 0) break;
+    if (errno != EEXIST || tries == 1000) {
+      return absl::UnavailableError(absl::StrCat("cannot create cgroup ", path,
+                                                 ": ", std::strerror(errno)));
+    }
   }
   ScopedFd procs(open((path + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
   if (!procs.valid()) {
@@ -141,11 +183,6 @@ absl::StatusOr<std::unique_ptr<CgroupScope>> Cgroups::NewScope(
   }
   std::unique_ptr<CgroupScope> scope(new CgroupScope(path, std::move(procs)));
   if (memory_mb > 0) {
-    if (!memory_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the memory controller is not available under ", parent_,
-                       " (cgroup v2)"));
-    }
     absl::Status set = WriteText(path + "/memory.max",
                                  std::to_string(memory_mb * 1024 * 1024));
     if (!set.ok()) return absl::FailedPreconditionError(set.ToString());

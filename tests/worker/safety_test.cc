@@ -10,16 +10,20 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/process.h"
@@ -270,6 +274,42 @@ TEST_F(SafetyTest, ATrialAndItsDaemonsLiveInItsCgroup) {
   } else {
     EXPECT_EQ((*cgroups)->NewScope(64).status().code(),
               absl::StatusCode::kFailedPrecondition);
+  }
+}
+
+// CI finding: a worker killed with SIGKILL left its empty scopes behind,
+// and a later process given the same pid could not make its first scope
+// (mkdir: File exists), so its trials failed. Now a taken name is
+// skipped, and the empty scopes of dead processes are removed.
+TEST_F(SafetyTest, ScopesLeftByAKilledWorkerAreSkippedAndRemoved) {
+  auto root = Cgroups::Create({});
+  if (!root.ok()) GTEST_SKIP() << root.status();
+  const std::string parent =
+      absl::StrCat((*root)->parent(), "/dial-test-", getpid());
+  ASSERT_EQ(mkdir(parent.c_str(), 0755), 0) << std::strerror(errno);
+  std::vector<std::string> left;
+  auto remove = absl::MakeCleanup([&] {
+    for (const std::string& dir : left) rmdir(dir.c_str());
+    rmdir(parent.c_str());
+  });
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  left = {absl::StrCat(parent, "/dial-trial-", getpid(), "-0"),
+          absl::StrCat(parent, "/dial-trial-", dead, "-3"),
+          absl::StrCat(parent, "/dial-worker-", dead)};
+  for (const std::string& dir : left) ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+
+  auto cgroups = Cgroups::Create({.parent = parent});
+  ASSERT_TRUE(cgroups.ok()) << cgroups.status();
+  EXPECT_FALSE(fs::exists(left[1])) << "a dead worker's scope was kept";
+  EXPECT_FALSE(fs::exists(left[2])) << "a dead worker's leaf was kept";
+  EXPECT_TRUE(fs::exists(left[0])) << "a scope named by a live pid was removed";
+  {
+    auto scope = (*cgroups)->NewScope(0);
+    ASSERT_TRUE(scope.ok()) << scope.status();
+    EXPECT_NE((*scope)->path(), left[0]);
   }
 }
 
