@@ -31,31 +31,52 @@ constexpr int kPrimes[] = {2,  3,  5,  7,  11, 13, 17, 19, 23, 29, 31, 37, 41,
                            43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97};
 
 // Robust standardisation of minimised targets; NaN (failed) -> worst.
+// Fitted on some values, it can be applied to others.
+struct Standardizer {
+  bool warp = false;
+  double lo = 0, cap = 0, hi = 0, shift = 0, mean = 0, sd = 1;
+
+  static Standardizer Fit(const std::vector<double>& raw) {
+    Standardizer s;
+    std::vector<double> valid;
+    for (double y : raw) {
+      if (std::isfinite(y)) valid.push_back(y);
+    }
+    if (valid.empty()) return s;
+    const double q25 = Quantile(valid, 0.25), q50 = Quantile(valid, 0.5),
+                 q75 = Quantile(valid, 0.75);
+    s.lo = *std::min_element(valid.begin(), valid.end());
+    double spread = q75 - q25;
+    if (!(spread > 0)) spread = std::max(1e-12, std::abs(q50) * 1e-3 + 1e-12);
+    s.cap = q75 + 3 * spread;
+    s.hi = s.lo;
+    for (double y : valid) s.hi = std::max(s.hi, std::min(y, s.cap));
+    // Heavy right tail (e.g. Rosenbrock-like losses): work on a log scale.
+    s.warp = (s.hi - q50) > 5 * (q50 - s.lo) && s.hi > s.lo;
+    s.shift = 0.01 * (q50 - s.lo) + 1e-9 * (s.hi - s.lo) + 1e-300;
+    const Eigen::VectorXd out = s.Apply(raw);
+    s.mean = out.mean();
+    const double sd = std::sqrt((out.array() - s.mean).square().mean());
+    s.sd = sd > 1e-12 ? sd : 1.0;
+    return s;
+  }
+  Eigen::VectorXd Apply(const std::vector<double>& raw) const {
+    Eigen::VectorXd out(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) {
+      double y = std::isfinite(raw[i]) ? std::min(raw[i], cap) : hi;
+      // Below the values it was fitted on, a warped scale goes on linearly.
+      if (warp) {
+        y = y >= lo ? std::log(y - lo + shift)
+                    : std::log(shift) + (y - lo) / shift;
+      }
+      out[i] = (y - mean) / sd;
+    }
+    return out;
+  }
+};
+
 Eigen::VectorXd Transform(const std::vector<double>& raw) {
-  std::vector<double> valid;
-  for (double y : raw) {
-    if (std::isfinite(y)) valid.push_back(y);
-  }
-  Eigen::VectorXd out(raw.size());
-  if (valid.empty()) return Eigen::VectorXd::Zero(raw.size());
-  const double q25 = Quantile(valid, 0.25), q50 = Quantile(valid, 0.5),
-               q75 = Quantile(valid, 0.75);
-  const double lo = *std::min_element(valid.begin(), valid.end());
-  double spread = q75 - q25;
-  if (!(spread > 0)) spread = std::max(1e-12, std::abs(q50) * 1e-3 + 1e-12);
-  const double cap = q75 + 3 * spread;
-  double hi = lo;
-  for (double y : valid) hi = std::max(hi, std::min(y, cap));
-  // Heavy right tail (e.g. Rosenbrock-like losses): work on a log scale.
-  const bool warp = (hi - q50) > 5 * (q50 - lo) && hi > lo;
-  const double shift = 0.01 * (q50 - lo) + 1e-9 * (hi - lo) + 1e-300;
-  for (size_t i = 0; i < raw.size(); ++i) {
-    double y = std::isfinite(raw[i]) ? std::min(raw[i], cap) : hi;
-    out[i] = warp ? std::log(y - lo + shift) : y;
-  }
-  const double mean = out.mean();
-  const double sd = std::sqrt((out.array() - mean).square().mean());
-  return (out.array() - mean) / (sd > 1e-12 ? sd : 1.0);
+  return Standardizer::Fit(raw).Apply(raw);
 }
 
 // The best half and an even spread of the rest, in original order.
@@ -329,7 +350,11 @@ const GaussianProcess* BayesianSearcher::PriorGp() {
     x.row(i) = priors_[keep[i]].features.transpose();
     ys[i] = y[keep[i]];
   }
-  std::vector<int> fit_rows = Subset(ys, options_.max_fit_points);
+  // An earlier study's trials crowd around its optimum, where a parameter
+  // can look irrelevant that matters elsewhere: the hyperparameters are
+  // fitted on its best 20 and 20 spread over the rest, and no length
+  // scale exceeds the unit range.
+  std::vector<int> fit_rows = Subset(ys, 40);
   Eigen::MatrixXd fx(fit_rows.size(), features_.size());
   Eigen::VectorXd fy(fit_rows.size());
   for (size_t i = 0; i < fit_rows.size(); ++i) {
@@ -340,6 +365,7 @@ const GaussianProcess* BayesianSearcher::PriorGp() {
   fit.seed = SplitMix64(options_.seed ^ 0x9e10);
   prior_h_ = GaussianProcess::Fit(
       fx, fy, GpHyperparameters::Default(features_.size()), fit);
+  prior_h_.log_lengthscales = prior_h_.log_lengthscales.cwiseMin(0.0);
   auto gp = GaussianProcess::Condition(x, ys, prior_h_);
   if (gp.ok()) prior_gp_ = std::make_shared<GaussianProcess>(std::move(*gp));
   return prior_gp_.get();
@@ -433,8 +459,41 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
   }
   std::vector<const Observation*> all;
   for (const auto& o : observations) all.push_back(&o);
-  const std::vector<double> raw = Targets(all, weights);
-  Eigen::VectorXd y_all = Transform(raw);
+  // Under warm start own results are modelled as residuals from the
+  // prior's mean, so both must be on one scale: standardised together,
+  // and the prior's GP conditioned again on that scale (with its
+  // hyperparameters). Both are centred on the upper quartile of the
+  // prior's results, so that where neither has data the model expects a
+  // middling result, not the mean of a study crowded near its optimum.
+  const bool stacked = prior && !prior_only;
+  std::shared_ptr<const GaussianProcess> prior_gp = prior_gp_;
+  Eigen::VectorXd y_all;
+  if (stacked) {
+    std::vector<const Observation*> both;
+    for (const auto& o : priors_) both.push_back(&o);
+    both.insert(both.end(), all.begin(), all.end());
+    const std::vector<double> raw = Targets(both, weights);
+    const Eigen::VectorXd scaled = Standardizer::Fit(raw).Apply(raw);
+    const int np = static_cast<int>(priors_.size());
+    std::vector<int> rows = Subset(scaled.head(np), options_.max_points);
+    Eigen::MatrixXd px(rows.size(), features_.size());
+    Eigen::VectorXd py(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      px.row(i) = priors_[rows[i]].features.transpose();
+      py[i] = scaled[rows[i]];
+    }
+    const double centre =
+        Quantile(std::vector<double>(py.data(), py.data() + py.size()), 0.75);
+    py.array() -= centre;
+    y_all = scaled.tail(scaled.size() - np).array() - centre;
+    auto conditioned = GaussianProcess::Condition(px, py, prior_h_);
+    if (conditioned.ok()) {
+      prior_gp = std::make_shared<GaussianProcess>(std::move(*conditioned));
+      prior = prior_gp.get();
+    }
+  } else {
+    y_all = Transform(Targets(all, weights));
+  }
   std::vector<int> keep = Subset(y_all, options_.max_points);
   const int n = static_cast<int>(keep.size());
   const int p = static_cast<int>(pending.size());
@@ -447,8 +506,10 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
   // Own results under warm start: residuals from the prior's mean, with
   // the prior's hyperparameters until the study has its initial trials,
   // then with hyperparameters fitted on the residuals of its first k
-  // results (on the refit schedule, a function of the history).
-  const bool stacked = prior && !prior_only;
+  // results (on the refit schedule, a function of the history). Their
+  // signal variance is at most a quarter of the prior's: away from its
+  // own results the study trusts the earlier one's shape, rather than
+  // expecting anything anywhere (which sends it to the corners).
   if (stacked && valid >= options_.initial_trials) {
     const int k = RefitPoint(valid);
     if (residual_fit_key_ != std::make_pair(k, level)) {
@@ -463,13 +524,14 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
       Eigen::VectorXd ry(rows.size());
       for (size_t r = 0; r < rows.size(); ++r) {
         rx.row(r) = x.row(rows[r]);
-        double mean, var;
-        prior->Predict(rx.row(r).transpose(), &mean, &var);
-        ry[r] = y[rows[r]] - mean;
+        ry[r] = y[rows[r]] - prior->Mean(rx.row(r).transpose());
       }
       GpFitOptions fit;
       fit.seed = SplitMix64(options_.seed ^ 0x7e5 ^ uint64_t(k));
       residual_h_ = GaussianProcess::Fit(rx, ry, prior_h_, fit);
+      residual_h_.log_signal_variance =
+          std::min(residual_h_.log_signal_variance,
+                   prior_h_.log_signal_variance + std::log(0.25));
       residual_fit_key_ = {k, level};
     }
   }
@@ -477,9 +539,9 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
       prior_only || (stacked && valid < options_.initial_trials) ? prior_h_
       : stacked                                                  ? residual_h_
                 : Hyperparameters(observations, level, valid);
-  auto gp = stacked ? GaussianProcess::Condition(x.topRows(n), y.head(n), h,
-                                                 prior_gp_)
-                    : GaussianProcess::Condition(x.topRows(n), y.head(n), h);
+  auto gp =
+      stacked ? GaussianProcess::Condition(x.topRows(n), y.head(n), h, prior_gp)
+              : GaussianProcess::Condition(x.topRows(n), y.head(n), h);
   if (!gp.ok()) return InitialDesign(number);
   // Constraints: one GP per constraint metric, and the best target among
   // feasible observations only.
@@ -555,7 +617,7 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
     y[n + j] = mean;
   }
   if (p > 0) {
-    auto believed = stacked ? GaussianProcess::Condition(x, y, h, prior_gp_)
+    auto believed = stacked ? GaussianProcess::Condition(x, y, h, prior_gp)
                             : GaussianProcess::Condition(x, y, h);
     if (believed.ok()) gp = std::move(believed);
   }

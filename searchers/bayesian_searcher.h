@@ -24,11 +24,15 @@
 //    equal-weight scalarisation, so they stay a function of the history.
 //  - Warm start (ObservePrior), in place of the quasi-random phase: until
 //    two of its own trials finish, a GP fitted once on the earlier
-//    studies' trials (standardised on their own) proposes; after that,
-//    that GP is the prior mean and the own observations are modelled as
-//    residuals from it (stacked transfer), with the prior's
+//    studies' trials (standardised on their own; hyperparameters from
+//    their best 20 and 20 others, length scales at most 1) proposes;
+//    after that, that GP, conditioned again with the own observations'
+//    scale (both standardised together, centred on the prior's upper
+//    quartile), is the prior mean and the own observations are modelled
+//    as residuals from it (stacked transfer), with the prior's
 //    hyperparameters until the study has its initial trials and then
-//    with ones fitted on the residuals.
+//    with ones fitted on the residuals (signal variance at most a quarter
+//    of the prior's).
 //  - Constraints: a GP per constraint metric (standardised, same refit
 //    schedule); the acquisition is EI times the probability that every
 //    constraint holds (constrained EI), or that probability alone until a

@@ -267,6 +267,16 @@ void GaussianProcess::Predict(const Eigen::VectorXd& point, double* mean,
   }
 }
 
+double GaussianProcess::Mean(const Eigen::VectorXd& point) const {
+  const double s2 = std::exp(h_.log_signal_variance);
+  double mean = 0;
+  for (int a = 0; a < size(); ++a) {
+    const Eigen::ArrayXd diff = point.array() - x_.row(a).transpose().array();
+    mean += Matern(std::sqrt((diff.square() * inv_l2_).sum()), s2) * alpha_[a];
+  }
+  return prior_ ? mean + prior_->Mean(point) : mean;
+}
+
 double LogExpectedImprovement(double mean, double sd, double best,
                               double* dmean, double* dsd) {
   sd = std::max(sd, 1e-12);

@@ -66,6 +66,9 @@ class GaussianProcess {
                Eigen::VectorXd* dmean = nullptr,
                Eigen::VectorXd* dvariance = nullptr) const;
 
+  // The posterior mean alone (cheaper: no solve).
+  double Mean(const Eigen::VectorXd& point) const;
+
   const GpHyperparameters& hyperparameters() const { return h_; }
   int size() const { return static_cast<int>(x_.rows()); }
 

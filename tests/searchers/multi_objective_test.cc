@@ -4,8 +4,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <random>
 #include <set>
 
 #include "common/spec.h"
@@ -487,6 +489,80 @@ TEST(WarmStartTest, APriorFromAShiftedCopyHelpsEarly) {
     }
     EXPECT_LT(warm_total, cold_total) << searcher;
   }
+}
+
+}  // namespace
+}  // namespace dial::searchers
+
+namespace dial::searchers {
+namespace {
+
+// Found measuring warm start (bench/README.md): the stacked GP read the
+// earlier study's results and the study's own on two different scales,
+// and with hyperparameters fitted on a study crowded near its optimum it
+// expected surprises everywhere, so it spent trial after trial at the
+// bounds of the space. Warm-started from trials of the very same
+// function, crowded near its optimum as a finished search leaves them,
+// it now stays near that optimum and improves on it.
+TEST(WarmStartTest, APriorCrowdedNearItsOptimumKeepsTheStudyThere) {
+  const std::string space =
+      "objective: {metric: y, goal: MINIMIZE}\n"
+      "search_space:\n"
+      "  - {name: a, float: {min: -2, max: 2}}\n"
+      "  - {name: b, float: {min: -2, max: 2}}\n"
+      "  - {name: c, float: {min: -2, max: 2}}\n";
+  auto f = [](const Params& p) {
+    double y = 0;
+    for (const char* k : {"a", "b", "c"}) {
+      const double v = p.at(k).double_value() - 0.3;
+      y += v * v;
+    }
+    Metrics m;
+    m["y"] = y;
+    return m;
+  };
+  const auto spec = Spec(space + "searcher: {bayesian: {seed: 5}}\n");
+  // The prior: 20 random trials, then 60 near the optimum.
+  std::vector<v1::Trial> prior;
+  auto random = CreateSearcher(Spec(space + "searcher: {random: {seed: 7}}\n"));
+  ASSERT_TRUE(random.ok());
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> near(0.3, 0.15);
+  for (int n = 0; n < 80; ++n) {
+    auto p = (*random)->Suggest(n);
+    ASSERT_TRUE(p.ok());
+    if (n >= 20) {
+      for (const char* k : {"a", "b", "c"}) {
+        (*p)[k].set_double_value(std::clamp(near(rng), -2.0, 2.0));
+      }
+    }
+    prior.push_back(Finished(n, *p, f(*p), spec));
+  }
+  double prior_best = 1e300;
+  for (const auto& t : prior) {
+    prior_best = std::min(prior_best, t.objective_value());
+  }
+  auto s = CreateSearcher(spec);
+  ASSERT_TRUE(s.ok());
+  for (const auto& t : prior) (*s)->ObservePrior(t);
+  int at_bounds = 0;
+  double best = 1e300;
+  for (int n = 0; n < 30; ++n) {
+    auto p = (*s)->Suggest(n);
+    ASSERT_TRUE(p.ok());
+    for (const char* k : {"a", "b", "c"}) {
+      if (std::abs(p->at(k).double_value()) > 1.99) {
+        ++at_bounds;
+        break;
+      }
+    }
+    const Metrics m = f(*p);
+    best = std::min(best, m.at("y"));
+    (*s)->Observe(Finished(n, *p, m, spec));
+  }
+  EXPECT_LE(at_bounds, 1);
+  EXPECT_LT(best, prior_best);
+  EXPECT_LT(best, 3e-4);
 }
 
 }  // namespace
