@@ -352,9 +352,12 @@ const GaussianProcess* BayesianSearcher::PriorGp() {
   }
   // An earlier study's trials crowd around its optimum, where a parameter
   // can look irrelevant that matters elsewhere: the hyperparameters are
-  // fitted on its best 20 and 20 spread over the rest, and no length
-  // scale exceeds the unit range.
-  std::vector<int> fit_rows = Subset(ys, 40);
+  // fitted on its best half and a spread of the rest, 20 trials plus 10
+  // per input feature up to `max_fit_points` (with 40 in all, Hartmann6's
+  // fit judged four of its six parameters irrelevant), and no length scale
+  // exceeds the unit range.
+  std::vector<int> fit_rows =
+      Subset(ys, std::min(options_.max_fit_points, 20 + 10 * features_.size()));
   Eigen::MatrixXd fx(fit_rows.size(), features_.size());
   Eigen::VectorXd fy(fit_rows.size());
   for (size_t i = 0; i < fit_rows.size(); ++i) {

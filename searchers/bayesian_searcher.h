@@ -25,7 +25,8 @@
 //  - Warm start (ObservePrior), in place of the quasi-random phase: until
 //    two of its own trials finish, a GP fitted once on the earlier
 //    studies' trials (standardised on their own; hyperparameters from
-//    their best 20 and 20 others, length scales at most 1) proposes;
+//    their best half and a spread of the rest, 20 + 10 per input feature
+//    in all, length scales at most 1) proposes;
 //    after that, that GP, conditioned again with the own observations'
 //    scale (both standardised together, centred on the prior's upper
 //    quartile), is the prior mean and the own observations are modelled

@@ -51,6 +51,8 @@ ABSL_FLAG(bool, warm, false,
           "it; prints when the warm one reaches the cold one's final regret");
 ABSL_FLAG(double, shift, 0.05,
           "--warm: the copy's shift, as a share of each float's range");
+ABSL_FLAG(bool, curves, false,
+          "--warm: also print both studies' regret after every trial");
 ABSL_FLAG(bool, multi, false,
           "Run the multi-objective and constrained problems instead");
 ABSL_FLAG(bool, mo_latency, false,
@@ -482,6 +484,13 @@ int RunWarm() {
             "%.10g, \"warm_regret_at_half\": %.10g, \"reached_at\": %d}\n",
             searcher.c_str(), fn.name, seed, trials, share, cold.back(),
             warm.back(), warm[warm.size() / 2 - 1], reached);
+        if (absl::GetFlag(FLAGS_curves)) {
+          std::printf(
+              "{\"function\": \"%s\", \"seed\": %d, \"cold\": [%s], "
+              "\"warm\": [%s]}\n",
+              fn.name, seed, absl::StrJoin(cold, ", ").c_str(),
+              absl::StrJoin(warm, ", ").c_str());
+        }
         std::fflush(stdout);
       }
     }
