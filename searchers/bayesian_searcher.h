@@ -26,7 +26,7 @@
 //    two of its own trials finish, a GP fitted once on the earlier
 //    studies' trials (standardised on their own; hyperparameters from
 //    their best half and a spread of the rest, 20 + 10 per input feature
-//    in all, length scales at most 1) proposes;
+//    in all and at most max_fit_points, length scales at most 1) proposes;
 //    after that, that GP, conditioned again with the own observations'
 //    scale (both standardised together, centred on the prior's upper
 //    quartile), is the prior mean and the own observations are modelled
