@@ -32,8 +32,8 @@
 //    quartile), is the prior mean and the own observations are modelled
 //    as residuals from it (stacked transfer), with the prior's
 //    hyperparameters until the study has its initial trials and then
-//    with ones fitted on the residuals (signal variance at most a quarter
-//    of the prior's).
+//    with ones fitted on the residuals scaled to unit size (then scaled
+//    back; signal variance at most a quarter of the prior's).
 //  - Constraints: a GP per constraint metric (standardised, same refit
 //    schedule); the acquisition is EI times the probability that every
 //    constraint holds (constrained EI), or that probability alone until a

@@ -38,6 +38,7 @@
 
 ABSL_FLAG(int, trials, 100, "Trials per study");
 ABSL_FLAG(int, seeds, 10, "Seeds per (function, searcher)");
+ABSL_FLAG(int, first_seed, 0, "--warm: the first seed (to split a run)");
 ABSL_FLAG(std::string, searchers, "",
           "Searchers to run; default random,tpe,bayesian, with --multi "
           "nsga2,tpe,bayesian,random");
@@ -437,7 +438,9 @@ int RunWarm() {
   for (const Function& fn : kFunctions) {
     if (!Contains(functions, fn.name)) continue;
     for (const auto& searcher : searchers) {
-      for (int seed = 0; seed < absl::GetFlag(FLAGS_seeds); ++seed) {
+      const int first = absl::GetFlag(FLAGS_first_seed);
+      for (int seed = first; seed < first + absl::GetFlag(FLAGS_seeds);
+           ++seed) {
         const std::string tag = absl::StrCat(fn.name, "-", searcher, "-", seed);
         const std::string goal = "objective: {metric: y, goal: MINIMIZE}\n";
         auto run = [&](const std::string& name, const std::string& extra,

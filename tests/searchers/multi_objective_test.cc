@@ -576,16 +576,12 @@ TEST(WarmStartTest, APriorCrowdedNearItsOptimumKeepsTheStudyThere) {
 namespace dial::searchers {
 namespace {
 
-// Found measuring warm start on Hartmann6 (bench/README.md): the prior's
-// hyperparameters were fitted on 40 of its trials whatever the number of
-// parameters, too few for six length scales, and four of the six came out
-// at the cap (parameters judged irrelevant). The warm study found the
-// basin at once and then refined it more slowly than a cold study.
-// Warm-started from a finished study of a shifted copy, it must now refine
-// at least as far in 30 trials as the cold study does in 60.
-TEST(WarmStartTest, ASixDimensionalPriorLetsTheStudyRefineQuickly) {
+// Regrets on Hartmann6 after `cold` trials of a cold study and `warm`
+// trials of one warm-started from `prior` trials of a copy shifted by 0.05.
+std::pair<double, double> Hartmann6ColdAndWarm(int seed, int prior, int cold,
+                                               int warm) {
   const bench::Function& fn = bench::kFunctions[1];
-  ASSERT_STREQ(fn.name, "hartmann6");
+  EXPECT_STREQ(fn.name, "hartmann6");
   auto f = [&](const Params& p) {
     Metrics m;
     m["y"] = fn.f(p);
@@ -601,18 +597,43 @@ TEST(WarmStartTest, ASixDimensionalPriorLetsTheStudyRefineQuickly) {
     for (const auto& t : trials) best = std::min(best, t.objective_value());
     return best - fn.optimum;
   };
+  const auto spec = Spec(std::string("objective: {metric: y, goal: MINIMIZE}\n"
+                                     "search_space:\n") +
+                         fn.space_yaml + "searcher: {bayesian: {seed: " +
+                         std::to_string(seed) + "}}\n");
+  const auto source = RunStudy(spec, prior, shifted);
+  return {regret(RunStudy(spec, cold, f)),
+          regret(RunStudy(spec, warm, f, &source))};
+}
+
+// Found measuring warm start on Hartmann6 (bench/README.md): the prior's
+// hyperparameters were fitted on 40 of its trials whatever the number of
+// parameters, too few for six length scales, and four of the six came out
+// at the cap (parameters judged irrelevant). The warm study found the
+// basin at once and then refined it more slowly than a cold study.
+// Warm-started from a finished study of a shifted copy, it must now refine
+// at least as far in 30 trials as the cold study does in 60.
+TEST(WarmStartTest, ASixDimensionalPriorLetsTheStudyRefineQuickly) {
   // Seeds whose earlier study ended in the global basin (in others both
   // studies can end in Hartmann6's local minimum). Before the fix the warm
   // study was behind in seed 6: 2.9e-3 against 2.1e-3.
   for (int seed : {2, 6, 7}) {
-    const auto spec =
-        Spec(std::string("objective: {metric: y, goal: MINIMIZE}\n"
-                         "search_space:\n") +
-             fn.space_yaml +
-             "searcher: {bayesian: {seed: " + std::to_string(seed) + "}}\n");
-    const auto prior = RunStudy(spec, 80, shifted);
-    const double cold = regret(RunStudy(spec, 60, f));
-    const double warm = regret(RunStudy(spec, 30, f, &prior));
+    const auto [cold, warm] = Hartmann6ColdAndWarm(seed, 80, 60, 30);
+    EXPECT_LE(warm, cold) << "seed " << seed;
+  }
+}
+
+// Found measuring warm start on Hartmann6 (bench/README.md): the model of
+// the study's own results (residuals from the earlier study's) was fitted
+// on residuals a fifth of the unit scale its noise floor is set for, so
+// it could not tell results apart below about 1e-4. The warm study found
+// the basin at once, then spent trial after trial within 0.002 of its
+// incumbent without improving on it. It must now reach the cold study's
+// 100-trial regret in half the trials, as the issue asks. Before the fix:
+// seed 1 5.9e-5 against 1.9e-5, seed 6 8.4e-5 against 1.8e-5.
+TEST(WarmStartTest, AWarmStudyRefinesBelowTheResidualsScale) {
+  for (int seed : {1, 6}) {
+    const auto [cold, warm] = Hartmann6ColdAndWarm(seed, 100, 100, 50);
     EXPECT_LE(warm, cold) << "seed " << seed;
   }
 }
