@@ -12,6 +12,8 @@
 //          [--searchers=nsga2,tpe,bayesian,random]
 //          [--functions=zdt1,zdt2,zdt3,dtlz2,branin_c,mixed_c]
 //        searcher_bench --mo_latency
+//        searcher_bench --warm --trials=100 --seeds=20 [--first_seed=0]
+//          [--shift=0.05] [--curves] [--functions=...] [--searchers=...]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
