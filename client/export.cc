@@ -15,7 +15,14 @@ namespace {
 
 std::string Number(double v) { return absl::StrFormat("%.17g", v); }
 
-std::string CsvCell(const std::string& text) {
+// Security round two, finding 11: a categorical value "=HYPERLINK(...)"
+// was exported as it is, and a spreadsheet runs it as a formula. As OWASP
+// recommends, text that starts with = + - @, a tab or a CR gets a leading
+// apostrophe (numbers are written by Number, never through here).
+std::string CsvCell(const std::string& raw) {
+  const bool formula =
+      !raw.empty() && std::string("=+-@\t\r").find(raw[0]) != std::string::npos;
+  const std::string text = formula ? "'" + raw : raw;
   if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
   std::string out = "\"";
   for (char c : text) {

@@ -4,12 +4,16 @@
 #include <grpcpp/security/credentials.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/message_limits.h"
 #include "common/status.h"
+
+extern char** environ;
 
 namespace dial {
 
@@ -17,6 +21,31 @@ std::string TokenFromFlagOrEnv(const std::string& flag_value) {
   if (!flag_value.empty()) return flag_value;
   const char* env = std::getenv("DIAL_TOKEN");
   return env ? env : "";
+}
+
+absl::StatusOr<std::string> TakeToken(const std::string& flag_value,
+                                      const std::string& token_file) {
+  std::string token = TokenFromFlagOrEnv(flag_value);
+  // The value's bytes are overwritten where they are, so that the copy of
+  // the environment the kernel shows in /proc/<pid>/environ goes too.
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, "DIAL_TOKEN=", 11) == 0) {
+      std::memset(*e + 11, 0, std::strlen(*e + 11));
+    }
+  }
+  unsetenv("DIAL_TOKEN");
+  if (token_file.empty()) return token;
+  absl::StatusOr<std::string> text = ReadSmallFile(token_file);
+  if (!text.ok()) {
+    return absl::NotFoundError(
+        absl::StrCat("--token-file: cannot read ", token_file));
+  }
+  std::string from_file(absl::StripAsciiWhitespace(*text));
+  if (from_file.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--token-file: ", token_file, " is empty"));
+  }
+  return from_file;
 }
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {

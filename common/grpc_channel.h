@@ -35,6 +35,15 @@ struct ConnectOptions {
 // The token to use: `flag_value` if set, else $DIAL_TOKEN, else empty.
 std::string TokenFromFlagOrEnv(const std::string& flag_value);
 
+// A daemon's token, kept out of what its children can read: from
+// `token_file` (surrounding whitespace stripped) when set, else `flag_value`,
+// else $DIAL_TOKEN. $DIAL_TOKEN is then wiped from this process's
+// environment, in place (the bytes /proc/<pid>/environ shows are zeroed)
+// as well as from environ. NOT_FOUND naming the file when it cannot be
+// read; INVALID_ARGUMENT when it is empty.
+absl::StatusOr<std::string> TakeToken(const std::string& flag_value,
+                                      const std::string& token_file);
+
 // A channel to options.target with Dial's message limits set on `args`.
 // INVALID_ARGUMENT for an empty target, a certificate without its key (or
 // the reverse) or a client certificate without a CA; NOT_FOUND naming the

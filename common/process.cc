@@ -2,7 +2,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -18,6 +20,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -46,7 +49,9 @@ struct ChildPlan {
   // a ChildFailure.
   int status_fd = -1;
   bool report_pid = false;
-  int cgroup_fd = -1;  // cgroup.procs to join, or -1
+  int cgroup_fd = -1;             // cgroup.procs to join, or -1
+  const RunAs* run_as = nullptr;  // the user to become, or null
+  rlim_t max_user_processes = 0;  // RLIMIT_NPROC with run_as; 0: unchanged
 };
 
 // What a child that cannot start writes on the status pipe.
@@ -96,6 +101,20 @@ constexpr int kExecFailed = 2;
   // dup2 clears close-on-exec on the copy: only these survive exec.
   for (size_t i = 0; i < plan.moves.size(); ++i) {
     if (dup2(plan.parked[i], plan.moves[i].first) < 0) {
+      ChildFail(plan, status_fd, kSetupFailed, errno);
+    }
+  }
+  if (plan.run_as != nullptr) {
+    const RunAs& user = *plan.run_as;
+    if (plan.max_user_processes > 0) {
+      const rlimit limit{plan.max_user_processes, plan.max_user_processes};
+      if (setrlimit(RLIMIT_NPROC, &limit) != 0) {
+        ChildFail(plan, status_fd, kSetupFailed, errno);
+      }
+    }
+    if (setgroups(user.groups.size(), user.groups.data()) != 0 ||
+        setgid(user.gid) != 0 || setuid(user.uid) != 0 ||
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
       ChildFail(plan, status_fd, kSetupFailed, errno);
     }
   }
@@ -372,6 +391,40 @@ absl::StatusOr<Pipe> MakePipe() {
   return p;
 }
 
+absl::StatusOr<RunAs> LookUpRunAs(const std::string& user) {
+  std::vector<char> buffer(1 << 16);
+  passwd entry{};
+  passwd* found = nullptr;
+  uint32_t uid = 0;
+  if (absl::SimpleAtoi(user, &uid)) {
+    getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found);
+  } else {
+    getpwnam_r(user.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  }
+  if (found == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("user '", user, "' does not exist on this host"));
+  }
+  if (entry.pw_uid == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "user '", user, "' is root: trials must run as an unprivileged user"));
+  }
+  RunAs out;
+  out.uid = entry.pw_uid;
+  out.gid = entry.pw_gid;
+  out.name = entry.pw_name;
+  out.home = entry.pw_dir != nullptr ? entry.pw_dir : "/";
+  int count = 64;
+  out.groups.resize(count);
+  if (getgrouplist(entry.pw_name, entry.pw_gid, out.groups.data(), &count) <
+      0) {
+    out.groups.resize(count);
+    getgrouplist(entry.pw_name, entry.pw_gid, out.groups.data(), &count);
+  }
+  out.groups.resize(std::max(count, 0));
+  return out;
+}
+
 std::map<std::string, std::string> CurrentEnvironment() {
   std::map<std::string, std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -429,6 +482,9 @@ absl::Status Prepare(const SpawnOptions& options, Prepared& p) {
   plan.envp = options.env ? p.envp.data() : environ;
   plan.note = &options.exec_failure_note;
   plan.cgroup_fd = options.cgroup_procs_fd;
+  if (options.run_as) plan.run_as = &*options.run_as;
+  plan.max_user_processes =
+      static_cast<rlim_t>(std::max<int64_t>(options.max_user_processes, 0));
 
   const std::string& program = options.argv[0];
   if (options.search_path && program.find('/') == std::string::npos) {

@@ -81,6 +81,20 @@ struct ChildFd {
   bool append = false;
 };
 
+// The user a child runs as: its uid, primary gid and supplementary groups.
+struct RunAs {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
+  std::string name;  // for messages and USER
+  std::string home;
+};
+
+// Looks `user` up (a name or a numeric uid) with its groups. NOT_FOUND
+// naming it when there is no such user; INVALID_ARGUMENT for root (uid 0),
+// which would defeat the point.
+absl::StatusOr<RunAs> LookUpRunAs(const std::string& user);
+
 struct SpawnOptions {
   // argv[0] is the program: a path, or with `search_path` and no '/' in it,
   // a name looked up in the parent's PATH (as execvp does, including
@@ -111,6 +125,13 @@ struct SpawnOptions {
   // joins that cgroup (writes "0") before exec, so everything it starts is
   // in it. A failure to join fails the spawn. -1: none.
   int cgroup_procs_fd = -1;
+  // The child drops to this user (groups, gid, then uid, with
+  // no_new_privs) after joining the cgroup and before exec; failing to
+  // fails the spawn. nullopt: the caller's user.
+  std::optional<RunAs> run_as;
+  // With run_as: RLIMIT_NPROC for the child (the processes of that user
+  // it may have, counted over all of them); 0: unchanged.
+  int64_t max_user_processes = 0;
 };
 
 // Starts a child process. The child gets an empty signal mask and the

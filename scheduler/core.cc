@@ -274,10 +274,15 @@ absl::StatusOr<StudyEntry*> SchedulerCore::FindFor(const auth::Principal& who,
   if (access == Access::kRead ? who.can_read(owner) : who.can_write(owner)) {
     return entry;
   }
+  // Security round two, finding 11: the refusal named the owner. Whoever
+  // may not read a study learns nothing of it, not even that it exists:
+  // the answer is the one for a study that is not there.
+  if (!who.can_read(owner)) {
+    return absl::NotFoundError(absl::StrCat("study '", name, "' not found"));
+  }
   return absl::PermissionDeniedError(
-      absl::StrCat(auth::RoleName(who.role), " '", who.name, "' may not ",
-                   access == Access::kRead ? "read" : "change", " study '",
-                   name, "' (owned by '", owner, "')"));
+      absl::StrCat(auth::RoleName(who.role), " '", who.name,
+                   "' may not change study '", name, "'"));
 }
 
 void SchedulerCore::Audit(const auth::Principal& who, const std::string& action,
@@ -540,6 +545,13 @@ StatusReply SchedulerCore::DeleteStudy(const std::string& name,
     // One small write: the store purges the rows later (PurgeDeleted), and
     // the entry's memory is freed with the task below, off the lock.
     DIAL_RETURN_IF_ERROR(store_->DeleteStudy(name));
+    // Security round two, M2: the next study of this name downloaded the
+    // deleted one's checkpoints. They leave the name now (a rename) and
+    // are removed off the lock.
+    if (checkpoints_ != nullptr) {
+      absl::Status retired = checkpoints_->RetireStudy(name);
+      if (!retired.ok()) spdlog::warn("DeleteStudy: {}", retired.ToString());
+    }
     Audit(who, "DeleteStudy", name, "");
     lifecycle_.Emit(*entry, v1::StudyEvent::STUDY_FINISHED, nullptr);
     retention_.Forget(name);
@@ -1176,6 +1188,7 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
 void SchedulerCore::PurgeLater(std::shared_ptr<StudyEntry> entry) {
   suggestions_.Enqueue({[this, entry = std::move(entry)]() mutable {
                           entry.reset();
+                          if (checkpoints_) checkpoints_->PurgeRetired();
                           absl::Status status = store_->PurgeDeleted();
                           if (!status.ok()) {
                             spdlog::warn(

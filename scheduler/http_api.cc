@@ -401,10 +401,34 @@ void HttpApi::Install(httplib::Server& server) {
           res, absl::InvalidArgumentError("login: token: missing or not a "
                                           "string"));
     }
+    // Security round two, finding 11: 1,000 wrong tokens in a row were
+    // each answered. After a few failures an address waits, doubling.
+    HttpGuard* guard = options_.guard;
+    if (guard != nullptr) {
+      const absl::Duration wait = guard->LoginWait(req.remote_addr);
+      if (wait > absl::ZeroDuration()) {
+        // Hammering while refused lengthens the wait.
+        guard->LoginFailed(req.remote_addr);
+        const int64_t seconds =
+            absl::ToInt64Seconds(absl::Ceil(wait, absl::Seconds(1)));
+        res.set_header("Retry-After", std::to_string(seconds));
+        return SendError(res, absl::ResourceExhaustedError(absl::StrCat(
+                                  "login: too many failed attempts from this "
+                                  "address; try again in ",
+                                  seconds, " s")));
+      }
+    }
     const std::string& token = field->second.string_value();
     const std::string bearer = absl::StrCat("Bearer ", token);
     absl::StatusOr<auth::Principal> who =
         auth::AuthenticateBearer(tokens, bearer);
+    if (guard != nullptr) {
+      if (who.ok()) {
+        guard->LoginSucceeded(req.remote_addr);
+      } else {
+        guard->LoginFailed(req.remote_addr);
+      }
+    }
     if (!who.ok()) return SendError(res, who.status());
     std::string cookie =
         absl::StrCat(kCookie, "=", sessions_.Create(token),
@@ -571,11 +595,29 @@ void HttpApi::Install(httplib::Server& server) {
       bool first_sent = false, ended = false;
     };
     auto watch = std::make_shared<Watch>();
-    if (std::optional<std::string> credential = Credential(req)) {
-      watch->ctx.AddMetadata("authorization", *credential);
+    std::optional<std::string> credential = Credential(req);
+    if (credential) watch->ctx.AddMetadata("authorization", *credential);
+    // Security round two, finding 11: the streams were one pool for
+    // everyone; one principal holds at most a few of them.
+    std::string holder;
+    if (options_.guard != nullptr) {
+      absl::StatusOr<auth::Principal> who =
+          auth::AuthenticateBearer(options_.tokens, credential);
+      if (!who.ok()) return SendError(res, who.status());
+      holder = who->name;
+      if (!options_.guard->BeginStream(holder)) {
+        return SendError(res, absl::ResourceExhaustedError(absl::StrCat(
+                                  "WatchStudy: '", holder,
+                                  "' has as many event streams open as one "
+                                  "principal may; close one (another tab?)")));
+      }
     }
+    auto release = [this, holder] {
+      if (options_.guard != nullptr) options_.guard->EndStream(holder);
+    };
     watch->ctx.set_deadline(std::chrono::system_clock::now() + kStreamDeadline);
     if (!AddStream(&watch->ctx)) {
+      release();
       return SendError(res, absl::ResourceExhaustedError(absl::StrCat(
                                 "WatchStudy: ", kMaxStreams,
                                 " event streams are open; try again later")));
@@ -588,6 +630,7 @@ void HttpApi::Install(httplib::Server& server) {
     if (!watch->reader->Read(&watch->first)) {
       grpc::Status s = watch->reader->Finish();
       RemoveStream(&watch->ctx);
+      release();
       return SendError(
           res, s.ok() ? absl::UnavailableError("watch ended") : FromGrpc(s));
     }
@@ -614,12 +657,13 @@ void HttpApi::Install(httplib::Server& server) {
           std::string text = absl::StrCat("data: ", ToJson(*event), "\n\n");
           return sink.write(text.data(), text.size());
         },
-        [this, watch](bool) {
+        [this, watch, release](bool) {
           if (!watch->ended) {
             watch->ctx.TryCancel();
             (void)watch->reader->Finish();
           }
           RemoveStream(&watch->ctx);
+          release();
         });
   });
 

@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "auth/token_table.h"
+#include "scheduler/http_guard.h"
 
 namespace httplib {
 class Server;
@@ -64,6 +65,9 @@ struct HttpApiOptions {
   std::shared_ptr<grpc::Channel> channel;
   const auth::TokenTable* tokens = nullptr;  // null: anonymous admins
   bool secure_cookies = false;               // TLS: cookies are Secure
+  // Login throttling and event streams per principal; null: neither. Not
+  // owned.
+  HttpGuard* guard = nullptr;
 };
 
 class HttpApi {

@@ -11,11 +11,13 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "auth/token_table.h"
 #include "common/metrics.h"
 #include "scheduler/http_api.h"
+#include "scheduler/http_guard.h"
 
 namespace httplib {
 class Server;
@@ -38,6 +40,9 @@ struct HttpServerOptions {
   // The dashboard's built files (index.html and assets/), served at /;
   // empty: no dashboard.
   std::string dashboard_dir;
+  // Host names besides IP literals and localhost that requests may name in
+  // Host (--http-allowed-hosts; http_guard.h).
+  std::vector<std::string> allowed_hosts;
 };
 
 class HttpServer {
@@ -51,6 +56,7 @@ class HttpServer {
 
  private:
   HttpServer() = default;
+  std::unique_ptr<HttpGuard> guard_;
   std::unique_ptr<HttpApi> api_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

@@ -1,5 +1,6 @@
 #include "scheduler/request_checks.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
@@ -19,6 +20,18 @@ absl::Status CheckMetrics(const searchers::Metrics& metrics, const char* field,
       return absl::InvalidArgumentError(
           absl::StrCat(field, ": metric names must be 1-",
                        limits.max_metric_name_bytes, " characters"));
+    }
+    // Security round two, H1: a trial reported a stolen token as a metric
+    // name. Names are identifiers: nothing for markup, formulas or quoting.
+    for (char c : name) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                      (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+                      c == '/' || c == ':' || c == '-';
+      if (!ok) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ": metric name '", absl::CHexEscape(name.substr(0, 64)),
+            "' may hold only letters, digits and '_', '.', '/', ':', '-'"));
+      }
     }
   }
   return absl::OkStatus();

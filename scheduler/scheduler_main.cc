@@ -7,8 +7,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/marshalling.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/synchronization/mutex.h"
@@ -42,6 +45,10 @@ ABSL_FLAG(std::string, http_listen, "",
           "host:port of the HTTP edge: the dashboard at /, the JSON API "
           "under /api/v1, /metrics for Prometheus (same TLS and token rules "
           "as --listen); empty: off");
+ABSL_FLAG(std::vector<std::string>, http_allowed_hosts, {},
+          "Host names (comma list) that HTTP requests may name in Host, "
+          "besides IP addresses and localhost; '*' allows any (not "
+          "recommended: DNS rebinding)");
 ABSL_FLAG(std::string, dashboard_dir, "auto",
           "The dashboard's built files; auto: ../share/dial/dashboard or "
           "../dashboard beside the binary (installed, or the build tree); "
@@ -214,6 +221,9 @@ int main(int argc, char** argv) {
     h.metrics = &registry;
     h.channel = (*server)->InProcessChannel();
     h.dashboard_dir = absl::GetFlag(FLAGS_dashboard_dir);
+    for (const auto& host : absl::GetFlag(FLAGS_http_allowed_hosts)) {
+      if (!host.empty()) h.allowed_hosts.push_back(host);
+    }
     if (h.dashboard_dir == "auto") h.dashboard_dir = FindDashboard();
     if (h.dashboard_dir.empty()) {
       spdlog::info("no dashboard files: serving /api/v1 and /metrics only");

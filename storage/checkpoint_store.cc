@@ -18,6 +18,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/beneath.h"
 #include "common/spec.h"
 #include "common/status.h"
 
@@ -159,8 +161,34 @@ FileCheckpointStore::Create(const FileCheckpointStoreOptions& options) {
     return absl::UnavailableError(absl::StrCat(
         "cannot resolve checkpoint root ", options.root, ": ", ec.message()));
   }
-  return std::unique_ptr<FileCheckpointStore>(
+  auto store = std::unique_ptr<FileCheckpointStore>(
       new FileCheckpointStore(std::move(root)));
+  store->PurgeRetired();  // what a crash left of deleted studies
+  return store;
+}
+
+absl::Status FileCheckpointStore::RetireStudy(absl::string_view study) {
+  auto status = ValidateName("checkpoint study", study);
+  if (!status.ok()) return absl::InvalidArgumentError(status.message());
+  const std::string dir = absl::StrCat(root_, "/", study);
+  const std::string retired = absl::StrCat(root_, "/.retired-", study, "-",
+                                           absl::ToUnixNanos(absl::Now()));
+  // The name itself is renamed (a link is renamed, never followed).
+  if (::rename(dir.c_str(), retired.c_str()) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return IoError("cannot retire", dir);
+  }
+  return FsyncPath(root_, true);
+}
+
+void FileCheckpointStore::PurgeRetired() {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(".retired-", 0) != 0) continue;
+    std::error_code ignored;
+    fs::remove_all(entry.path(), ignored);  // does not follow links
+  }
 }
 
 absl::StatusOr<std::string> FileCheckpointStore::TrialDir(
@@ -170,7 +198,16 @@ absl::StatusOr<std::string> FileCheckpointStore::TrialDir(
   if (trial < 0) {
     return absl::InvalidArgumentError("checkpoint trial: must be >= 0");
   }
-  return absl::StrCat(root_, "/", study, "/", trial);
+  std::string dir = absl::StrCat(root_, "/", study, "/", trial);
+  // Security round two, H2: a study or trial directory that is a link
+  // (planted by a trial on a shared root) would make copies, retention's
+  // renames and deletes, and reads act outside the root.
+  absl::Status plain = CheckNoLinksBeneath(root_, dir);
+  if (absl::IsPermissionDenied(plain)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint directory ", plain.message()));
+  }
+  return dir;
 }
 
 absl::Status CheckpointStore::CheckOwnId(absl::string_view id,
@@ -350,14 +387,13 @@ absl::StatusOr<CheckpointInfo> FileCheckpointStore::CopyPathInto(
   DIAL_ASSIGN_OR_RETURN(std::string source_dir, TrialDir(study, source_trial));
   DIAL_ASSIGN_OR_RETURN(std::string dir, TrialDir(study, trial));
   std::error_code ec;
-  // Inside the source trial's directory once symbolic links are followed.
-  const fs::path source =
-      fs::weakly_canonical(fs::path(root_) / std::string(source_id), ec);
-  const fs::path source_root = fs::weakly_canonical(source_dir, ec);
-  const std::string prefix = source_root.string() + "/";
-  if (ec || source.string().rfind(prefix, 0) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint ", source_id, " resolves outside ", source_dir));
+  // Inside the source trial's directory, reached through no link at all.
+  const fs::path source = fs::path(root_) / std::string(source_id);
+  absl::Status plain = CheckNoLinksBeneath(source_dir, source.string());
+  if (absl::IsPermissionDenied(plain) || absl::IsInvalidArgument(plain)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", source_id, " is not a plain path in ",
+                     source_dir, ": ", plain.message()));
   }
   if (!fs::exists(source, ec)) {
     return absl::NotFoundError(
@@ -374,6 +410,8 @@ absl::StatusOr<CheckpointInfo> FileCheckpointStore::CopyPathInto(
     fs::remove_all(staging, ignored);
     return status;
   };
+  // Links inside are copied as links (never followed); downloads and
+  // uploads refuse them.
   fs::copy(source, staging,
            fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
   if (ec) {

@@ -94,6 +94,13 @@ class CheckpointStore {
   virtual absl::StatusOr<std::map<std::string, std::string>> Read(
       absl::string_view id) const = 0;
   virtual absl::Status Delete(absl::string_view id) = 0;
+  // A deleted study's checkpoints, all of them: RetireStudy moves them out
+  // of the study's name at once (a new study of that name starts empty);
+  // PurgeRetired removes what was retired (slow: run it off any lock).
+  virtual absl::Status RetireStudy(absl::string_view study) {
+    return absl::OkStatus();
+  }
+  virtual void PurgeRetired() {}
   // Committed steps of a trial, ascending.
   virtual absl::StatusOr<std::vector<int64_t>> ListSteps(
       absl::string_view study, int64_t trial) const = 0;
@@ -120,6 +127,11 @@ class FileCheckpointStore : public CheckpointStore {
   absl::StatusOr<CheckpointInfo> CopyInto(absl::string_view source_id,
                                           absl::string_view study,
                                           int64_t trial) override;
+  // Renames <root>/<study> to <root>/.retired-<study>-<nanos> and fsyncs
+  // the root; NotFound-free (a study without checkpoints is fine).
+  absl::Status RetireStudy(absl::string_view study) override;
+  // Removes every .retired-* directory (also those a crash left).
+  void PurgeRetired() override;
   // PBT exploit of a command trial: copies the file or directory that
   // trial `source_trial` reported as its checkpoint of `source_step`
   // (`source_id`, a path relative to the root inside that trial's

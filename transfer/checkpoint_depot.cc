@@ -179,10 +179,12 @@ int64_t CheckpointDepot::CopyKnownChunks(
     const ChunkRef& ref = session.chunks[i];
     auto it = known.find(*ref.hash);
     if (it == known.end() || it->second.length != ref.length) continue;
-    auto data = ReadRange(it->second.path, it->second.offset, ref.length);
+    auto data = ReadRange(options_.root, it->second.path, it->second.offset,
+                          ref.length);
     // A kept manifest is a hint: the bytes are checked before they count.
     if (!data.ok() || Sha256(*data) != *ref.hash) continue;
-    if (!WriteRange(FilePath(session.staging, session.manifest, ref.file),
+    if (!WriteRange(options_.root,
+                    FilePath(session.staging, session.manifest, ref.file),
                     ref.offset, *data)
              .ok()) {
       continue;
@@ -223,9 +225,9 @@ absl::Status CheckpointDepot::Put(const std::string& upload_id, int64_t index,
         absl::StrCat("data: chunk ", index, " of ", session->upload.checkpoint,
                      " does not match its SHA-256 in the manifest"));
   }
-  DIAL_RETURN_IF_ERROR(
-      WriteRange(FilePath(session->staging, session->manifest, ref.file),
-                 ref.offset, data));
+  DIAL_RETURN_IF_ERROR(WriteRange(
+      options_.root, FilePath(session->staging, session->manifest, ref.file),
+      ref.offset, data));
   absl::MutexLock lock(&mu_);
   session->received[index] = true;
   return absl::OkStatus();
@@ -270,7 +272,7 @@ absl::StatusOr<CheckpointDepot::Upload> CheckpointDepot::Commit(
   if (!synced.ok()) return finish(synced);
   const std::string target =
       (fs::path(options_.root) / session->upload.checkpoint).string();
-  absl::Status installed = Install(session->staging, target);
+  absl::Status installed = Install(options_.root, session->staging, target);
   if (!installed.ok()) return finish(installed);
   // Kept for dedup and downloads; a lost one is computed again.
   (void)WriteSidecar(options_.root, session->manifest);
@@ -288,7 +290,8 @@ absl::StatusOr<v1::CheckpointManifest> CheckpointDepot::Manifest(
 absl::StatusOr<std::string> CheckpointDepot::ReadChunk(
     const v1::CheckpointManifest& m, const ChunkRef& ref) {
   const std::string base = (fs::path(options_.root) / m.checkpoint()).string();
-  auto data = ReadRange(FilePath(base, m, ref.file), ref.offset, ref.length);
+  auto data = ReadRange(options_.root, FilePath(base, m, ref.file), ref.offset,
+                        ref.length);
   if (data.ok() && Sha256(*data) == *ref.hash) return data;
   std::error_code ec;
   fs::remove(SidecarPath(options_.root, m), ec);

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/beneath.h"
 #include "common/status.h"
 
 namespace dial::transfer {
@@ -51,11 +52,12 @@ std::string Parent(const std::string& path) {
   return fs::path(path).parent_path().string();
 }
 
-// Hashes one file chunk by chunk into `file`.
-absl::Status HashFile(const std::string& path, int64_t chunk_size,
-                      v1::CheckpointFile* file) {
-  Fd fd(::open(path.c_str(), O_RDONLY));
-  if (fd.fd < 0) return IoError("cannot open", path);
+// Hashes one file below `root` chunk by chunk into `file`.
+absl::Status HashFile(const std::string& root, const std::string& path,
+                      int64_t chunk_size, v1::CheckpointFile* file) {
+  auto opened = OpenBeneath(root, path, O_RDONLY);
+  if (!opened.ok()) return opened.status();
+  Fd fd(opened->release());
   struct stat st {};
   if (::fstat(fd.fd, &st) != 0) return IoError("cannot stat", path);
   file->set_size(st.st_size);
@@ -131,15 +133,22 @@ absl::StatusOr<v1::CheckpointManifest> Describe(const std::string& root,
         absl::StrCat("checkpoint '", id, "': not a relative path"));
   }
   const std::string base = (fs::path(root) / id).string();
+  // Security round two, H2: `ln -s / <trial dir>/r` made <trial>/r/etc/...
+  // a checkpoint id; no component below the root may be a link.
+  absl::Status plain = CheckNoLinksBeneath(root, id);
+  if (absl::IsPermissionDenied(plain)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", id, ": ", plain.message()));
+  }
   struct stat st {};
-  if (::lstat(base.c_str(), &st) != 0) {
+  if (!plain.ok() || ::lstat(base.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat("checkpoint ", id, " not found"));
   }
   v1::CheckpointManifest m;
   m.set_checkpoint(id);
   m.set_chunk_size(chunk_size);
   if (S_ISREG(st.st_mode)) {
-    DIAL_RETURN_IF_ERROR(HashFile(base, chunk_size, m.add_files()));
+    DIAL_RETURN_IF_ERROR(HashFile(root, base, chunk_size, m.add_files()));
     return m;
   }
   if (!S_ISDIR(st.st_mode)) {
@@ -167,7 +176,7 @@ absl::StatusOr<v1::CheckpointManifest> Describe(const std::string& root,
     v1::CheckpointFile* file = m.add_files();
     file->set_name(name);
     DIAL_RETURN_IF_ERROR(
-        HashFile((fs::path(base) / name).string(), chunk_size, file));
+        HashFile(root, (fs::path(base) / name).string(), chunk_size, file));
   }
   return m;
 }
@@ -254,13 +263,15 @@ std::string FilePath(const std::string& base, const v1::CheckpointManifest& m,
   return (fs::path(base) / m.files(file).name()).string();
 }
 
-absl::StatusOr<std::string> ReadRange(const std::string& path, int64_t offset,
+absl::StatusOr<std::string> ReadRange(const std::string& root,
+                                      const std::string& path, int64_t offset,
                                       int64_t length) {
-  Fd fd(::open(path.c_str(), O_RDONLY));
-  if (fd.fd < 0) {
+  auto opened = OpenBeneath(root, path, O_RDONLY);
+  if (!opened.ok()) {
     return absl::NotFoundError(
-        absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+        absl::StrCat("cannot open ", path, ": ", opened.status().message()));
   }
+  Fd fd(opened->release());
   std::string data(static_cast<size_t>(length), '\0');
   int64_t got = 0;
   while (got < length) {
@@ -277,10 +288,11 @@ absl::StatusOr<std::string> ReadRange(const std::string& path, int64_t offset,
   return data;
 }
 
-absl::Status WriteRange(const std::string& path, int64_t offset,
-                        absl::string_view data) {
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT, 0644));
-  if (fd.fd < 0) return IoError("cannot open", path);
+absl::Status WriteRange(const std::string& root, const std::string& path,
+                        int64_t offset, absl::string_view data) {
+  auto opened = OpenBeneath(root, path, O_WRONLY | O_CREAT, 0644);
+  if (!opened.ok()) return opened.status();
+  Fd fd(opened->release());
   size_t done = 0;
   while (done < data.size()) {
     const ssize_t n = ::pwrite(fd.fd, data.data() + done, data.size() - done,
@@ -294,13 +306,16 @@ absl::Status WriteRange(const std::string& path, int64_t offset,
 
 absl::Status Preallocate(const std::string& base,
                          const v1::CheckpointManifest& m) {
-  std::error_code ec;
-  if (m.directory()) fs::create_directories(base, ec);
+  // Everything is made below the staging path's parent, never through a
+  // link a trial put there.
+  const std::string root = Parent(base);
+  if (m.directory()) DIAL_RETURN_IF_ERROR(MakeDirsBeneath(root, base));
   for (int f = 0; f < m.files_size(); ++f) {
     const std::string path = FilePath(base, m, f);
-    fs::create_directories(fs::path(path).parent_path(), ec);
-    Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
-    if (fd.fd < 0) return IoError("cannot create", path);
+    DIAL_RETURN_IF_ERROR(MakeDirsBeneath(root, Parent(path)));
+    auto opened = OpenBeneath(root, path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (!opened.ok()) return opened.status();
+    Fd fd(opened->release());
     if (::ftruncate(fd.fd, m.files(f).size()) != 0) {
       return IoError("cannot size", path);
     }
@@ -321,27 +336,34 @@ absl::Status SyncAll(const std::string& base, const v1::CheckpointManifest& m) {
   return absl::OkStatus();
 }
 
-absl::Status Install(const std::string& staging, const std::string& target) {
-  std::error_code ec;
+absl::Status Install(const std::string& root, const std::string& staging,
+                     const std::string& target) {
   const std::string parent = Parent(target);
-  fs::create_directories(parent, ec);
-  if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot create ", parent, ": ", ec.message()));
-  }
-  if (::rename(staging.c_str(), target.c_str()) != 0) {
+  DIAL_RETURN_IF_ERROR(MakeDirsBeneath(root, parent));
+  // Both names are looked up in descriptors of directories reached without
+  // links: a link a trial put in place of a name is renamed, never followed.
+  auto to_dir = OpenBeneath(root, parent, O_RDONLY | O_DIRECTORY);
+  if (!to_dir.ok()) return to_dir.status();
+  auto from_dir = OpenBeneath(root, Parent(staging), O_RDONLY | O_DIRECTORY);
+  if (!from_dir.ok()) return from_dir.status();
+  const std::string from = fs::path(staging).filename().string();
+  const std::string to = fs::path(target).filename().string();
+  if (::renameat(from_dir->get(), from.c_str(), to_dir->get(), to.c_str()) !=
+      0) {
     if (errno != ENOTEMPTY && errno != EEXIST) {
       return IoError("cannot rename into", target);
     }
     // A directory of the same id is there (the same path reported again):
     // swap in one step, then delete the old one.
-    if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(),
+    if (::renameat2(from_dir->get(), from.c_str(), to_dir->get(), to.c_str(),
                     RENAME_EXCHANGE) != 0) {
       return IoError("cannot exchange into", target);
     }
+    std::error_code ec;
     fs::remove_all(staging, ec);
   }
-  return FsyncPath(parent, true);
+  if (::fsync(to_dir->get()) != 0) return IoError("cannot fsync", parent);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::CheckpointManifest> ReadSidecar(const std::string& root,
@@ -358,7 +380,7 @@ absl::StatusOr<v1::CheckpointManifest> ReadSidecar(const std::string& root,
   const std::string path = SidecarPath(root, probe);
   const auto size = fs::file_size(path, ec);
   if (ec) return absl::NotFoundError("no sidecar");
-  auto bytes = ReadRange(path, 0, static_cast<int64_t>(size));
+  auto bytes = ReadRange(root, path, 0, static_cast<int64_t>(size));
   if (!bytes.ok()) return absl::NotFoundError("no sidecar");
   v1::CheckpointManifest m;
   if (!m.ParseFromString(*bytes) || !CheckManifest(m).ok() ||

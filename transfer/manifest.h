@@ -47,7 +47,8 @@ bool SafeRelativePath(absl::string_view path);
 // Describes <root>/<id>, hashing every chunk: a directory (its regular
 // files at any depth, names relative to it and sorted) or one regular file.
 // NOT_FOUND if it is absent; INVALID_ARGUMENT for an unsafe id, a symlink
-// or another kind of file inside; UNAVAILABLE on read errors.
+// anywhere below the root (the id's own components included) or another
+// kind of file inside; UNAVAILABLE on read errors.
 absl::StatusOr<v1::CheckpointManifest> Describe(
     const std::string& root, const std::string& id,
     int64_t chunk_size = kChunkSize);
@@ -75,16 +76,20 @@ int64_t TotalBytes(const v1::CheckpointManifest& m);
 std::string FilePath(const std::string& base, const v1::CheckpointManifest& m,
                      int file);
 
-// Reads `length` bytes at `offset` of `path`. NOT_FOUND if it cannot be
-// opened; DATA_LOSS if it is shorter; UNAVAILABLE on read errors.
-absl::StatusOr<std::string> ReadRange(const std::string& path, int64_t offset,
+// Reads `length` bytes at `offset` of `path`, a file below `root` reached
+// without symbolic links (common/beneath.h). NOT_FOUND if it cannot be
+// opened so; DATA_LOSS if it is shorter; UNAVAILABLE on read errors.
+absl::StatusOr<std::string> ReadRange(const std::string& root,
+                                      const std::string& path, int64_t offset,
                                       int64_t length);
-// Writes `data` at `offset` of `path` (created if missing, never
-// truncated). UNAVAILABLE on errors.
-absl::Status WriteRange(const std::string& path, int64_t offset,
-                        absl::string_view data);
+// Writes `data` at `offset` of `path` below `root` (created if missing,
+// never truncated; no symbolic link followed). UNAVAILABLE on errors,
+// PERMISSION_DENIED for a link on the way.
+absl::Status WriteRange(const std::string& root, const std::string& path,
+                        int64_t offset, absl::string_view data);
 // Creates the empty files and directories of `m` under `base` (a staging
-// directory or file), each file at its full size.
+// directory or file), each file at its full size, following no symbolic
+// link below base's parent.
 absl::Status Preallocate(const std::string& base,
                          const v1::CheckpointManifest& m);
 // fsyncs every file of `m` under `base` and the directories holding them.
@@ -92,8 +97,11 @@ absl::Status SyncAll(const std::string& base, const v1::CheckpointManifest& m);
 
 // Puts the finished `staging` (file or directory) at `target`, atomically:
 // a rename, or for an existing directory an exchange followed by deleting
-// the old one. The parent directory is created if missing and fsynced.
-absl::Status Install(const std::string& staging, const std::string& target);
+// the old one. Both are below `root`, reached without symbolic links;
+// target's directory is created if missing and fsynced; a link named
+// `target` is replaced, never followed.
+absl::Status Install(const std::string& root, const std::string& staging,
+                     const std::string& target);
 
 // The manifest stored beside <root>/<m.checkpoint()>, if it still describes
 // what is there (same files and sizes); nullopt-like NOT_FOUND otherwise.

@@ -72,8 +72,8 @@ class GrpcCheckpointTransfer final : public CheckpointTransfer {
             return absl::InternalError("the scheduler asked for no chunk");
           }
           const ChunkRef& ref = chunks[index];
-          auto data = ReadRange(FilePath(base, manifest, ref.file), ref.offset,
-                                ref.length);
+          auto data = ReadRange(root, FilePath(base, manifest, ref.file),
+                                ref.offset, ref.length);
           if (!data.ok()) {
             ctx.TryCancel();
             (void)writer->Finish();
@@ -175,6 +175,7 @@ class GrpcCheckpointTransfer final : public CheckpointTransfer {
               "chunk ", next, " of ", id, " does not match its SHA-256")));
         }
         absl::Status written = WriteRange(
+            target.parent_path().string(),
             FilePath(staging, *manifest, ref.file), ref.offset, piece.data());
         if (!written.ok()) return abandon(written);
         stats.bytes_sent += ref.length;
@@ -187,7 +188,8 @@ class GrpcCheckpointTransfer final : public CheckpointTransfer {
         return absl::UnavailableError("the download ended early");
       }
       DIAL_RETURN_IF_ERROR(SyncAll(staging, *manifest));
-      DIAL_RETURN_IF_ERROR(Install(staging, dest));
+      DIAL_RETURN_IF_ERROR(
+          Install(target.parent_path().string(), staging, dest));
       return stats;
     });
     if (!result.ok()) fs::remove_all(staging, ec);

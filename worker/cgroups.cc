@@ -105,6 +105,33 @@ void RemoveStale(const std::string& parent) {
   }
 }
 
+// Enables `controller` for the children of `parent` when it is available
+// there; whether it is enabled.
+bool EnableController(const std::string& parent, const std::string& own_dir,
+                      const std::string& controller) {
+  if (HasWord(ReadText(parent + "/cgroup.subtree_control"), controller)) {
+    return true;
+  }
+  if (!HasWord(ReadText(parent + "/cgroup.controllers"), controller)) {
+    return false;
+  }
+  const std::string enable = "+" + controller;
+  absl::Status enabled = WriteText(parent + "/cgroup.subtree_control", enable);
+  if (!enabled.ok() && !own_dir.empty() && own_dir == parent) {
+    // A cgroup with processes of its own cannot hand controllers to its
+    // children: move this process into a leaf beside its trials.
+    const std::string leaf = absl::StrCat(parent, "/dial-worker-", getpid());
+    mkdir(leaf.c_str(), 0755);
+    if (WriteText(leaf + "/cgroup.procs", "0").ok()) {
+      enabled = WriteText(parent + "/cgroup.subtree_control", enable);
+    }
+  }
+  if (!enabled.ok()) {
+    spdlog::warn("cgroups: no {} limits ({})", controller, enabled.ToString());
+  }
+  return enabled.ok();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Cgroups>> Cgroups::Create(
@@ -135,29 +162,13 @@ absl::StatusOr<std::unique_ptr<Cgroups>> Cgroups::Create(
   rmdir(probe.c_str());
   RemoveStale(parent);
 
-  bool memory = HasWord(ReadText(parent + "/cgroup.subtree_control"), "memory");
-  if (!memory && HasWord(ReadText(parent + "/cgroup.controllers"), "memory")) {
-    absl::Status enabled =
-        WriteText(parent + "/cgroup.subtree_control", "+memory");
-    if (!enabled.ok() && !own_dir.empty() && own_dir == parent) {
-      // A cgroup with processes of its own cannot hand controllers to its
-      // children: move this process into a leaf beside its trials.
-      const std::string leaf = absl::StrCat(parent, "/dial-worker-", getpid());
-      mkdir(leaf.c_str(), 0755);
-      if (WriteText(leaf + "/cgroup.procs", "0").ok()) {
-        enabled = WriteText(parent + "/cgroup.subtree_control", "+memory");
-      }
-    }
-    memory = enabled.ok();
-    if (!enabled.ok()) {
-      spdlog::warn("cgroups: no memory limits ({})", enabled.ToString());
-    }
-  }
-  return std::unique_ptr<Cgroups>(new Cgroups(parent, memory));
+  const bool memory = EnableController(parent, own_dir, "memory");
+  const bool pids = EnableController(parent, own_dir, "pids");
+  return std::unique_ptr<Cgroups>(new Cgroups(parent, memory, pids));
 }
 
 absl::StatusOr<std::unique_ptr<CgroupScope>> Cgroups::NewScope(
-    int64_t memory_mb) {
+    int64_t memory_mb, int64_t max_pids) {
   if (memory_mb > 0 && !memory_) {
     return absl::FailedPreconditionError(
         absl::StrCat("the memory controller is not available under ", parent_,
@@ -189,6 +200,10 @@ absl::StatusOr<std::unique_ptr<CgroupScope>> Cgroups::NewScope(
     // Without swap the limit is the trial's real memory (best effort: the
     // file exists only with swap accounting).
     (void)WriteText(path + "/memory.swap.max", "0");
+  }
+  if (max_pids > 0 && pids_) {
+    absl::Status set = WriteText(path + "/pids.max", std::to_string(max_pids));
+    if (!set.ok()) return absl::FailedPreconditionError(set.ToString());
   }
   return scope;
 }

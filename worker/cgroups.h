@@ -41,17 +41,21 @@ class Cgroups {
   // Whether scopes can have a memory limit (the memory controller is
   // enabled for the parent's children).
   bool memory_limits() const { return memory_; }
+  // Whether scopes can have a process limit (the pids controller).
+  bool pid_limits() const { return pids_; }
 
   // A new empty scope; with memory_mb > 0 and memory_limits(), memory.max
-  // is set (FAILED_PRECONDITION when it cannot be). UNAVAILABLE on I/O
-  // errors.
-  absl::StatusOr<std::unique_ptr<CgroupScope>> NewScope(int64_t memory_mb);
+  // is set (FAILED_PRECONDITION when it cannot be); with max_pids > 0 and
+  // pid_limits(), pids.max. UNAVAILABLE on I/O errors.
+  absl::StatusOr<std::unique_ptr<CgroupScope>> NewScope(int64_t memory_mb,
+                                                        int64_t max_pids = 0);
 
  private:
-  Cgroups(std::string parent, bool memory)
-      : parent_(std::move(parent)), memory_(memory) {}
+  Cgroups(std::string parent, bool memory, bool pids)
+      : parent_(std::move(parent)), memory_(memory), pids_(pids) {}
   const std::string parent_;
   const bool memory_;
+  const bool pids_;
   std::atomic<uint64_t> next_{0};
 };
 

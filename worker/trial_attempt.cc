@@ -2,7 +2,11 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +36,31 @@ std::string AttemptName(const v1::AcquireTrialResponse& a) {
                       a.attempt());
 }
 
+// Creates the trial's checkpoint directory and hands it, and what is in
+// it (restore copies the worker made), to the user trials run as. Links are
+// changed themselves, never followed (lchown); the directories above stay
+// the worker's.
+absl::Status GiveTrialDirectory(const std::string& dir, const RunAs& user) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  auto give = [&](const fs::path& path) {
+    return lchown(path.c_str(), user.uid, user.gid) == 0 || errno == ENOENT;
+  };
+  bool ok = !ec && give(dir);
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       ok && !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    ok = give(it->path());
+  }
+  if (!ok || ec) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot give the checkpoint directory ", dir, " to user ", user.name,
+        " (--run-as): ", ec ? ec.message() : std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
@@ -55,7 +84,19 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
                   a.run().command().argv().end());
     absl::Status allowed = CheckCommand(options.policy, p.argv);
     if (!allowed.ok()) return allowed;
-    for (const auto& [k, v] : a.run().command().env()) p.env[k] = v;
+    // The study chooses these names and values; the worker decides which
+    // names it accepts (BASH_ENV, LD_PRELOAD and the like run code).
+    for (const auto& [k, v] : a.run().command().env()) {
+      absl::Status env_ok =
+          CheckTrialEnv(options.policy, "trial.command.env", k);
+      if (!env_ok.ok()) return env_ok;
+      p.env[k] = v;
+    }
+    for (const auto& [k, secret] : a.run().command().secret_env()) {
+      absl::Status env_ok =
+          CheckTrialEnv(options.policy, "trial.command.secret_env", k);
+      if (!env_ok.ok()) return env_ok;
+    }
     auto secrets = ResolveSecrets(
         options.policy, a.run().command().secret_env(), options.worker_env);
     if (!secrets.ok()) return secrets.status();
@@ -81,6 +122,15 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
   p.env["MKL_NUM_THREADS"] = threads;
   p.env["OPENBLAS_NUM_THREADS"] = "1";
   p.env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(options.gpus, ",");
+  if (const auto& user = options.policy.run_as) {
+    p.run_as = user;
+    p.max_user_processes = options.policy.max_pids * options.slots;
+    p.env["HOME"] = user->home;
+    p.env["USER"] = user->name;
+    p.env["LOGNAME"] = user->name;
+    absl::Status given = GiveTrialDirectory(p.env[kEnvCheckpointDir], *user);
+    if (!given.ok()) return given;
+  }
   const std::string log = absl::StrCat(options.work_dir, "/", trial.study(),
                                        "-", trial.number(), "-a", a.attempt());
   p.stdout_path = log + ".out";
@@ -96,7 +146,8 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
         AttemptName(a), memory_mb);
   }
   if (options.cgroups != nullptr) {
-    auto scope = options.cgroups->NewScope(limit ? memory_mb : 0);
+    auto scope = options.cgroups->NewScope(limit ? memory_mb : 0,
+                                           options.policy.max_pids);
     if (!scope.ok()) {
       return absl::Status(scope.status().code(),
                           absl::StrCat("trial.resources.memory_mb: ",

@@ -30,8 +30,9 @@ struct TrialAttemptOptions {
   v1::AcquireTrialResponse assignment;
   std::vector<std::string> gpus;  // its devices (CUDA_VISIBLE_DEVICES)
   int cpu_threads = 1;
-  std::string trainer_path;     // dial-train, for trainer trials
-  std::string work_dir;         // the process's stdout and stderr files
+  int slots = 1;             // the worker's trial slots (TrialPolicy::max_pids)
+  std::string trainer_path;  // dial-train, for trainer trials
+  std::string work_dir;      // the process's stdout and stderr files
   std::string checkpoint_root;  // shared with the scheduler and trials
   // Where EXPLOIT copies a source checkpoint, and what a restore
   // checkpoint is checked against; null: EXPLOIT and restoring fail the

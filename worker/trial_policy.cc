@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/beneath.h"
 
 namespace dial::worker {
 namespace {
@@ -49,6 +51,40 @@ bool Inside(const fs::path& path, const fs::path& dir) {
 
 std::vector<std::string> DefaultPassEnv() {
   return absl::StrSplit(kDefaultPassEnv, ',', absl::SkipEmpty());
+}
+
+absl::Status CheckTrialEnv(const TrialPolicy& policy, const std::string& field,
+                           const std::string& name) {
+  const std::string where = absl::StrCat(field, ".", name);
+  for (const auto& allowed : policy.allowed_env) {
+    if (allowed == name) return absl::OkStatus();
+  }
+  static const std::vector<std::string> unsafe =
+      absl::StrSplit(kUnsafeEnv, ',', absl::SkipEmpty());
+  static const std::vector<std::string> exceptions =
+      absl::StrSplit(kSafeInterpreterEnv, ',', absl::SkipEmpty());
+  const bool exception =
+      std::find(exceptions.begin(), exceptions.end(), name) != exceptions.end();
+  for (const auto& glob : unsafe) {
+    if (exception) break;
+    if (fnmatch(glob.c_str(), name.c_str(), 0) == 0) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          where,
+          ": refused by this worker: loader, shell, interpreter and hook "
+          "variables (",
+          glob,
+          ") can run code before the allowed program; a worker that trusts "
+          "its studies with it allows it with --allow-env=",
+          name));
+    }
+  }
+  if (policy.allowed_env.empty()) return absl::OkStatus();
+  for (const auto& glob : policy.allowed_env) {
+    if (fnmatch(glob.c_str(), name.c_str(), 0) == 0) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat(where, ": not allowed on this worker (its --allow-env is ",
+                   absl::StrJoin(policy.allowed_env, ", "), ")"));
 }
 
 absl::Status CheckCommand(const TrialPolicy& policy,
@@ -195,6 +231,9 @@ absl::Status CheckRestoreCheckpoint(const std::string& id,
     return refuse(absl::StrCat("it resolves outside the trial's directory ",
                                trial_dir.string()));
   }
+  // And reached through no link at all (a trial can plant them).
+  absl::Status plain = CheckNoLinksBeneath(root.string(), path);
+  if (absl::IsPermissionDenied(plain)) return refuse(plain.message());
   return absl::OkStatus();
 }
 

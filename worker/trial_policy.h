@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/process.h"
 #include "google/protobuf/map.h"
 #include "storage/checkpoint_store.h"
 
@@ -29,6 +30,27 @@ inline constexpr char kDefaultPassEnv[] =
 // The default pass_env list, split.
 std::vector<std::string> DefaultPassEnv();
 
+// Globs of variable names a study may not set through trial.command.env or
+// secret_env unless an --allow-env entry names the variable exactly: the
+// dynamic loader's, shells' start-up and option variables, interpreters'
+// start-up and module paths, and programs' hooks that run a command. Each
+// can make an allowed program run code of the study's choosing before (or
+// instead of) what it was allowed for.
+inline constexpr char kUnsafeEnv[] =
+    "LD_*,DYLD_*,GCONV_PATH,GLIBC_TUNABLES,LOCPATH,NLSPATH,HOSTALIASES,"
+    "RESOLV_*,MALLOC_*,BASH_ENV,ENV,BASH_FUNC_*,SHELLOPTS,BASHOPTS,PS4,"
+    "PROMPT_COMMAND,IFS,CDPATH,GLOBIGNORE,PATH,HOME,SHELL,XDG_CONFIG_*,"
+    "PYTHON*,BROWSER,PERL*,RUBY*,GEM_*,NODE_*,NPM_*,JAVA_TOOL_OPTIONS,"
+    "_JAVA_OPTIONS,JDK_JAVA_OPTIONS,CLASSPATH,LUA_*,TCL*,R_*,JULIA_*,GIT_*,"
+    "EDITOR,VISUAL,PAGER,MANPAGER,LESSOPEN,LESSCLOSE,OPENSSL_*,SSL_*,"
+    "IPYTHONDIR,JUPYTER_*";
+
+// Exceptions to kUnsafeEnv that only change how an interpreter runs, not
+// what it runs.
+inline constexpr char kSafeInterpreterEnv[] =
+    "PYTHONUNBUFFERED,PYTHONHASHSEED,PYTHONDONTWRITEBYTECODE,"
+    "PYTHONIOENCODING,PYTHONFAULTHANDLER,PYTHONUTF8,PYTHONNOUSERSITE";
+
 struct TrialPolicy {
   // fnmatch(3) globs (FNM_PATHNAME: '*' does not cross '/') that argv[0] of
   // a command trial must match.
@@ -37,11 +59,24 @@ struct TrialPolicy {
   // Names or globs of the worker's variables passed to trials. The
   // worker's own DIAL_* variables (its token among them) never pass.
   std::vector<std::string> pass_env = DefaultPassEnv();
+  // Globs (fnmatch) of the variable names a study may set through
+  // trial.command.env and secret_env (--allow-env). Empty: any name
+  // outside kUnsafeEnv. A name in kUnsafeEnv passes only when an entry
+  // names it exactly, never through a glob.
+  std::vector<std::string> allowed_env;
   // Directory of secret files (<dir>/<secret-name>); empty: none.
   std::string secrets_dir;
   // Whether a secret not found in secrets_dir may come from the worker's
   // environment (never its DIAL_* variables).
-  bool secrets_from_env = true;
+  bool secrets_from_env = false;
+  // The unprivileged user trials run as (--run-as); nullopt: the worker's
+  // own. The worker gives that user the trial's checkpoint directory.
+  std::optional<RunAs> run_as;
+  // The processes one trial may have (--trial-max-pids): pids.max of its
+  // cgroup scope where the pids controller is available; with run_as, also
+  // the run-as user's RLIMIT_NPROC, times `slots` (the kernel counts every
+  // process of that user). 0: no limit.
+  int64_t max_pids = 4096;
 };
 
 // OK when a command trial with this argv may run here. PERMISSION_DENIED
@@ -49,6 +84,12 @@ struct TrialPolicy {
 // an empty argv or an argv[0] with a ".." component.
 absl::Status CheckCommand(const TrialPolicy& policy,
                           const std::vector<std::string>& argv);
+
+// OK when a study may set the variable `name` on this worker (see
+// TrialPolicy::allowed_env). PERMISSION_DENIED naming `field`.`name`, the
+// reason and the flag that would allow it.
+absl::Status CheckTrialEnv(const TrialPolicy& policy, const std::string& field,
+                           const std::string& name);
 
 // The variables of `worker_env` that policy.pass_env lets through.
 std::map<std::string, std::string> PassedEnvironment(

@@ -116,6 +116,8 @@ absl::StatusOr<std::unique_ptr<TrialProcess>> TrialProcess::Start(
   spawn.stderr_fd = ChildFd::Fd(err->write.get());
   spawn.extra_fds = {{3, reports->write.get()}, {4, decisions->read.get()}};
   if (options.cgroup) spawn.cgroup_procs_fd = options.cgroup->procs_fd();
+  spawn.run_as = options.run_as;
+  spawn.max_user_processes = options.max_user_processes;
   // A program that cannot be run fails like one that exits 127, with a
   // line on its stderr (docs/trial-protocol.md).
   spawn.exec_failure_exits_127 = true;

@@ -40,6 +40,10 @@ struct TrialProcessOptions {
   int64_t max_log_bytes = 0;
   // The cgroup the process joins before exec; null: none.
   std::unique_ptr<CgroupScope> cgroup;
+  // The user the process runs as; nullopt: the worker's.
+  std::optional<RunAs> run_as;
+  // RLIMIT_NPROC for the run-as user; 0: unchanged.
+  int64_t max_user_processes = 0;
 };
 
 // Why ReadLine returned no line.

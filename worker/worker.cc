@@ -348,6 +348,7 @@ void Worker::RunTrial(const std::string& worker_id,
   o.assignment = a;
   o.gpus = *gpus;
   o.cpu_threads = ThreadsPerTrial();
+  o.slots = options_.slots;
   o.trainer_path = options_.trainer_path;
   o.work_dir = options_.work_dir;
   o.checkpoint_root = options_.checkpoint_root;

@@ -4,6 +4,7 @@
 // SIGTERM/SIGINT: stop taking trials, let running ones checkpoint, exit.
 #include <httplib.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -27,6 +28,7 @@
 #include "common/grpc_channel.h"
 #include "common/http_listen.h"
 #include "common/logging.h"
+#include "common/process.h"
 #include "spdlog/spdlog.h"
 #include "transfer/transfer_client.h"
 #include "worker/gpu_pool.h"
@@ -77,10 +79,26 @@ ABSL_FLAG(std::vector<std::string>, pass_env,
           "Names or globs of this worker's environment variables that trials "
           "see; repeat or give a comma list (replaces the default). The "
           "worker's DIAL_* variables never pass");
+ABSL_FLAG(std::vector<std::string>, allow_env, {},
+          "Names or globs of the variables a study may set in "
+          "trial.command.env and secret_env; repeat or give a comma list. "
+          "Default: any name but the loader, shell and interpreter start-up "
+          "variables (LD_*, BASH_ENV, PYTHONPATH, ...), which pass only when "
+          "named here exactly");
+ABSL_FLAG(std::string, run_as, "",
+          "Unprivileged user (name or uid) that trials run as; the worker "
+          "itself must be root to switch. Default: the worker's own user");
+ABSL_FLAG(int64_t, trial_max_pids, 4096,
+          "Processes one trial may have (pids.max of its cgroup; with "
+          "--run-as also that user's RLIMIT_NPROC, times --slots); 0: no "
+          "limit");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the bearer token (preferred to --token and "
+          "$DIAL_TOKEN, which a trial of the same user could read)");
 ABSL_FLAG(std::string, secrets_dir, "",
           "Directory of secret files for trial.command.secret_env "
           "(<dir>/<secret-name>, trailing newline stripped)");
-ABSL_FLAG(bool, secrets_from_env, true,
+ABSL_FLAG(bool, secrets_from_env, false,
           "Let a secret missing from --secrets-dir come from this worker's "
           "environment (never its DIAL_* variables)");
 ABSL_FLAG(int64_t, max_log_bytes, 64 << 20,
@@ -159,7 +177,7 @@ int main(int argc, char** argv) {
   auto arg_storage = dial::DashesToUnderscores(argc, argv);
   std::vector<char*> merged_argv;
   auto merged_storage = MergeRepeatedListFlags(
-      arg_storage, {"allow_command", "pass_env"}, &merged_argv);
+      arg_storage, {"allow_command", "pass_env", "allow_env"}, &merged_argv);
   argc = static_cast<int>(merged_argv.size()) - 1;
   argv = merged_argv.data();
   absl::ParseCommandLine(argc, argv);
@@ -183,7 +201,16 @@ int main(int argc, char** argv) {
   client_options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   client_options.tls_key = absl::GetFlag(FLAGS_tls_key);
   client_options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
-  client_options.token = dial::TokenFromFlagOrEnv(absl::GetFlag(FLAGS_token));
+  // Trials of this worker's user cannot read its memory or environment
+  // (/proc/<pid>/environ, ptrace) once it is not dumpable.
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  absl::StatusOr<std::string> token = dial::TakeToken(
+      absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) {
+    spdlog::error("{}", token.status().ToString());
+    return 2;
+  }
+  client_options.token = *token;
   auto client = dial::worker::NewGrpcSchedulerClient(client_options);
   if (!client.ok()) {
     spdlog::error("{}", client.status().ToString());
@@ -269,6 +296,28 @@ int main(int argc, char** argv) {
         fs::absolute(options.policy.secrets_dir).string();
   }
   options.policy.secrets_from_env = absl::GetFlag(FLAGS_secrets_from_env);
+  options.policy.max_pids = absl::GetFlag(FLAGS_trial_max_pids);
+  if (options.policy.max_pids < 0) {
+    spdlog::error("--trial-max-pids must be 0 or more");
+    return 2;
+  }
+  for (const auto& name : absl::GetFlag(FLAGS_allow_env)) {
+    if (!name.empty()) options.policy.allowed_env.push_back(name);
+  }
+  if (const std::string user = absl::GetFlag(FLAGS_run_as); !user.empty()) {
+    auto run_as = dial::LookUpRunAs(user);
+    if (!run_as.ok()) {
+      spdlog::error("--run-as: {}", std::string(run_as.status().message()));
+      return 2;
+    }
+    if (geteuid() != 0) {
+      spdlog::error("--run-as={}: the worker must run as root to switch users",
+                    user);
+      return 2;
+    }
+    options.policy.run_as = *run_as;
+    spdlog::info("trials run as user {} (uid {})", run_as->name, run_as->uid);
+  }
   options.max_log_bytes = absl::GetFlag(FLAGS_max_log_bytes);
   if (options.max_log_bytes < 0) {
     spdlog::error("--max-log-bytes must be 0 or more");

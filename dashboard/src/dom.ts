@@ -22,6 +22,13 @@ export function append(el: HTMLElement, ...children: Child[]): void {
   }
 }
 
+// Text for an ECharts tooltip formatter, which renders its string as HTML:
+// every user-controlled string (categorical values, names, lineage
+// changes) goes through this.
+export function esc(v: unknown): string {
+  return String(v ?? '').replace(/[&<>"'`]/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
 export function fmt(v: number | string | null | undefined): string {
   if (v === null || v === undefined) return '–';
   if (typeof v === 'string') return v;

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,14 +36,20 @@ class Subprocess {
   ~Subprocess() { Kill(SIGKILL); }
 
   // Starts argv[0] (a path) with the given arguments; stderr goes to
-  // `stderr_path` (appended to, or inherited when empty). False when it
-  // cannot be started (the reason is logged to stderr).
+  // `stderr_path` (appended to, or inherited when empty), with `env` added
+  // to this process's environment. False when it cannot be started (the
+  // reason is logged to stderr).
   bool Start(const std::vector<std::string>& argv,
-             const std::string& stderr_path = "") {
+             const std::string& stderr_path = "",
+             const std::map<std::string, std::string>& env = {}) {
     auto out = MakePipe();
     if (!out.ok()) return Failed(out.status());
     SpawnOptions options;
     options.argv = argv;
+    if (!env.empty()) {
+      options.env = CurrentEnvironment();
+      for (const auto& [k, v] : env) (*options.env)[k] = v;
+    }
     options.search_path = false;
     options.stdout_fd = ChildFd::Fd(out->write.get());
     if (!stderr_path.empty()) {

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -101,18 +102,24 @@ class WorkerE2eTest : public ::testing::Test {
   fs::path Cache(const std::string& host) const {
     return dir_ / host / "cache";
   }
-  testing::Subprocess& StartWorker(const std::string& host, int slots = 1) {
+  // `extra` flags are added; `env` is added to the worker's environment.
+  testing::Subprocess& StartWorker(
+      const std::string& host, int slots = 1,
+      const std::vector<std::string>& extra = {},
+      const std::map<std::string, std::string>& env = {}) {
+    std::vector<std::string> argv = {
+        DIAL_WORKER_BIN, "--scheduler=" + address_,
+        "--slots=" + std::to_string(slots), "--cpus=" + std::to_string(slots),
+        "--host=" + host, "--trainer=" DIAL_TRAIN_BIN,
+        "--work-dir=" + (dir_ / host).string(), CheckpointFlag(host),
+        "--acquire-wait-ms=1000", "--grace-s=5",
+        // The command trials these tests run (docs/workers.md, "Safe
+        // workers"); the trainer needs no flag.
+        "--allow-command=/usr/bin/python3"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
     workers_.push_back(std::make_unique<testing::Subprocess>());
-    EXPECT_TRUE(workers_.back()->Start(
-        {DIAL_WORKER_BIN, "--scheduler=" + address_,
-         "--slots=" + std::to_string(slots), "--cpus=" + std::to_string(slots),
-         "--host=" + host, "--trainer=" DIAL_TRAIN_BIN,
-         "--work-dir=" + (dir_ / host).string(), CheckpointFlag(host),
-         "--acquire-wait-ms=1000", "--grace-s=5",
-         // The command trials these tests run (docs/workers.md, "Safe
-         // workers"); the trainer needs no flag.
-         "--allow-command=/usr/bin/python3"},
-        (dir_ / (host + ".log")).string()));
+    EXPECT_TRUE(
+        workers_.back()->Start(argv, (dir_ / (host + ".log")).string(), env));
     return *workers_.back();
   }
   // Blocks until the study ends (or the timeout), calling `on_event` too.

@@ -388,5 +388,77 @@ TEST_F(HttpApiTest, ServesTheDashboardFiles) {
   EXPECT_EQ(table->get_header_value("Content-Encoding"), "gzip");
 }
 
+// Security round two, M5: a request naming Host: attacker.example created
+// a study (any web site can send that through DNS rebinding), and any
+// origin could POST.
+TEST_F(HttpApiTest, RequestsFromOtherSitesAreRefused) {
+  const std::string body = std::string("{\"spec\": ") + kSpec + "}";
+  auto rebound =
+      client_->Post("/api/v1/CreateStudy",
+                    {{"Authorization", std::string("Bearer ") + kAdmin},
+                     {"Host", "attacker.example:8080"}},
+                    body, "application/json");
+  ASSERT_TRUE(rebound);
+  EXPECT_EQ(rebound->status, 421) << rebound->body;
+  EXPECT_THAT(rebound->body, HasSubstr("--http-allowed-hosts"));
+  auto cross =
+      client_->Post("/api/v1/CreateStudy",
+                    {{"Authorization", std::string("Bearer ") + kAdmin},
+                     {"Origin", "http://evil.example"}},
+                    body, "application/json");
+  ASSERT_TRUE(cross);
+  EXPECT_EQ(cross->status, 403) << cross->body;
+  EXPECT_EQ(Post("GetStudy", R"({"study": "web"})")->status, 404)
+      << "a refused request created the study";
+  // The page's own origin, and clients that send none, go on.
+  auto own = client_->Post(
+      "/api/v1/CreateStudy",
+      {{"Authorization", std::string("Bearer ") + kAdmin},
+       {"Origin", absl::StrCat("http://127.0.0.1:", http_->port())}},
+      body, "application/json");
+  ASSERT_TRUE(own);
+  EXPECT_EQ(own->status, 200) << own->body;
+}
+
+// Security round two, finding 11: a thousand wrong tokens were each
+// answered. An address that keeps failing waits, even with a good token.
+TEST_F(HttpApiTest, LoginIsThrottledPerAddress) {
+  int throttled = 0;
+  for (int i = 0; i < 20; ++i) {
+    auto r = client_->Post("/api/v1/login", R"({"token": "wrong"})",
+                           "application/json");
+    ASSERT_TRUE(r);
+    if (r->status == 429) {
+      ++throttled;
+      EXPECT_FALSE(r->get_header_value("Retry-After").empty());
+    } else {
+      EXPECT_EQ(r->status, 401);
+    }
+  }
+  EXPECT_GE(throttled, 10);
+  auto good = client_->Post("/api/v1/login",
+                            absl::StrCat(R"({"token": ")", kAdmin, R"("})"),
+                            "application/json");
+  ASSERT_TRUE(good);
+  EXPECT_EQ(good->status, 429) << "the wait held for a good token too";
+}
+
+// Security round two, H4: no Content-Security-Policy, and
+// /index.html%00.js was served as text/javascript.
+TEST_F(HttpApiTest, PagesCarryASecurityPolicyAndNoTypeIsSniffed) {
+  auto page = client_->Get("/");
+  ASSERT_TRUE(page);
+  const std::string csp = page->get_header_value("Content-Security-Policy");
+  EXPECT_THAT(csp, HasSubstr("script-src 'self';"));
+  EXPECT_THAT(csp, HasSubstr("frame-ancestors 'none'"));
+  EXPECT_THAT(csp, ::testing::Not(HasSubstr("script-src 'self' 'unsafe")));
+  EXPECT_EQ(page->get_header_value("X-Content-Type-Options"), "nosniff");
+  auto nul = client_->Get("/index.html%00.js");
+  ASSERT_TRUE(nul);
+  EXPECT_EQ(nul->status, 400);
+  EXPECT_THAT(nul->get_header_value("Content-Type"),
+              ::testing::Not(HasSubstr("javascript")));
+}
+
 }  // namespace
 }  // namespace dial::scheduler

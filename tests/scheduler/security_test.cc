@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_replace.h"
 #include "auth/token_table.h"
 #include "common/grpc_channel.h"
 #include "common/spec.h"
@@ -24,6 +25,7 @@ namespace dial::scheduler {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kAdmin[] = "admin-token-1";
 constexpr char kAlice[] = "alice-token-2";
@@ -184,7 +186,8 @@ TEST_F(SecurityTest, NoTokenOrAnUnknownOneIsUnauthenticated) {
       grpc::StatusCode::UNAUTHENTICATED);
 }
 
-// Finding 3: another user's study was read, changed and deleted.
+// Finding 3: another user's study was read, changed and deleted. (It is
+// NOT_FOUND to them now: they may not know it exists.)
 TEST_F(SecurityTest, UsersActOnlyOnTheirOwnStudies) {
   const v1::Study created = Create(kAskTell, kAlice);
   EXPECT_EQ(created.owner(), "alice");
@@ -194,39 +197,49 @@ TEST_F(SecurityTest, UsersActOnlyOnTheirOwnStudies) {
   std::string message;
   EXPECT_EQ(Call(studies_, &v1::StudyService::Stub::GetStudy, kBob, get, &study,
                  &message),
-            grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_THAT(message, HasSubstr("owned by 'alice'"));
+            grpc::StatusCode::NOT_FOUND);
+  // Security round two, finding 11: the refusal named the owner. Bob now
+  // gets the answer for a study that does not exist, word for word.
+  std::string absent;
+  v1::GetStudyRequest other;
+  other.set_study("no-such-study");
+  EXPECT_EQ(Call(studies_, &v1::StudyService::Stub::GetStudy, kBob, other,
+                 &study, &absent),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(message, Not(HasSubstr("alice")));
+  EXPECT_EQ(message,
+            absl::StrReplaceAll(absent, {{"no-such-study", "asktell"}}));
   v1::UpdateStudyRequest update;
   update.set_study("asktell");
   update.set_max_trials(100);
   v1::UpdateStudyResponse updated;
   EXPECT_EQ(Call(studies_, &v1::StudyService::Stub::UpdateStudy, kBob, update,
                  &updated),
-            grpc::StatusCode::PERMISSION_DENIED);
+            grpc::StatusCode::NOT_FOUND);
   v1::StopStudyRequest stop;
   stop.set_study("asktell");
   v1::StopStudyResponse stopped;
   EXPECT_EQ(
       Call(studies_, &v1::StudyService::Stub::StopStudy, kBob, stop, &stopped),
-      grpc::StatusCode::PERMISSION_DENIED);
+      grpc::StatusCode::NOT_FOUND);
   v1::DeleteStudyRequest del;
   del.set_study("asktell");
   v1::DeleteStudyResponse deleted;
   EXPECT_EQ(
       Call(studies_, &v1::StudyService::Stub::DeleteStudy, kBob, del, &deleted),
-      grpc::StatusCode::PERMISSION_DENIED);
+      grpc::StatusCode::NOT_FOUND);
   v1::SuggestTrialsRequest suggest;
   suggest.set_study("asktell");
   v1::SuggestTrialsResponse suggested;
   EXPECT_EQ(Call(studies_, &v1::StudyService::Stub::SuggestTrials, kBob,
                  suggest, &suggested),
-            grpc::StatusCode::PERMISSION_DENIED);
+            grpc::StatusCode::NOT_FOUND);
   v1::ListTrialsRequest trials;
   trials.set_study("asktell");
   v1::ListTrialsResponse listed;
   EXPECT_EQ(Call(studies_, &v1::StudyService::Stub::ListTrials, kBob, trials,
                  &listed),
-            grpc::StatusCode::PERMISSION_DENIED);
+            grpc::StatusCode::NOT_FOUND);
   // Bob's list leaves Alice's study out; the viewer's and admin's hold it.
   v1::ListStudiesResponse list;
   ASSERT_EQ(Call(studies_, &v1::StudyService::Stub::ListStudies, kBob,

@@ -493,5 +493,30 @@ TEST_F(RetentionTest, ATrialsRestorePointSurvivesAStrayNewerIndexEntry) {
       << "the restore point was deleted";
 }
 
+// Security round two, M2: DeleteStudy left the study's checkpoints on disk,
+// and the next study of that name (another user's) downloaded them.
+TEST_F(RetentionTest, ADeletedStudysCheckpointsGoWithIt) {
+  auto spec = WorkerSpec(1, 1);
+  Create(spec);
+  const std::string w = Register("a");
+  auto a = Acquire(w);
+  ASSERT_TRUE(a);
+  Report(w, *a, 10, 0.9);
+  ASSERT_EQ(Steps(0), (std::vector<int64_t>{10}));
+  ASSERT_TRUE(core_->DeleteStudy("w").ok());
+  // Gone from the study's name at once, and from the disk once purged.
+  EXPECT_FALSE(checkpoints_->Verify("w/0/10").ok());
+  EXPECT_FALSE(std::filesystem::exists(root_ / "w"));
+  core_->WaitIdle();
+  for (const auto& e : std::filesystem::directory_iterator(root_)) {
+    EXPECT_EQ(e.path().filename().string().rfind(".retired-", 0),
+              std::string::npos)
+        << e.path() << " was not purged";
+  }
+  // A new study of the same name starts with no checkpoints.
+  Create(spec);
+  EXPECT_EQ(Steps(0), (std::vector<int64_t>{}));
+}
+
 }  // namespace
 }  // namespace dial::scheduler

@@ -179,6 +179,30 @@ TEST_F(CheckpointStoreTest, DeleteRemovesWholeCheckpoint) {
   EXPECT_TRUE(store_->Verify("s/2/2").ok());
 }
 
+// Security round two, H2: a trial on a shared root replaced its trial
+// directory (or a path in it) with a link. Retention's delete, PBT's
+// copies and reads must not act through it.
+TEST_F(CheckpointStoreTest, LinkedTrialDirectoriesAndPathsAreNeverFollowed) {
+  const fs::path outside = root_.string() + "-outside";
+  fs::create_directories(outside / "7");
+  std::ofstream(outside / "7/MANIFEST") << "precious";
+  std::ofstream(outside / "secret") << "key";
+  fs::create_directories(root_ / "s");
+  fs::create_directory_symlink(outside, root_ / "s/3");
+  EXPECT_EQ(store_->Delete("s/3/7").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(fs::exists(outside / "7/MANIFEST")) << "deleted through a link";
+  EXPECT_FALSE(store_->Verify("s/3/7").ok());
+  EXPECT_FALSE(store_->BeginWrite("s", 3, 9).ok());
+  // A link inside a trial's own directory is not a source for PBT copies.
+  fs::create_directories(root_ / "s/2");
+  fs::create_directory_symlink(outside, root_ / "s/2/r");
+  auto copied = store_->CopyPathInto("s/2/r/secret", 2, 4, "s", 1);
+  EXPECT_EQ(copied.status().code(), absl::StatusCode::kInvalidArgument)
+      << copied.status();
+  EXPECT_FALSE(fs::exists(root_ / "s/1/from-2-4"));
+  fs::remove_all(outside);
+}
+
 // The one parser of checkpoint ids: a trial's own and a copy's, and
 // nothing else.
 TEST(CheckpointIdTest, ParseIdTakesIdsApart) {

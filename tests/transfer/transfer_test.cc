@@ -25,6 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int64_t kSmallChunk = 4096;
 
@@ -66,6 +67,7 @@ class DepotTest : public ::testing::Test {
     int64_t sent = 0;
     for (int64_t i : up->missing) {
       auto data = ReadRange(
+          local_,
           FilePath((fs::path(local_) / id).string(), *m, chunks[i].file),
           chunks[i].offset, chunks[i].length);
       EXPECT_TRUE(depot_->Put(up->upload_id, i, *data).ok());
@@ -116,6 +118,42 @@ TEST(ManifestTest, DescribesFilesAndRefusesWhatCouldEscape) {
   bad = *m;
   bad.mutable_files(0)->set_chunks(0, "short");
   EXPECT_THAT(CheckManifest(bad).message(), HasSubstr("32-byte"));
+}
+
+// Security round two, H2: a trial ran `ln -s / $DIAL_CHECKPOINT_DIR/r`
+// and reported s/1/r/<path of the server's key>; DownloadCheckpoint served
+// the key. No component below the root may be a link, in any direction.
+TEST(ManifestTest, ALinkAnywhereBelowTheRootIsNeverFollowed) {
+  storage::testing::ScopedTempDir temp("links");
+  const fs::path root = temp.path() / "root";
+  const fs::path outside = temp.path() / "outside";
+  Write(outside / "server.key", "PRIVATE KEY");
+  Write(root / "s/1/10/w.bin", "weights");
+  fs::create_directory_symlink(outside, root / "s/1/r");
+  const std::string key_id = "s/1/r/server.key";
+  auto described = Describe(root.string(), key_id);
+  EXPECT_TRUE(absl::IsInvalidArgument(described.status()))
+      << described.status();
+  EXPECT_THAT(described.status().message(), HasSubstr("symbolic link"));
+  auto read = ReadRange(root.string(), (root / key_id).string(), 0, 11);
+  EXPECT_FALSE(read.ok());
+  EXPECT_THAT(read.status().message(), Not(HasSubstr("PRIVATE")));
+  // A linked trial directory cannot be read through either.
+  fs::create_directory_symlink(root / "s/1", root / "s/2");
+  EXPECT_FALSE(Describe(root.string(), "s/2/10").ok());
+  // Writes go through no link: neither a staging file's directory nor the
+  // place an upload is installed.
+  fs::create_directories(root / "up");
+  fs::create_directory_symlink(outside, root / "up/dir");
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      WriteRange(root.string(), (root / "up/dir/x").string(), 0, "x")));
+  EXPECT_FALSE(fs::exists(outside / "x"));
+  Write(root / "up/staged", "new");
+  EXPECT_FALSE(Install(root.string(), (root / "up/staged").string(),
+                       (root / "s/1/r/installed").string())
+                   .ok());
+  EXPECT_FALSE(fs::exists(outside / "installed"));
+  EXPECT_EQ(Read(outside / "server.key"), "PRIVATE KEY");
 }
 
 TEST_F(DepotTest, UploadsArriveWholeAndSharedChunksAreNotSentAgain) {

@@ -89,10 +89,42 @@ google::protobuf::Map<std::string, std::string> Secrets(
   return m;
 }
 
+// Security round two, C1: the spec's env set BASH_ENV, LD_PRELOAD,
+// PYTHONSTARTUP and the like, which run code before the allowed program.
+TEST(CheckTrialEnvTest, StartUpVariablesAreRefusedUnlessNamedExactly) {
+  TrialPolicy policy;  // no --allow-env
+  for (const char* name :
+       {"BASH_ENV", "ENV", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONSTARTUP",
+        "PYTHONPATH", "PYTHONWARNINGS", "BROWSER", "PERL5OPT", "NODE_OPTIONS",
+        "IFS", "PATH", "BASH_FUNC_ls%%", "GCONV_PATH", "JAVA_TOOL_OPTIONS"}) {
+    absl::Status s = CheckTrialEnv(policy, "trial.command.env", name);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << name;
+    EXPECT_THAT(s.message(),
+                HasSubstr(absl::StrCat("trial.command.env.", name)));
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("--allow-env=", name)));
+  }
+  for (const char* name : {"STEPS", "WANDB_PROJECT", "PYTHONUNBUFFERED",
+                           "CUDA_LAUNCH_BLOCKING", "NCCL_DEBUG"}) {
+    EXPECT_TRUE(CheckTrialEnv(policy, "trial.command.env", name).ok()) << name;
+  }
+  // A glob never lets an unsafe name through; the exact name does.
+  policy.allowed_env = {"*", "PYTHONPATH"};
+  EXPECT_FALSE(CheckTrialEnv(policy, "f", "LD_PRELOAD").ok());
+  EXPECT_TRUE(CheckTrialEnv(policy, "f", "PYTHONPATH").ok());
+  EXPECT_TRUE(CheckTrialEnv(policy, "f", "ANYTHING").ok());
+  // With --allow-env, only matching names pass.
+  policy.allowed_env = {"WANDB_*"};
+  EXPECT_TRUE(CheckTrialEnv(policy, "f", "WANDB_MODE").ok());
+  absl::Status other = CheckTrialEnv(policy, "f", "STEPS");
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(other.message(), HasSubstr("its --allow-env is WANDB_*"));
+}
+
 TEST_F(PolicyDirTest, SecretsComeFromTheDirectoryThenTheEnvironment) {
   Write(dir_ / "secrets" / "api-key", "s3cret\n");
   TrialPolicy policy;
   policy.secrets_dir = (dir_ / "secrets").string();
+  policy.secrets_from_env = true;
   const std::map<std::string, std::string> worker_env = {
       {"HF_TOKEN", "hf"}, {"api-key", "not this one"}};
   auto resolved = ResolveSecrets(
@@ -124,6 +156,7 @@ TEST_F(PolicyDirTest, SecretNamesCannotLeaveTheDirectory) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
   // The worker's own credentials are not secrets a study can ask for.
+  policy.secrets_from_env = true;
   auto token = ResolveSecrets(policy, Secrets({{"X", "DIAL_TOKEN"}}),
                               {{"DIAL_TOKEN", "t0ken"}});
   EXPECT_EQ(token.status().code(), absl::StatusCode::kInvalidArgument);

@@ -492,6 +492,7 @@ TEST_F(WorkerTest, TrialsSeeOnlyPassedVariablesSecretsAndTheirOwn) {
   scheduler_.Offer(trial);
   WorkerOptions options = Options();
   options.policy.secrets_dir = (dir_ / "secrets").string();
+  options.policy.secrets_from_env = true;
   options.environment =
       std::map<std::string, std::string>{{"PATH", "/usr/bin:/bin"},
                                          {"HOME", "/home/worker"},
@@ -514,6 +515,42 @@ TEST_F(WorkerTest, TrialsSeeOnlyPassedVariablesSecretsAndTheirOwn) {
     EXPECT_THAT(line, Not(HasSubstr("worker-token")));
     EXPECT_THAT(line, Not(HasSubstr("HF_TOKEN")));
   }
+}
+
+// Security round two, C1: a worker that allows only a bash script ran
+// the study's BASH_ENV (a command substitution) before the script, as the
+// worker's user. Such variables are refused before anything runs.
+TEST_F(WorkerTest, AStudyCannotSetAStartUpVariableOfTheAllowedProgram) {
+  const std::string marker = Path("pwned");
+  const std::string script = Path("train.sh");
+  std::ofstream(script) << ReportSteps(1) << "\n";
+  const std::vector<std::string> variables = {"BASH_ENV", "LD_PRELOAD",
+                                              "PYTHONSTARTUP"};
+  for (size_t i = 0; i < variables.size(); ++i) {
+    v1::AcquireTrialResponse trial = ShellTrial("");
+    trial.mutable_trial()->set_number(static_cast<int64_t>(10 + i));
+    auto* command = trial.mutable_run()->mutable_command();
+    command->clear_argv();
+    command->add_argv("/bin/bash");
+    command->add_argv(script);
+    (*command->mutable_env())[variables[i]] =
+        absl::StrCat("$(touch ", marker, ")");
+    scheduler_.Offer(trial);
+  }
+  WorkerOptions options = Options();
+  options.policy.allowed_commands = {"/bin/bash"};
+  StartWorker(options);
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [&](const Calls& c) { return c.finishes.size() == variables.size(); }));
+  const Calls calls = scheduler_.Snapshot();
+  for (size_t i = 0; i < variables.size(); ++i) {
+    const v1::FinishTrialRequest& finish = calls.finishes[i];
+    EXPECT_FALSE(finish.requeue());
+    EXPECT_THAT(finish.error(),
+                HasSubstr(absl::StrCat("trial.command.env.", variables[i])));
+    EXPECT_THAT(finish.error(), HasSubstr("--allow-env="));
+  }
+  EXPECT_FALSE(fs::exists(marker)) << "the study's start-up code ran";
 }
 
 TEST_F(WorkerTest, AMissingSecretFailsTheTrialWithoutRunningIt) {

@@ -6,7 +6,7 @@ import {
   ApiError, Cell, Study, StudyEvent, StudySpec, Trial, TrialTable, apiUrl, call, get, getTrial, paramValue, pool,
 } from '../api';
 import { Chart, draw } from '../charts';
-import { STATES, STATE_COLORS, append, fmt, h, throttle, trialLink } from '../dom';
+import { STATES, STATE_COLORS, append, esc, fmt, h, throttle, trialLink } from '../dom';
 import { TrialTableView } from '../table';
 import { kindOf, progress } from './studies';
 import { changes } from './trial';
@@ -297,7 +297,7 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
     const data = [...sum.entries()].map(([key, [s, n]]) => [Math.floor(key / 4096), key % 4096, s / n, n]);
     const [lo, hi] = valueRange();
     draw('contour', contour.el, {
-      tooltip: { formatter: (p: { value: number[] }) => `${xs} ${bx.labels[p.value[0]]}, ${ys} ${by.labels[p.value[1]]}<br>mean ${fmt(p.value[2])} over ${p.value[3]} trials` },
+      tooltip: { formatter: (p: { value: number[] }) => `${esc(xs)} ${esc(bx.labels[p.value[0]])}, ${esc(ys)} ${esc(by.labels[p.value[1]])}<br>mean ${esc(fmt(p.value[2]))} over ${esc(p.value[3])} trials` },
       grid: { left: 70, right: 100, top: 20, bottom: 50 },
       xAxis: { type: 'category', data: bx.labels, name: xs, nameLocation: 'middle', nameGap: 30 },
       yAxis: { type: 'category', data: by.labels, name: ys },
@@ -341,7 +341,7 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
     curvesNote.textContent = `${trials.length} trials (${isPbt ? 'the population' : `the best ${CURVES_BEST}, then running, paused and stopped ones`}), ${points} reports of ${metric}` +
       (rungLines.length ? `; dashed: rungs at ${rungLines.join(', ')}` : '') + '; ▲ stopped, ◆ paused.';
     const c = draw('curves', curves.el, {
-      tooltip: { trigger: 'item', formatter: (p: { seriesName: string; value: number[] }) => `${p.seriesName} step ${p.value?.[0]}: ${fmt(p.value?.[1])}` },
+      tooltip: { trigger: 'item', formatter: (p: { seriesName: string; value: number[] }) => `${esc(p.seriesName)} step ${esc(p.value?.[0])}: ${esc(fmt(p.value?.[1]))}` },
       grid: { left: 60, right: 20, top: 20, bottom: 50 },
       xAxis: { type: 'value', name: 'step', nameLocation: 'middle', nameGap: 28 },
       yAxis: { type: 'value', scale: true, name: metric },
@@ -377,7 +377,7 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
     const many = links.length > 6;
     const c = draw('lineage', lineage.el, {
       tooltip: { formatter: (p: { dataType: string; name: string; value: number | null; data: { label?: { formatter: string } } }) =>
-        p.dataType === 'edge' ? p.data.label?.formatter ?? '' : `${p.name}: ${fmt(p.value)}` },
+        p.dataType === 'edge' ? esc(p.data.label?.formatter ?? '') : `${esc(p.name)}: ${esc(fmt(p.value))}` },
       series: [{
         type: 'graph', layout: 'none', roam: true, autoCurveness: true, left: 60, right: 60, top: 30, bottom: 30,
         edgeSymbol: ['none', 'arrow'], edgeSymbolSize: 7, lineStyle: { color: '#888', width: 1, opacity: 0.7 },
