@@ -36,6 +36,7 @@ absl::StatusOr<std::unique_ptr<DialClient>> DialClient::Create(
   connect.tls_key = options.tls_key;
   connect.tls_server_name = options.tls_server_name;
   connect.token = options.token;
+  connect.insecure = options.insecure;
   auto channel = MakeChannel(connect, grpc::ChannelArguments());
   if (!channel.ok()) return channel.status();
   return std::unique_ptr<DialClient>(

@@ -36,6 +36,9 @@ struct DialClientOptions {
   // Sent with every call as "authorization: Bearer <token>"; empty sends
   // none.
   std::string token = {};
+  // Allow the token in plaintext to a non-loopback target (dialctl
+  // --insecure); otherwise Create refuses it without tls_ca.
+  bool insecure = false;
 };
 
 class DialClient {

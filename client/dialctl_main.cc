@@ -50,6 +50,8 @@ ABSL_FLAG(std::string, tls_server_name, "",
 ABSL_FLAG(std::string, token, "",
           "Bearer token sent with every call (default: $DIAL_TOKEN; prefer "
           "the variable: a command line is visible in ps)");
+ABSL_FLAG(bool, insecure, false,
+          "Send the token without TLS to a scheduler not on this host");
 ABSL_FLAG(bool, json, false, "Print JSON instead of tables");
 ABSL_FLAG(std::string, f, "",
           "Study spec file (YAML or JSON), for study create");
@@ -841,6 +843,7 @@ int Run(const Args& args) {
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
   options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   options.token = dial::TokenFromFlagOrEnv(absl::GetFlag(FLAGS_token));
+  options.insecure = absl::GetFlag(FLAGS_insecure);
   auto client_or = DialClient::Create(options);
   if (!client_or.ok()) return Fail(client_or.status());
   return command->handler(**client_or, args);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/message_limits.h"
@@ -56,10 +57,39 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
   return text.str();
 }
 
+bool IsLoopbackTarget(const std::string& target) {
+  std::string rest = target;
+  for (const char* scheme : {"dns:///", "ipv4:", "ipv6:"}) {
+    if (absl::StartsWith(rest, scheme)) rest = rest.substr(strlen(scheme));
+  }
+  if (absl::StartsWith(rest, "unix:") ||
+      absl::StartsWith(rest, "unix-abstract:")) {
+    return true;
+  }
+  std::string host = rest;
+  if (absl::StartsWith(host, "[")) {
+    host = host.substr(1, host.find(']') == std::string::npos
+                              ? std::string::npos
+                              : host.find(']') - 1);
+  } else if (const size_t colon = host.rfind(':');
+             colon != std::string::npos && host.find(':') == colon) {
+    host = host.substr(0, colon);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
     const ConnectOptions& options, grpc::ChannelArguments args) {
   if (options.target.empty()) {
     return absl::InvalidArgumentError("scheduler address is empty");
+  }
+  // Security round two, finding 12: without a CA the token went in
+  // plaintext to any host, with no warning.
+  if (!options.token.empty() && options.tls_ca.empty() && !options.insecure &&
+      !IsLoopbackTarget(options.target)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "refusing to send a token in plaintext to '", options.target,
+        "': give --tls-ca (TLS), or --insecure on a network you trust"));
   }
   if (options.tls_cert.empty() != options.tls_key.empty()) {
     return absl::InvalidArgumentError(

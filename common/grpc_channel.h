@@ -30,7 +30,14 @@ struct ConnectOptions {
   std::string tls_server_name = "";
   // Sent as "authorization: Bearer <token>"; empty sends none.
   std::string token = "";
+  // Send the token without TLS to an address that is not loopback (a
+  // network you trust). Without it MakeChannel refuses.
+  bool insecure = false;
 };
+
+// Whether a gRPC target is on this host: localhost, 127.x, [::1], or a
+// unix socket.
+bool IsLoopbackTarget(const std::string& target);
 
 // The token to use: `flag_value` if set, else $DIAL_TOKEN, else empty.
 std::string TokenFromFlagOrEnv(const std::string& flag_value);
@@ -46,8 +53,9 @@ absl::StatusOr<std::string> TakeToken(const std::string& flag_value,
 
 // A channel to options.target with Dial's message limits set on `args`.
 // INVALID_ARGUMENT for an empty target, a certificate without its key (or
-// the reverse) or a client certificate without a CA; NOT_FOUND naming the
-// file that cannot be read.
+// the reverse), a client certificate without a CA, or a token that would
+// travel in plaintext beyond this host (no tls_ca, not insecure); NOT_FOUND
+// naming the file that cannot be read.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
     const ConnectOptions& options, grpc::ChannelArguments args);
 

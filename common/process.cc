@@ -401,6 +401,17 @@ absl::StatusOr<RunAs> LookUpRunAs(const std::string& user) {
   } else {
     getpwnam_r(user.c_str(), &entry, buffer.data(), buffer.size(), &found);
   }
+  if (found == nullptr && absl::SimpleAtoi(user, &uid) && uid != 0) {
+    // A container image often has no entry for the uid it is told to use:
+    // the uid as its own group, no supplementary groups.
+    RunAs out;
+    out.uid = uid;
+    out.gid = uid;
+    out.groups = {static_cast<gid_t>(uid)};
+    out.name = user;
+    out.home = "/";
+    return out;
+  }
   if (found == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("user '", user, "' does not exist on this host"));

@@ -90,7 +90,8 @@ struct RunAs {
   std::string home;
 };
 
-// Looks `user` up (a name or a numeric uid) with its groups. NOT_FOUND
+// Looks `user` up (a name or a numeric uid) with its groups; a numeric uid
+// with no passwd entry (common in containers) is taken as uid = gid. NOT_FOUND
 // naming it when there is no such user; INVALID_ARGUMENT for root (uid 0),
 // which would defeat the point.
 absl::StatusOr<RunAs> LookUpRunAs(const std::string& user);

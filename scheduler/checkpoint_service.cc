@@ -207,9 +207,11 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::StartUpload(
         if (status.ok()) {
           const std::vector<std::string> bases(request->bases().begin(),
                                                request->bases().end());
-          auto upload =
-              depot_->Start(request->lease().study(), request->lease().trial(),
-                            request->step(), request->manifest(), bases);
+          const v1::TrialLease& lease = request->lease();
+          auto upload = depot_->Start(
+              lease.study(), lease.trial(), request->step(),
+              request->manifest(), bases, who.name,
+              absl::StrCat(lease.worker_id(), "/", lease.attempt()));
           if (upload.ok()) {
             response->set_upload_id(upload->upload_id);
             for (int64_t i : upload->missing) response->add_missing(i);
@@ -259,6 +261,29 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::CommitUpload(
     core_->WhenDurable(reply.ticket(), [reactor, status](absl::Status durable) {
       reactor->Finish(ToGrpcStatus(durable.ok() ? status : durable));
     });
+  });
+}
+
+grpc::ServerUnaryReactor* CheckpointServiceImpl::AbortUpload(
+    grpc::CallbackServerContext* ctx, const v1::AbortUploadRequest* request,
+    v1::AbortUploadResponse* response) {
+  return OnIoThread(ctx, [this, request](grpc::ServerUnaryReactor* reactor,
+                                         const auth::Principal& who) {
+    const v1::TrialLease& lease = request->lease();
+    auto finish = [reactor](absl::Status s) {
+      reactor->Finish(ToGrpcStatus(s));
+    };
+    absl::Status allowed = CheckUploadRole(who);
+    if (!allowed.ok()) return finish(allowed);
+    auto upload = depot_->Find(request->upload_id());
+    if (!upload.ok()) return finish(upload.status());
+    if (upload->study != lease.study() || upload->trial != lease.trial()) {
+      return finish(absl::PermissionDeniedError(
+          "upload_id: the upload is for another trial"));
+    }
+    allowed = core_->CheckUploader(lease, upload->checkpoint, who);
+    if (!allowed.ok()) return finish(allowed);
+    finish(depot_->Abort(request->upload_id()));
   });
 }
 

@@ -42,6 +42,9 @@ class CheckpointServiceImpl final
   grpc::ServerUnaryReactor* CommitUpload(
       grpc::CallbackServerContext* ctx, const v1::CommitUploadRequest* request,
       v1::CommitUploadResponse* response) override;
+  grpc::ServerUnaryReactor* AbortUpload(
+      grpc::CallbackServerContext* ctx, const v1::AbortUploadRequest* request,
+      v1::AbortUploadResponse* response) override;
   grpc::ServerWriteReactor<v1::DownloadCheckpointResponse>* DownloadCheckpoint(
       grpc::CallbackServerContext* ctx,
       const v1::DownloadCheckpointRequest* request) override;

@@ -316,11 +316,18 @@ absl::StatusOr<v1::Trial*> TrialLifecycle::Fence(
     StudyEntry& entry, const std::string& worker_id, int64_t number,
     int32_t attempt, const std::string& lease_token) {
   DIAL_ASSIGN_OR_RETURN(v1::Trial * trial, FindTrial(entry, number));
+  // Security round two, finding 12: a trial stored with no lease token
+  // (written before tokens existed) took reports with any token. No
+  // token matches an attempt that has none.
   if (trial->worker_id() == worker_id && trial->attempt() == attempt &&
-      !trial->lease_token().empty() && trial->lease_token() != lease_token) {
+      (trial->lease_token().empty() || trial->lease_token() != lease_token)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "attempt ", attempt, " of trial ", number,
-        ": the lease token does not match the one this attempt was given"));
+        trial->lease_token().empty()
+            ? ": the attempt has no lease token (it is from before lease "
+              "tokens); it is requeued when its lease ends"
+            : ": the lease token does not match the one this attempt was "
+              "given"));
   }
   if (trial->worker_id() != worker_id || trial->attempt() != attempt) {
     return absl::FailedPreconditionError(absl::StrCat(

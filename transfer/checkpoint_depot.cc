@@ -69,7 +69,8 @@ std::vector<std::string> CheckpointDepot::ExpireLocked() {
 absl::StatusOr<CheckpointDepot::Upload> CheckpointDepot::Start(
     const std::string& study, int64_t trial, int64_t step,
     const v1::CheckpointManifest& manifest,
-    const std::vector<std::string>& bases) {
+    const std::vector<std::string>& bases, const std::string& principal,
+    const std::string& attempt) {
   DIAL_RETURN_IF_ERROR(CheckManifest(manifest));
   for (const std::string& base : bases) {
     if (!SafeRelativePath(base) || !absl::StartsWith(base, study + "/")) {
@@ -107,7 +108,30 @@ absl::StatusOr<CheckpointDepot::Upload> CheckpointDepot::Start(
                          " checkpoint uploads are open, the most "
                          "allowed; retry later"));
       }
+      // Security round two, M1: a trial that reported a checkpoint and
+      // deleted it at once left a session open each time, and 265 rounds
+      // filled the global cap for an hour. Each principal and attempt
+      // holds a few sessions only.
+      int of_principal = 0, of_attempt = 0;
+      for (const auto& [id, s] : sessions_) {
+        of_principal += s->principal == principal;
+        of_attempt += !attempt.empty() && s->attempt == attempt;
+      }
+      if (of_attempt >= options_.max_uploads_per_attempt) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "attempt ", attempt, " has ", of_attempt,
+            " checkpoint uploads open, the most one attempt may; commit "
+            "or abort one"));
+      }
+      if (of_principal >= options_.max_uploads_per_principal) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "'", principal, "' has ", of_principal,
+            " checkpoint uploads open, the most one principal may; commit "
+            "or abort one"));
+      }
       session = std::make_shared<Session>();
+      session->principal = principal;
+      session->attempt = attempt;
       session->upload.upload_id = NewUploadId();
       session->upload.study = study;
       session->upload.trial = trial;
@@ -230,6 +254,27 @@ absl::Status CheckpointDepot::Put(const std::string& upload_id, int64_t index,
       ref.offset, data));
   absl::MutexLock lock(&mu_);
   session->received[index] = true;
+  return absl::OkStatus();
+}
+
+size_t CheckpointDepot::OpenUploads() const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+absl::Status CheckpointDepot::Abort(const std::string& upload_id) {
+  std::string staging;
+  {
+    absl::MutexLock lock(&mu_);
+    DIAL_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
+                          OpenLocked(upload_id));
+    staging = session->staging;
+    by_checkpoint_.erase(absl::StrCat(session->upload.study, "/",
+                                      session->upload.trial, "/",
+                                      session->upload.checkpoint));
+    sessions_.erase(upload_id);
+  }
+  RemoveQuietly(staging);
   return absl::OkStatus();
 }
 

@@ -30,8 +30,14 @@ namespace dial::transfer {
 struct CheckpointDepotOptions {
   std::string root;       // the scheduler's --checkpoint-root
   int max_uploads = 256;  // sessions at once
-  // A session untouched this long is dropped (its worker is gone).
-  absl::Duration idle_upload_limit = absl::Hours(1);
+  // Sessions one principal (a worker token) may hold at once, and one
+  // attempt: well below max_uploads, so that one trial that reports and
+  // deletes checkpoints in a loop cannot fill the depot for everyone.
+  int max_uploads_per_principal = 64;
+  int max_uploads_per_attempt = 4;
+  // A session untouched this long is dropped (its worker is gone or gave
+  // up without AbortUpload).
+  absl::Duration idle_upload_limit = absl::Minutes(5);
 };
 
 class CheckpointDepot {
@@ -55,10 +61,20 @@ class CheckpointDepot {
   // `study` at `step`. INVALID_ARGUMENT for a bad manifest or base id (a
   // base must be a safe path inside `study`); RESOURCE_EXHAUSTED when
   // max_uploads sessions are open; UNAVAILABLE on I/O errors.
+  // `principal` and `attempt` (e.g. "<worker id>/<attempt>") are whom the
+  // session counts against: RESOURCE_EXHAUSTED naming the cap when either
+  // holds its most.
   absl::StatusOr<Upload> Start(const std::string& study, int64_t trial,
                                int64_t step,
                                const v1::CheckpointManifest& manifest,
-                               const std::vector<std::string>& bases);
+                               const std::vector<std::string>& bases,
+                               const std::string& principal = "",
+                               const std::string& attempt = "");
+  // Ends an upload without committing it and removes its staging. ABORTED
+  // for an upload not open (or committing).
+  absl::Status Abort(const std::string& upload_id);
+  // Sessions open now.
+  size_t OpenUploads() const;
   // Writes chunk `index` of an upload. ABORTED for an upload not open;
   // INVALID_ARGUMENT for an index out of range or data whose SHA-256 is
   // not the manifest's (nothing is written); UNAVAILABLE on I/O errors.
@@ -94,6 +110,7 @@ class CheckpointDepot {
     absl::Time touched;
     bool prepared = false;  // staging made and known chunks copied
     bool committing = false;
+    std::string principal, attempt;  // whom it counts against
   };
   explicit CheckpointDepot(const CheckpointDepotOptions& options)
       : options_(options) {}

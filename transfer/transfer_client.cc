@@ -77,6 +77,10 @@ class GrpcCheckpointTransfer final : public CheckpointTransfer {
           if (!data.ok()) {
             ctx.TryCancel();
             (void)writer->Finish();
+            // The checkpoint went (the trial deleted it): the session
+            // goes too, rather than hold one of the scheduler's upload
+            // slots until it expires.
+            Abort(lease, started.upload_id());
             return data.status();
           }
           *piece.mutable_data() = std::move(*data);
@@ -197,6 +201,16 @@ class GrpcCheckpointTransfer final : public CheckpointTransfer {
   }
 
  private:
+  // Best effort: an abort that fails leaves the session to expire.
+  void Abort(const v1::TrialLease& lease, const std::string& upload_id) {
+    v1::AbortUploadRequest request;
+    *request.mutable_lease() = lease;
+    request.set_upload_id(upload_id);
+    v1::AbortUploadResponse response;
+    grpc::ClientContext ctx;
+    Prepare(ctx, 0);
+    (void)stub_->AbortUpload(&ctx, request, &response);
+  }
   void Prepare(grpc::ClientContext& ctx, int64_t bytes) {
     Authorize(ctx, options_.token);
     // Wait for (and so drive) the connection instead of failing at once:

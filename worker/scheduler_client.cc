@@ -98,6 +98,7 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> NewGrpcSchedulerClient(
   connect.tls_key = options.tls_key;
   connect.tls_server_name = options.tls_server_name;
   connect.token = options.token;
+  connect.insecure = options.insecure;
   // MakeChannel sets the scheduler's message limits.
   auto channel = MakeChannel(connect, args);
   if (!channel.ok()) return channel.status();

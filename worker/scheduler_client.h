@@ -39,6 +39,8 @@ struct GrpcSchedulerClientOptions {
   std::string tls_server_name;
   // Bearer token sent with every call; empty: none.
   std::string token;
+  // Allow the token in plaintext beyond loopback (--insecure).
+  bool insecure = false;
 };
 
 // INVALID_ARGUMENT for an empty target or inconsistent TLS files,

@@ -92,6 +92,9 @@ ABSL_FLAG(int64_t, trial_max_pids, 4096,
           "Processes one trial may have (pids.max of its cgroup; with "
           "--run-as also that user's RLIMIT_NPROC, times --slots); 0: no "
           "limit");
+ABSL_FLAG(bool, insecure, false,
+          "Send the token without TLS to a scheduler that is not on this "
+          "host (a network you trust); refused otherwise");
 ABSL_FLAG(std::string, token_file, "",
           "File holding the bearer token (preferred to --token and "
           "$DIAL_TOKEN, which a trial of the same user could read)");
@@ -211,6 +214,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   client_options.token = *token;
+  client_options.insecure = absl::GetFlag(FLAGS_insecure);
   auto client = dial::worker::NewGrpcSchedulerClient(client_options);
   if (!client.ok()) {
     spdlog::error("{}", client.status().ToString());
@@ -259,6 +263,7 @@ int main(int argc, char** argv) {
     connect.tls_key = client_options.tls_key;
     connect.tls_server_name = client_options.tls_server_name;
     connect.token = client_options.token;
+    connect.insecure = client_options.insecure;
     dial::transfer::GrpcCheckpointTransferOptions transfer_options;
     // Retries end at shutdown: the uploads left are given up (their trials
     // resume from their last uploaded checkpoint).

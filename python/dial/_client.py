@@ -31,12 +31,29 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
+def _is_loopback(address: str) -> bool:
+    """Whether a gRPC target is on this host (localhost, 127.x, ::1, a unix
+    socket)."""
+    for scheme in ("dns:///", "ipv4:", "ipv6:"):
+        if address.startswith(scheme):
+            address = address[len(scheme):]
+    if address.startswith("unix:"):
+        return True
+    if address.startswith("["):
+        host = address[1:address.find("]")] if "]" in address else address
+    elif address.count(":") == 1:
+        host = address.rsplit(":", 1)[0]
+    else:
+        host = address
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
 def connect(address: Optional[str] = None, token: Optional[str] = None,
             tls_ca: Optional[str] = None, *, tls_cert: Optional[str] = None,
             tls_key: Optional[str] = None,
             tls_server_name: Optional[str] = None,
             client_id: Optional[str] = None, timeout: float = 30.0,
-            retries: int = 6) -> "Client":
+            retries: int = 6, insecure: bool = False) -> "Client":
     """Connects to a Dial scheduler.
 
     Args:
@@ -53,6 +70,9 @@ def connect(address: Optional[str] = None, token: Optional[str] = None,
       timeout: seconds per call.
       retries: how often an idempotent call is retried on UNAVAILABLE, with
         exponential backoff (0.1 s doubling, at most 5 s).
+      insecure: send the token without TLS to an address that is not on
+        this host (a network you trust); without it that is refused with
+        ``dial.InvalidArgument``.
 
     The connection is lazy: an unreachable scheduler shows at the first
     call, as ``dial.Unavailable``.
@@ -76,6 +96,11 @@ def connect(address: Optional[str] = None, token: Optional[str] = None,
         if tls_cert:
             raise InvalidArgument("tls_cert: a client certificate needs "
                                   "tls_ca (TLS)")
+        if token and not insecure and not _is_loopback(address):
+            raise InvalidArgument(
+                f"tls_ca: refusing to send a token in plaintext to "
+                f"'{address}'; give tls_ca (TLS), or insecure=True on a "
+                f"network you trust")
         channel = grpc.insecure_channel(address, options=options)
     return Client(channel, token=token, client_id=client_id, timeout=timeout,
                   retries=retries, address=address)

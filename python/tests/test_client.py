@@ -204,6 +204,24 @@ def test_connect_defaults_and_argument_checks(monkeypatch, pki):
     assert e.value.field == "tls_cert"
 
 
+def test_a_token_is_never_sent_in_plaintext_beyond_this_host(monkeypatch):
+    # Security round two, finding 12: without tls_ca the SDK sent the
+    # token in plaintext to any host, with no warning.
+    monkeypatch.delenv("DIAL_TOKEN", raising=False)
+    for remote in ("10.20.30.40:7070", "scheduler.example.org:7070"):
+        with pytest.raises(dial.InvalidArgument) as e:
+            dial.connect(remote, token="secret-token")
+        assert "plaintext" in e.value.message
+        assert "secret-token" not in e.value.message
+        dial.connect(remote, token="secret-token", insecure=True).close()
+        dial.connect(remote).close()  # no token, nothing to leak
+    monkeypatch.setenv("DIAL_TOKEN", "from-env")
+    with pytest.raises(dial.InvalidArgument):
+        dial.connect("10.20.30.40:7070")
+    for local in ("127.0.0.1:1", "localhost:1", "[::1]:1", "unix:/tmp/x"):
+        dial.connect(local, token="t").close()
+
+
 def test_connect_reads_address_and_token_from_the_environment(
         monkeypatch, pki, tls_scheduler):
     tls = dict(tls_ca=os.path.join(pki, "ca.crt"),
@@ -1226,15 +1244,17 @@ def test_tls_permission_denied_and_unauthenticated(tls_scheduler, pki):
         alice.create_study(spec(name, 2))
         with pytest.raises(dial.PermissionDenied):
             alice.workers()  # admins and viewers only
+    # Another user's study is NOT_FOUND to bob, word for word as one that
+    # does not exist (security round two: the refusal named its owner).
     with dial.connect(tls_scheduler.address, token=read_token(pki, "bob"),
                       retries=0, **tls_args(pki)) as bob:
-        with pytest.raises(dial.PermissionDenied) as e:
+        with pytest.raises(dial.NotFound) as e:
             bob.study(name).ask()
-        assert e.value.code == "PERMISSION_DENIED"
-        assert "bob" in e.value.message
-        with pytest.raises(dial.PermissionDenied):
+        assert e.value.code == "NOT_FOUND"
+        assert e.value.message == f"study '{name}' not found"
+        with pytest.raises(dial.NotFound):
             dial.Study(bob, name).ask()
-        with pytest.raises(dial.PermissionDenied):
+        with pytest.raises(dial.NotFound):
             dial.Study(bob, name).stop()
         assert name not in [s.name for s in bob.studies()]
     with dial.connect(tls_scheduler.address, token=read_token(pki, "admin"),

@@ -29,7 +29,7 @@ SKIP = 77
 WRITES = {"db", "checkpoint_root", "backup_dir", "checkpoint_cache", "work_dir"}
 # Flags whose value is a file the binary reads.
 READS = {"tls_cert", "tls_key", "tls_ca", "tls_client_ca", "auth_tokens",
-         "secrets_dir", "flagfile"}
+         "secrets_dir", "flagfile", "token_file"}
 
 
 def known_flags(binary):
@@ -216,11 +216,31 @@ def check(rendered, flags_of, overlay):
             if not ca or not mount_of(ca, sc.get("volumeMounts", [])):
                 errors.append(f"scheduler: {probe} has no mounted --tls-ca")
 
-    # Token: from a Secret, never a literal.
-    env = {e["name"]: e for e in wc.get("env", [])}
-    if "token" in wflags or "secretKeyRef" not in env.get(
-            "DIAL_TOKEN", {}).get("valueFrom", {}):
-        errors.append("worker: DIAL_TOKEN does not come from a Secret")
+    # Token: a file of a Secret, never a literal nor an environment
+    # variable (security round two, H1: a trial read the worker's
+    # environment); trials run as another user; no service account token
+    # in either pod, and a NetworkPolicy for each (finding 12).
+    env = {e["name"] for e in wc.get("env", [])}
+    if "token" in wflags or "DIAL_TOKEN" in env:
+        errors.append("worker: the token is a flag or a variable")
+    token_file = wflags.get("token_file", "")
+    mount = mount_of(token_file, wc.get("volumeMounts", [])) if token_file \
+        else None
+    volumes = {v["name"]: v for v in
+               dep["spec"]["template"]["spec"].get("volumes", [])}
+    if not mount or "secret" not in volumes.get(mount["name"], {}):
+        errors.append("worker: --token-file is not a file of a Secret")
+    if not wflags.get("run_as"):
+        errors.append("worker: no --run-as: trials run as the worker")
+    for name, obj in (("scheduler", sts), ("worker", dep)):
+        if obj["spec"]["template"]["spec"].get(
+                "automountServiceAccountToken") is not False:
+            errors.append(f"{name}: the service account token is mounted")
+    policies = {p["spec"]["podSelector"]["matchLabels"].get(
+        "app.kubernetes.io/name") for p in rendered.find("NetworkPolicy")}
+    for name in ("dial-scheduler", "dial-worker"):
+        if name not in policies:
+            errors.append(f"no NetworkPolicy selects {name}")
 
     # Drain: the pod outlives the long poll, the trials' checkpoints and
     # their upload (which gets at most --grace-s while draining).
@@ -331,7 +351,8 @@ def run_live(rendered, source, binaries):
         secrets = {("dial-scheduler-tls", "tls.crt"): f"{ca}/server.crt",
                    ("dial-scheduler-tls", "tls.key"): f"{ca}/server.key",
                    ("dial-scheduler-tls", "ca.crt"): f"{ca}/ca.crt",
-                   ("dial-tokens", "tokens"): f"{ca}/auth-tokens"}
+                   ("dial-tokens", "tokens"): f"{ca}/auth-tokens",
+                   ("dial-worker-token", "token"): f"{ca}/tokens/worker.token"}
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
@@ -359,8 +380,7 @@ def run_live(rendered, source, binaries):
             wmap = pod_files(dep, rendered, os.path.join(tmp, "worker"), secrets)
             wc = dep["spec"]["template"]["spec"]["containers"][0]
             env = dict(os.environ)
-            with open(f"{ca}/tokens/worker.token") as f:
-                env["DIAL_TOKEN"] = f.read().strip()
+            env.pop("DIAL_TOKEN", None)  # the worker reads its file
             wargs = remap(wc["args"], wmap, port)
             # It checks the name it checks in the cluster (the Service's);
             # here there are no GPUs to hand out.

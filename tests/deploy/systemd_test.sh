@@ -76,11 +76,27 @@ if "$prefix/bin/dial-worker" --flagfile="$tmp/bad.flags" --version \
 fi
 # The env file sets exactly the variables the worker reads.
 grep -q '^DIAL_SCHEDULER=' "$examples/worker.env" || fail "no DIAL_SCHEDULER"
-grep -q '^DIAL_TOKEN=' "$examples/worker.env" || fail "no DIAL_TOKEN"
+# Security round two, H1: no token in any environment; the worker reads a
+# file and runs trials as its own unprivileged user.
+if grep -q '^DIAL_TOKEN=' "$examples/worker.env"; then
+  fail "worker.env puts the token in the environment"
+fi
+grep -q '^--token-file=' "$examples/worker.flags" || fail "no --token-file"
+grep -q '^--run-as=dial-trial$' "$examples/worker.flags" || fail "no --run-as"
+# Finding 12: the worker and its trials are not the scheduler's user, and
+# the worker filters system calls.
+worker_unit=$units/dial-worker.service
+if grep -q '^User=dial$' "$worker_unit"; then
+  fail "dial-worker.service runs as the scheduler's user"
+fi
+grep -q '^SystemCallFilter=@system-service' "$worker_unit" ||
+  fail "dial-worker.service has no SystemCallFilter"
 
 # The sysusers entry creates a system user "dial" with no login shell.
 mkdir -p "$tmp/root/etc"
 systemd-sysusers --root="$tmp/root" "$prefix/lib/sysusers.d/dial.conf"
 grep -q '^dial:x:[0-9]*:[0-9]*:.*:/var/lib/dial:/usr/sbin/nologin$' \
   "$tmp/root/etc/passwd" || fail "systemd-sysusers made no dial user"
+grep -q '^dial-trial:x:[0-9]*:[0-9]*:.*:/usr/sbin/nologin$' \
+  "$tmp/root/etc/passwd" || fail "systemd-sysusers made no dial-trial user"
 echo "systemd units OK"

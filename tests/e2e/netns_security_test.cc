@@ -386,8 +386,9 @@ trial:
               {"--action=complete-trial", "--study=" + study,
                "--trial=" + trial, "--loss=-1e9"});
     EXPECT_EQ(p.code_name, "PERMISSION_DENIED") << "viewer complete: " << p;
+    // (A study it may not read is NOT_FOUND to it, as to any user.)
     p = Probe("atk", Worker(), get);
-    EXPECT_EQ(p.code_name, "PERMISSION_DENIED") << "worker get-study: " << p;
+    EXPECT_EQ(p.code_name, "NOT_FOUND") << "worker get-study: " << p;
     WriteFile(dir_ / "worker-made.yaml", absl::StrCat("name: wk-", pid, R"yaml(
 objective: {metric: loss, goal: MINIMIZE}
 search_space: [{name: lr, float: {min: 0.01, max: 0.4}}]

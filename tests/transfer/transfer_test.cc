@@ -156,6 +156,45 @@ TEST(ManifestTest, ALinkAnywhereBelowTheRootIsNeverFollowed) {
   EXPECT_EQ(Read(outside / "server.key"), "PRIVATE KEY");
 }
 
+// Security round two, M1: a trial that reported a checkpoint and deleted
+// it at once left an upload session open each time; 265 rounds filled the
+// global cap of 256 and every other study's uploads were refused for an
+// hour. Sessions are capped per attempt and per principal, and a worker
+// can abort one.
+TEST_F(DepotTest, OneWorkerCannotHoldEveryUploadSession) {
+  Write(fs::path(local_) / "s/1/ck.bin", Random(kSmallChunk, 5));
+  auto m = Describe(local_, "s/1/ck.bin", kSmallChunk);
+  ASSERT_TRUE(m.ok());
+  // A new checkpoint path each time, as the trial of the finding did.
+  auto start = [&](int step, const std::string& who, const std::string& at) {
+    v1::CheckpointManifest each = *m;
+    each.set_checkpoint(absl::StrCat("s/1/ck-", who, "-", step, ".bin"));
+    return depot_->Start("s", 1, step, each, {}, who, at);
+  };
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(start(i, "w1", "a/1").ok()) << i;
+  auto per_attempt = start(4, "w1", "a/1");
+  EXPECT_TRUE(absl::IsResourceExhausted(per_attempt.status()));
+  EXPECT_THAT(per_attempt.status().message(), HasSubstr("attempt a/1"));
+  int attempt = 2;
+  while (depot_->OpenUploads() < 300) {
+    auto up = start(attempt, "w1", absl::StrCat("a/", attempt));
+    if (!up.ok()) {
+      EXPECT_THAT(up.status().message(), HasSubstr("'w1' has 64"));
+      break;
+    }
+    ++attempt;
+  }
+  EXPECT_EQ(depot_->OpenUploads(), 64u);
+  // Another worker still uploads.
+  auto other = start(1, "w2", "b/1");
+  ASSERT_TRUE(other.ok()) << other.status();
+  // An aborted session goes at once, staging and all.
+  EXPECT_TRUE(depot_->Abort(other->upload_id).ok());
+  EXPECT_EQ(depot_->OpenUploads(), 64u);
+  EXPECT_TRUE(absl::IsAborted(depot_->Abort(other->upload_id)));
+  EXPECT_TRUE(absl::IsAborted(depot_->Put(other->upload_id, 0, "")));
+}
+
 TEST_F(DepotTest, UploadsArriveWholeAndSharedChunksAreNotSentAgain) {
   // 100 chunks; the second checkpoint changes 10 of them.
   std::string data = Random(100 * kSmallChunk, 7);
