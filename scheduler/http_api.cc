@@ -3,6 +3,7 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 
 #include <cmath>
@@ -297,11 +298,20 @@ bool IsJson(const httplib::Request& req) {
 
 }  // namespace
 
-std::string SessionTable::Create(const std::string& token) {
+namespace {
+
+std::string RandomHex() {
   unsigned char bytes[32];
   if (RAND_bytes(bytes, sizeof bytes) != 1) std::abort();
-  std::string id = absl::BytesToHexString(
+  return absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(bytes), sizeof bytes));
+}
+
+}  // namespace
+
+SessionTable::Created SessionTable::Create(const std::string& token) {
+  Created out{RandomHex(), RandomHex()};
+  const std::string& id = out.id;
   absl::MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
   for (auto it = sessions_.begin(); it != sessions_.end();) {
@@ -314,16 +324,21 @@ std::string SessionTable::Create(const std::string& token) {
     }
     sessions_.erase(oldest);
   }
-  sessions_[id] = {token, now + kLifetime};
-  return id;
+  sessions_[id] = {token, out.key, now + kLifetime, now + kIdle};
+  return out;
 }
 
-std::optional<std::string> SessionTable::Find(const std::string& id) {
+std::optional<std::string> SessionTable::Find(const std::string& id,
+                                              const std::string& key) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end() || it->second.expires < absl::Now()) {
+  const absl::Time now = absl::Now();
+  if (it == sessions_.end() || it->second.expires < now ||
+      it->second.idle_expires < now || key.size() != it->second.key.size() ||
+      CRYPTO_memcmp(key.data(), it->second.key.data(), key.size()) != 0) {
     return std::nullopt;
   }
+  it->second.idle_expires = now + kIdle;
   return it->second.token;
 }
 
@@ -360,7 +375,14 @@ std::optional<std::string> HttpApi::Credential(const httplib::Request& req) {
   }
   std::optional<std::string> id = CookieValue(req, kCookie);
   if (!id) return std::nullopt;
-  std::optional<std::string> token = sessions_.Find(*id);
+  // Security round two, M6: the cookie alone (which every port of the host
+  // receives) is not enough: the page sends the session's key too, in a
+  // header, or for what a page cannot add headers to (EventSource, a
+  // download link) in the query.
+  std::string key = req.get_header_value("X-Dial-Session");
+  if (key.empty() && req.method == "GET")
+    key = req.get_param_value("session_key");
+  std::optional<std::string> token = sessions_.Find(*id, key);
   if (!token) return std::nullopt;
   return absl::StrCat("Bearer ", *token);
 }
@@ -430,16 +452,20 @@ void HttpApi::Install(httplib::Server& server) {
       }
     }
     if (!who.ok()) return SendError(res, who.status());
+    const SessionTable::Created session = sessions_.Create(token);
     std::string cookie =
-        absl::StrCat(kCookie, "=", sessions_.Create(token),
+        absl::StrCat(kCookie, "=", session.id,
                      "; Path=/; HttpOnly; SameSite=Strict; Max-Age=",
                      absl::ToInt64Seconds(SessionTable::kLifetime));
     if (options_.secure_cookies) cookie += "; Secure";
     res.set_header("Set-Cookie", cookie);
+    res.set_header("Cache-Control", "no-store");
     std::string out = "{\"name\": ";
     AppendJsonString(who->name, out);
     out += ", \"role\": ";
     AppendJsonString(auth::RoleName(who->role), out);
+    out += ", \"sessionKey\": ";
+    AppendJsonString(session.key, out);
     out += "}\n";
     res.set_content(out, "application/json");
   });

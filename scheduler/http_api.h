@@ -41,20 +41,31 @@ class ClientContext;
 
 namespace dial::scheduler {
 
-// Login sessions: a random id (the cookie) for a token, kept in memory
-// only, for 12 hours. Thread-safe.
+// Login sessions: a random id (the HttpOnly cookie) and a random key (which
+// the page keeps in its origin's storage and sends in X-Dial-Session) for a
+// token, kept in memory only, for 12 hours, or 2 hours unused. Cookies are
+// not scoped by port, so another service on the same host (TensorBoard,
+// Jupyter) receives the cookie; without the key it is worth nothing (see
+// docs/security.md). Thread-safe.
 class SessionTable {
  public:
   static constexpr absl::Duration kLifetime = absl::Hours(12);
+  static constexpr absl::Duration kIdle = absl::Hours(2);
   static constexpr size_t kMaxSessions = 10000;  // the oldest go first
-  std::string Create(const std::string& token);
-  std::optional<std::string> Find(const std::string& id);
+  struct Created {
+    std::string id, key;
+  };
+  Created Create(const std::string& token);
+  // The token of session `id` when `key` is its key and it is neither
+  // expired nor idle too long (it counts as used now).
+  std::optional<std::string> Find(const std::string& id,
+                                  const std::string& key);
   void Remove(const std::string& id);
 
  private:
   struct Session {
-    std::string token;
-    absl::Time expires;
+    std::string token, key;
+    absl::Time expires, idle_expires;
   };
   absl::Mutex mu_;
   std::map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);

@@ -129,16 +129,36 @@ async function check(response: Response): Promise<Response> {
   throw new ApiError(response.status, status, message);
 }
 
+// The login session's key. The session cookie is HttpOnly but reaches
+// every port of this host; the key lives in this origin's storage (which
+// other ports cannot read) and goes with every call (docs/security.md).
+const SESSION_KEY = 'dial.sessionKey';
+export function setSessionKey(key: string | undefined): void {
+  if (key) localStorage.setItem(SESSION_KEY, key);
+  else localStorage.removeItem(SESSION_KEY);
+}
+function sessionHeaders(): Record<string, string> {
+  const key = localStorage.getItem(SESSION_KEY);
+  return key ? { 'X-Dial-Session': key } : {};
+}
+
 export function apiUrl(path: string, query?: Record<string, string>): string {
   const q = query ? '?' + new URLSearchParams(query).toString() : '';
   return `api/v1/${path}${q}`;
+}
+
+// A GET URL that carries the session key itself, for what cannot send a
+// header: EventSource and download links.
+export function sessionUrl(path: string, query: Record<string, string> = {}): string {
+  const key = localStorage.getItem(SESSION_KEY);
+  return apiUrl(path, key ? { ...query, session_key: key } : query);
 }
 
 // POST /api/v1/<method> with a JSON request; the JSON answer.
 export async function call<T>(method: string, request: object = {}): Promise<T> {
   const response = await fetch(apiUrl(method), {
     method: 'POST',
-    headers: { 'Content-Type': 'application/json' },
+    headers: { 'Content-Type': 'application/json', ...sessionHeaders() },
     body: JSON.stringify(request),
     credentials: 'same-origin',
   });
@@ -146,7 +166,7 @@ export async function call<T>(method: string, request: object = {}): Promise<T> 
 }
 
 export async function get<T>(path: string, query?: Record<string, string>): Promise<T> {
-  const response = await fetch(apiUrl(path, query), { credentials: 'same-origin' });
+  const response = await fetch(apiUrl(path, query), { credentials: 'same-origin', headers: sessionHeaders() });
   return (await check(response)).json();
 }
 

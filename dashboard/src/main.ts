@@ -5,7 +5,7 @@
 //   #/study/NAME/trial/N        one trial
 //   #/workers                   workers
 import './style.css';
-import { ApiError, Whoami, call, get } from './api';
+import { ApiError, Whoami, call, get, setSessionKey } from './api';
 import { disposeAll } from './charts';
 import { append, h } from './dom';
 import { renderStudies } from './pages/studies';
@@ -73,6 +73,7 @@ function header(me: Whoami): void {
       onclick: async (ev: Event) => {
         ev.preventDefault();
         await call('logout').catch(() => undefined);
+        setSessionKey(undefined);
         start();
       },
     }, 'Log out'),
@@ -89,7 +90,8 @@ function loginForm(message = ''): void {
     onsubmit: async (ev: Event) => {
       ev.preventDefault();
       try {
-        await call('login', { token: token.value });
+        const r = await call<{ sessionKey?: string }>('login', { token: token.value });
+        setSessionKey(r.sessionKey);
         start();
       } catch (e) {
         error.textContent = errorText(e);

@@ -233,7 +233,33 @@ TEST_F(HttpApiTest, LoginSetsASessionCookieThatLogoutEnds) {
   EXPECT_THAT(set_cookie, HasSubstr("SameSite=Strict"));
   const std::string cookie = set_cookie.substr(0, set_cookie.find(';'));
   EXPECT_THAT(cookie, Not(HasSubstr(kViewer)));  // an id, not the token
-  httplib::Headers with_cookie = {{"Cookie", cookie}};
+  const std::string key =
+      Parse(login->body).fields().at("sessionKey").string_value();
+  ASSERT_EQ(key.size(), 64u);
+  EXPECT_THAT(cookie, Not(HasSubstr(key)));
+  // Security round two, M6: a listener on another port of the host got
+  // the cookie after an admin logged in, and with it a 12-hour admin
+  // session. The cookie alone (or with a wrong key) is worth nothing now.
+  EXPECT_EQ(client_->Get("/api/v1/whoami", {{"Cookie", cookie}})->status, 401);
+  EXPECT_EQ(
+      client_
+          ->Get("/api/v1/whoami",
+                {{"Cookie", cookie}, {"X-Dial-Session", "0" + key.substr(1)}})
+          ->status,
+      401);
+  EXPECT_EQ(client_
+                ->Post("/api/v1/ListStudies", {{"Cookie", cookie}}, "{}",
+                       "application/json")
+                ->status,
+            401);
+  EXPECT_EQ(client_->Get("/metrics", {{"Cookie", cookie}})->status, 401);
+  // A GET may carry the key in its query (EventSource, download links).
+  EXPECT_EQ(client_
+                ->Get(("/api/v1/whoami?session_key=" + key).c_str(),
+                      {{"Cookie", cookie}})
+                ->status,
+            200);
+  httplib::Headers with_cookie = {{"Cookie", cookie}, {"X-Dial-Session", key}};
 
   auto me = client_->Get("/api/v1/whoami", with_cookie);
   EXPECT_EQ(me->status, 200);

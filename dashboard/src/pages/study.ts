@@ -3,7 +3,7 @@
 // contour), parameter importance, learning curves with the ASHA rungs, the
 // PBT lineage graph and the trial table; live through WatchStudy.
 import {
-  ApiError, Cell, Study, StudyEvent, StudySpec, Trial, TrialTable, apiUrl, call, get, getTrial, paramValue, pool,
+  ApiError, Cell, Study, StudyEvent, StudySpec, Trial, TrialTable, call, get, getTrial, sessionUrl, paramValue, pool,
 } from '../api';
 import { Chart, draw } from '../charts';
 import { STATES, STATE_COLORS, append, esc, fmt, h, throttle, trialLink } from '../dom';
@@ -76,7 +76,7 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
     },
   }, 'Stop study');
   const exportLink = (label: string, format: string, history: string) =>
-    h('a', { href: apiUrl('ExportStudy', { study: name, format, history }), download: '', 'data-testid': `export-${format}${history === '1' ? '-history' : ''}` }, label);
+    h('a', { href: sessionUrl('ExportStudy', { study: name, format, history }), download: '', 'data-testid': `export-${format}${history === '1' ? '-history' : ''}` }, label);
   const drawHeader = () => {
     stateEl.textContent = study.state.replace('STUDY_', '');
     stateEl.className = `state ${study.state}`;
@@ -518,7 +518,7 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
       refreshDetails();
     }
   };
-  const source = new EventSource(apiUrl('WatchStudy', { study: name }));
+  const source = new EventSource(sessionUrl('WatchStudy', { study: name }));
   source.onopen = () => (liveEl.textContent = 'live');
   source.onmessage = (m) => onEvent(JSON.parse(m.data).event as StudyEvent);
   source.addEventListener('end', () => {
