@@ -25,3 +25,18 @@
   auto sor = (expr);                                \
   if (!sor.ok()) return std::move(sor).status();    \
   lhs = std::move(sor).value()
+
+namespace dial {
+
+// The prefix of the scheduler's refusal of a checkpoint over its owner's
+// quota (RESOURCE_EXHAUSTED). Unlike other RESOURCE_EXHAUSTED answers it is
+// final: waiting does not free the owner's disk, so workers do not retry.
+inline constexpr char kCheckpointQuotaPrefix[] = "checkpoint quota: ";
+
+inline bool IsCheckpointQuotaRefusal(const absl::Status& s) {
+  return absl::IsResourceExhausted(s) &&
+         s.message().substr(0, sizeof(kCheckpointQuotaPrefix) - 1) ==
+             kCheckpointQuotaPrefix;
+}
+
+}  // namespace dial

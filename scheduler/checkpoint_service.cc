@@ -196,31 +196,34 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::OnIoThread(
 grpc::ServerUnaryReactor* CheckpointServiceImpl::StartUpload(
     grpc::CallbackServerContext* ctx, const v1::StartUploadRequest* request,
     v1::StartUploadResponse* response) {
-  return OnIoThread(
-      ctx, [this, request, response](grpc::ServerUnaryReactor* reactor,
-                                     const auth::Principal& who) {
-        absl::Status status = CheckUploadRole(who);
-        if (status.ok()) {
-          status = core_->CheckUploader(request->lease(),
-                                        request->manifest().checkpoint(), who);
-        }
-        if (status.ok()) {
-          const std::vector<std::string> bases(request->bases().begin(),
-                                               request->bases().end());
-          const v1::TrialLease& lease = request->lease();
-          auto upload = depot_->Start(
-              lease.study(), lease.trial(), request->step(),
-              request->manifest(), bases, who.name,
-              absl::StrCat(lease.worker_id(), "/", lease.attempt()));
-          if (upload.ok()) {
-            response->set_upload_id(upload->upload_id);
-            for (int64_t i : upload->missing) response->add_missing(i);
-            response->set_missing_bytes(upload->missing_bytes);
-          }
-          status = upload.status();
-        }
-        reactor->Finish(ToGrpcStatus(status));
-      });
+  return OnIoThread(ctx, [this, request, response](
+                             grpc::ServerUnaryReactor* reactor,
+                             const auth::Principal& who) {
+    absl::Status status = CheckUploadRole(who);
+    if (status.ok()) {
+      // Security round two, M3: the owner's checkpoint quota is checked
+      // before anything is staged.
+      status = core_->CheckUploader(request->lease(),
+                                    request->manifest().checkpoint(), who,
+                                    transfer::TotalBytes(request->manifest()));
+    }
+    if (status.ok()) {
+      const std::vector<std::string> bases(request->bases().begin(),
+                                           request->bases().end());
+      const v1::TrialLease& lease = request->lease();
+      auto upload =
+          depot_->Start(lease.study(), lease.trial(), request->step(),
+                        request->manifest(), bases, who.name,
+                        absl::StrCat(lease.worker_id(), "/", lease.attempt()));
+      if (upload.ok()) {
+        response->set_upload_id(upload->upload_id);
+        for (int64_t i : upload->missing) response->add_missing(i);
+        response->set_missing_bytes(upload->missing_bytes);
+      }
+      status = upload.status();
+    }
+    reactor->Finish(ToGrpcStatus(status));
+  });
 }
 
 grpc::ServerReadReactor<v1::UploadChunksRequest>*

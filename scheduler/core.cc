@@ -73,8 +73,10 @@ SchedulerCore::SchedulerCore(const SchedulerCoreOptions& options)
               : [](const v1::StudySpec&
                        spec) { return searchers::CreateTrialScheduler(spec); }),
       workers_(clock_, options.worker_lease),
+      quota_(options.limits.max_checkpoint_bytes_per_owner),
       lifecycle_({store_, clock_, &events_, &workers_,
-                  checkpoints_ ? &retention_ : nullptr, &outbox_}) {}
+                  checkpoints_ ? &retention_ : nullptr,
+                  checkpoints_ ? &quota_ : nullptr, checkpoints_, &outbox_}) {}
 
 SchedulerCore::~SchedulerCore() {
   if (durability_) durability_->SetLostHandler(nullptr);
@@ -141,7 +143,7 @@ void SchedulerCore::ApplyEffects() {
       fills.swap(outbox_.fills);
       for (const auto& name : fills) ScheduleFill(name);
     } else if (!outbox_.doomed.empty()) {
-      std::vector<std::string> doomed;
+      std::vector<DoomedCheckpoint> doomed;
       doomed.swap(outbox_.doomed);
       DeleteWhenDurable(std::move(doomed), Written());
     } else {
@@ -167,16 +169,17 @@ void SchedulerCore::ScheduleFill(const std::string& name) {
   suggestions_.Enqueue({[this, entry] { FillPending(entry); }, nullptr});
 }
 
-void SchedulerCore::DeleteWhenDurable(std::vector<std::string> ids,
+void SchedulerCore::DeleteWhenDurable(std::vector<DoomedCheckpoint> doomed,
                                       WriteTicket ticket) {
   if (checkpoints_ == nullptr) return;
-  suggestions_.Enqueue(
-      {[this, ids = std::move(ids), ticket] { DeleteCheckpoints(ids, ticket); },
-       nullptr});
+  suggestions_.Enqueue({[this, doomed = std::move(doomed), ticket] {
+                          DeleteCheckpoints(doomed, ticket);
+                        },
+                        nullptr});
 }
 
-void SchedulerCore::DeleteCheckpoints(const std::vector<std::string>& ids,
-                                      WriteTicket ticket) {
+void SchedulerCore::DeleteCheckpoints(
+    const std::vector<DoomedCheckpoint>& doomed, WriteTicket ticket) {
   absl::Notification answered;
   absl::Status durable;
   WhenDurable(ticket, [&](absl::Status s) {
@@ -185,18 +188,20 @@ void SchedulerCore::DeleteCheckpoints(const std::vector<std::string>& ids,
   });
   answered.WaitForNotification();
   if (!durable.ok()) return;
-  for (const auto& id : ids) {
-    absl::Status status = checkpoints_->Delete(id);
+  for (const auto& d : doomed) {
+    absl::Status status =
+        d.remove ? checkpoints_->Delete(d.id) : absl::OkStatus();
     if (!status.ok() && !absl::IsNotFound(status)) {
       spdlog::warn("retention: {}", status.ToString());
       continue;
     }
+    if (d.remove) {
+      Lock lock(this);
+      quota_.Remove(d.study, d.id);
+    }
     // Out of the index too (were this write lost, a later restart would
     // only try the deletion again).
-    auto parsed = storage::CheckpointStore::ParseId(id);
-    if (!parsed.ok()) continue;
-    status =
-        store_->DeleteCheckpoint(parsed->study, parsed->trial, parsed->step);
+    status = store_->DeleteCheckpoint(d.study, d.trial, d.step);
     if (!status.ok() && !absl::IsNotFound(status)) {
       spdlog::warn("retention: {}", status.ToString());
     }
@@ -250,12 +255,15 @@ absl::Status SchedulerCore::Load() {
       if (trial.state() != v1::RUNNING || trial.worker_id().empty()) continue;
       workers_.Adopt(trial.worker_id(), {trial.study(), trial.number()});
     }
-    if (checkpoints_ && entry->study.spec().trial().has_trainer()) {
+    if (checkpoints_) {
       // Checkpoints written before the restart are reclaimed too. What a
       // load reads is committed: no write to wait for (after a lost commit,
       // the latest ticket is a lost one).
       DIAL_ASSIGN_OR_RETURN(auto records,
                             store_->ListCheckpoints(entry->name()));
+      for (const auto& r : records) {
+        quota_.Set(entry->study.owner(), entry->name(), r.id, r.size_bytes);
+      }
       DeleteWhenDurable(
           retention_.Restore(entry->study, records, entry->trials),
           WriteTicket{});
@@ -555,6 +563,7 @@ StatusReply SchedulerCore::DeleteStudy(const std::string& name,
     Audit(who, "DeleteStudy", name, "");
     lifecycle_.Emit(*entry, v1::StudyEvent::STUDY_FINISHED, nullptr);
     retention_.Forget(name);
+    quota_.ForgetStudy(name);
     PurgeLater(studies_.Shared(name));
     studies_.Remove(name);
     return true;

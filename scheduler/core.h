@@ -44,6 +44,7 @@
 #include "auth/principal.h"
 #include "common/clock.h"
 #include "dial/v1/service.pb.h"
+#include "scheduler/checkpoint_quota.h"
 #include "scheduler/dispatcher.h"
 #include "scheduler/event_hub.h"
 #include "scheduler/limits.h"
@@ -272,8 +273,11 @@ class SchedulerCore {
   // OK when `lease`'s attempt may upload a checkpoint `id`: checked as a
   // report is (worker role, its worker id, the attempt and its lease
   // token), and `id` must be the trial's own. Codes as ReportProgress.
+  // With `bytes` >= 0, the study's owner must also have room for a
+  // checkpoint of that size (RESOURCE_EXHAUSTED naming the quota).
   absl::Status CheckUploader(const v1::TrialLease& lease, const std::string& id,
-                             const auth::Principal& who = auth::Anonymous());
+                             const auth::Principal& who = auth::Anonymous(),
+                             int64_t bytes = -1);
   // The checkpoint `id` that `lease`'s attempt reported at `step` (with
   // checkpoint_uploading) is durable in the store: it becomes the trial's
   // restore point (true) unless the trial restores from a later step
@@ -364,11 +368,11 @@ class SchedulerCore {
   // Deletes checkpoints on the suggestion thread once `ticket` is durable:
   // were the write that made them obsolete lost, the reloaded study would
   // still name them.
-  void DeleteWhenDurable(std::vector<std::string> ids, WriteTicket ticket)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeleteWhenDurable(std::vector<DoomedCheckpoint> doomed,
+                         WriteTicket ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Suggestion thread: waits for `ticket`, then deletes `ids` from the
   // checkpoint store and the store's index.
-  void DeleteCheckpoints(const std::vector<std::string>& ids,
+  void DeleteCheckpoints(const std::vector<DoomedCheckpoint>& doomed,
                          WriteTicket ticket) ABSL_LOCKS_EXCLUDED(mu_);
   // Suggestion thread only: a new trial from the searcher (run without the
   // lock), saved; nullopt when the space is exhausted or the budget closed
@@ -426,6 +430,7 @@ class SchedulerCore {
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   Dispatcher dispatcher_ ABSL_GUARDED_BY(mu_);
   CheckpointRetention retention_ ABSL_GUARDED_BY(mu_);
+  CheckpointQuota quota_ ABSL_GUARDED_BY(mu_);
   TrialLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // The latest backup's thread; joined by the next backup or at the end.

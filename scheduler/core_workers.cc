@@ -248,7 +248,8 @@ StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request,
 
 absl::Status SchedulerCore::CheckUploader(const v1::TrialLease& lease,
                                           const std::string& id,
-                                          const auth::Principal& who) {
+                                          const auth::Principal& who,
+                                          int64_t bytes) {
   DIAL_RETURN_IF_ERROR(CheckCheckpointId(id, lease.study(), lease.trial()));
   if (id.empty()) return absl::InvalidArgumentError("checkpoint: empty");
   Reply<bool> reply = Locked<bool>([&]() -> absl::StatusOr<bool> {
@@ -260,6 +261,10 @@ absl::Status SchedulerCore::CheckUploader(const v1::TrialLease& lease,
                                           lease.trial(), lease.attempt(),
                                           lease.lease_token())
                              .status());
+    if (bytes >= 0) {
+      DIAL_RETURN_IF_ERROR(
+          quota_.Check(entry->study.owner(), entry->name(), id, bytes));
+    }
     return true;
   });
   return reply.status();

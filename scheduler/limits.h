@@ -29,6 +29,11 @@ struct Limits {
   int max_metrics_per_report = 1000;
   size_t max_metric_name_bytes = 128;
 
+  // Bytes of checkpoints one owner's studies may hold on the scheduler's
+  // checkpoint root (what retention keeps; checkpoint_quota.h); 0: no
+  // quota. A report or upload that would exceed it is refused, naming it.
+  int64_t max_checkpoint_bytes_per_owner = 0;
+
   // Studies one principal may own (CreateStudy answers RESOURCE_EXHAUSTED
   // beyond it).
   int32_t max_studies_per_owner = 1000;

@@ -71,6 +71,10 @@ ABSL_FLAG(int64_t, max_spec_bytes, dial::SpecLimits{}.max_spec_bytes,
           "Largest study spec accepted (serialized bytes)");
 ABSL_FLAG(int32_t, max_parallel_trials, dial::SpecLimits{}.max_parallel_trials,
           "Largest budget.max_parallel_trials accepted");
+ABSL_FLAG(int64_t, max_checkpoint_bytes_per_owner, 0,
+          "Bytes of checkpoints one owner's studies may keep on the "
+          "checkpoint root (what retention keeps); a report or upload over "
+          "it is refused. 0: no quota");
 ABSL_FLAG(int32_t, max_metrics_per_report,
           dial::scheduler::Limits{}.max_metrics_per_report,
           "Metrics one report may carry");
@@ -199,6 +203,8 @@ int main(int argc, char** argv) {
   limits.spec.max_spec_bytes = absl::GetFlag(FLAGS_max_spec_bytes);
   limits.spec.max_parallel_trials = absl::GetFlag(FLAGS_max_parallel_trials);
   limits.max_metrics_per_report = absl::GetFlag(FLAGS_max_metrics_per_report);
+  limits.max_checkpoint_bytes_per_owner =
+      absl::GetFlag(FLAGS_max_checkpoint_bytes_per_owner);
   limits.max_watcher_queue = absl::GetFlag(FLAGS_max_watcher_queue);
   limits.max_pending_ahead = absl::GetFlag(FLAGS_max_pending_ahead);
   options.worker_lease =

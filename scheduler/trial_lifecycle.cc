@@ -74,17 +74,20 @@ void TrialLifecycle::Emit(const StudyEntry& entry, v1::StudyEvent::Kind kind,
   p_.events->Publish(entry.name(), std::move(event));
 }
 
-void TrialLifecycle::Doom(std::vector<std::string> ids) {
-  for (auto& id : ids) p_.outbox->doomed.push_back(std::move(id));
+void TrialLifecycle::Doom(std::vector<DoomedCheckpoint> doomed) {
+  for (auto& d : doomed) p_.outbox->doomed.push_back(std::move(d));
 }
 
 std::optional<double> TrialLifecycle::RetentionScore(
     const StudyEntry& entry, const v1::Trial& trial, int64_t step,
     const searchers::Metrics& metrics, const std::string& checkpoint) const {
+  // Security round two, M3: only the trainer's <study>/<trial>/<step> ids
+  // were subject to retention; every path a command trial reported was
+  // kept. Any checkpoint of the trial's own directory is now.
   if (!p_.retention || checkpoint.empty() ||
-      !entry.study.spec().trial().has_trainer() ||
-      checkpoint != storage::CheckpointStore::MakeId(entry.name(),
-                                                     trial.number(), step)) {
+      !storage::CheckpointStore::CheckOwnId(checkpoint, entry.name(),
+                                            trial.number())
+           .ok()) {
     return std::nullopt;
   }
   const auto& objective = entry.study.spec().objective();
@@ -96,18 +99,38 @@ std::optional<double> TrialLifecycle::RetentionScore(
   return score;
 }
 
+absl::StatusOr<int64_t> TrialLifecycle::CheckQuota(
+    const StudyEntry& entry, const std::string& checkpoint) const {
+  if (p_.quota == nullptr || p_.checkpoints == nullptr) return 0;
+  // A checkpoint that is not on this root (an ask/tell client's elsewhere)
+  // takes none of its disk.
+  absl::StatusOr<int64_t> bytes = p_.checkpoints->SizeOf(checkpoint);
+  if (!bytes.ok()) return 0;
+  DIAL_RETURN_IF_ERROR(
+      p_.quota->Check(entry.study.owner(), entry.name(), checkpoint, *bytes));
+  return *bytes;
+}
+
 absl::Status TrialLifecycle::IndexCheckpoint(StudyEntry& entry,
                                              const v1::Trial& trial,
                                              int64_t step,
                                              const std::string& checkpoint,
                                              double score) {
+  // Security round two, M3: no bound on a user's checkpoint disk. The
+  // owner's quota is checked before anything is written.
+  DIAL_ASSIGN_OR_RETURN(const int64_t bytes, CheckQuota(entry, checkpoint));
   storage::CheckpointRecord record;
   record.study = entry.name();
   record.trial = trial.number();
   record.step = step;
   record.id = checkpoint;
+  record.size_bytes = bytes;
   record.score = score;
-  return p_.store->PutCheckpoint(record);
+  DIAL_RETURN_IF_ERROR(p_.store->PutCheckpoint(record));
+  if (p_.quota != nullptr) {
+    p_.quota->Set(entry.study.owner(), entry.name(), checkpoint, bytes);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Decision> TrialLifecycle::RecordReport(
@@ -157,7 +180,8 @@ absl::StatusOr<v1::Decision> TrialLifecycle::RecordReport(
     // means its worker finished copying.
     Doom(p_.retention->Release(entry.study, trial.number()));
     if (score && !uploading) {
-      Doom(p_.retention->Record(entry.study, trial.number(), step, *score));
+      Doom(p_.retention->Record(entry.study, trial.number(), step, *score,
+                                checkpoint));
     }
   }
 
@@ -203,9 +227,9 @@ absl::StatusOr<bool> TrialLifecycle::CheckpointUploaded(StudyEntry& entry,
   if (!trial.checkpoint().empty() && trial.checkpoint_step() > step) {
     return false;  // it restores from later already
   }
-  if (!score && p_.retention && entry.study.spec().trial().has_trainer() &&
-      id == storage::CheckpointStore::MakeId(entry.name(), trial.number(),
-                                             step)) {
+  if (!score && p_.retention &&
+      storage::CheckpointStore::CheckOwnId(id, entry.name(), trial.number())
+          .ok()) {
     // Reported before a scheduler restart: its metrics are on disk, not
     // here; retention keeps it as the latest all the same.
     score = -std::numeric_limits<double>::infinity();
@@ -218,7 +242,7 @@ absl::StatusOr<bool> TrialLifecycle::CheckpointUploaded(StudyEntry& entry,
   // PBT's donors point at restore points, which retention keeps.
   entry.trial_scheduler->OnCheckpoint(trial);
   if (score) {
-    Doom(p_.retention->Record(entry.study, trial.number(), step, *score));
+    Doom(p_.retention->Record(entry.study, trial.number(), step, *score, id));
   }
   return true;
 }

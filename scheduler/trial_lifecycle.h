@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "dial/v1/service.pb.h"
 #include "google/protobuf/timestamp.pb.h"
+#include "scheduler/checkpoint_quota.h"
 #include "scheduler/dispatcher.h"
 #include "scheduler/event_hub.h"
 #include "scheduler/outbox.h"
@@ -24,6 +25,7 @@
 #include "scheduler/study_registry.h"
 #include "scheduler/worker_registry.h"
 #include "searchers/searcher.h"
+#include "storage/checkpoint_store.h"
 #include "storage/study_store.h"
 
 namespace dial::scheduler {
@@ -37,6 +39,9 @@ class TrialLifecycle {
     WorkerRegistry* workers = nullptr;
     // Null: worker trials' checkpoints are all kept.
     CheckpointRetention* retention = nullptr;
+    // Per-owner checkpoint bytes, and where to measure them; null: no quota.
+    CheckpointQuota* quota = nullptr;
+    const storage::CheckpointStore* checkpoints = nullptr;
     Outbox* outbox = nullptr;  // the core's, for the call under way
   };
   explicit TrialLifecycle(const Parts& parts) : p_(parts) {}
@@ -103,7 +108,7 @@ class TrialLifecycle {
  private:
   absl::Status ApplyDecision(StudyEntry& entry, v1::Trial trial, int64_t step,
                              const v1::Decision& decision);
-  void Doom(std::vector<std::string> ids);
+  void Doom(std::vector<DoomedCheckpoint> doomed);
   // Retention's score of a trainer checkpoint `checkpoint` reported with
   // `metrics` at `step`; nullopt for any other checkpoint (command
   // trials') or without retention.
@@ -111,8 +116,13 @@ class TrialLifecycle {
                                        const v1::Trial& trial, int64_t step,
                                        const searchers::Metrics& metrics,
                                        const std::string& checkpoint) const;
-  // Indexes a trainer checkpoint with its score in the store and in
-  // retention (what it dooms goes to the outbox).
+  // The size of `checkpoint` when its study's owner may hold it (0 without
+  // a quota or when it is not on this root); RESOURCE_EXHAUSTED naming the
+  // quota otherwise.
+  absl::StatusOr<int64_t> CheckQuota(const StudyEntry& entry,
+                                     const std::string& checkpoint) const;
+  // Indexes a checkpoint with its score and size in the store and in the
+  // quota; RESOURCE_EXHAUSTED (nothing written) when it does not fit.
   absl::Status IndexCheckpoint(StudyEntry& entry, const v1::Trial& trial,
                                int64_t step, const std::string& checkpoint,
                                double score);

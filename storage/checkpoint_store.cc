@@ -181,6 +181,31 @@ absl::Status FileCheckpointStore::RetireStudy(absl::string_view study) {
   return FsyncPath(root_, true);
 }
 
+absl::StatusOr<int64_t> FileCheckpointStore::SizeOf(
+    absl::string_view id) const {
+  if (id.empty() || id[0] == '/' ||
+      !RelativeBeneath(root_, std::string(id)).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint '", id.substr(0, 256), "': not a path"));
+  }
+  const std::string path = absl::StrCat(root_, "/", id);
+  DIAL_RETURN_IF_ERROR(CheckNoLinksBeneath(root_, path));
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(path, ec))) {
+    const auto size = fs::file_size(path, ec);
+    if (ec) return absl::NotFoundError(absl::StrCat(path, " not found"));
+    return static_cast<int64_t>(size);
+  }
+  int64_t total = 0;
+  for (auto it = fs::recursive_directory_iterator(path, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec) && !it->is_symlink(ec)) {
+      total += static_cast<int64_t>(it->file_size(ec));
+    }
+  }
+  return total;
+}
+
 void FileCheckpointStore::PurgeRetired() {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root_, ec)) {
@@ -514,7 +539,29 @@ absl::StatusOr<std::map<std::string, std::string>> FileCheckpointStore::Read(
 }
 
 absl::Status FileCheckpointStore::Delete(absl::string_view id) {
-  DIAL_ASSIGN_OR_RETURN(std::string dir, PathOf(id));
+  std::string dir;
+  if (ParseId(id).ok()) {
+    DIAL_ASSIGN_OR_RETURN(dir, PathOf(id));
+  } else {
+    // A path a command trial (or an ask/tell client) reported: inside its
+    // trial's directory, reached through no link.
+    std::vector<std::string> parts =
+        absl::StrSplit(id, absl::MaxSplits('/', 2));
+    int64_t trial = 0;
+    if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &trial)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint '", id.substr(0, 256), "' is not a trial's checkpoint"));
+    }
+    DIAL_RETURN_IF_ERROR(CheckOwnId(id, parts[0], trial));
+    DIAL_ASSIGN_OR_RETURN(std::string trial_dir, TrialDir(parts[0], trial));
+    dir = absl::StrCat(root_, "/", id);
+    absl::Status plain =
+        CheckNoLinksBeneath(trial_dir, fs::path(dir).parent_path().string());
+    if (absl::IsPermissionDenied(plain)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint ", id, ": ", plain.message()));
+    }
+  }
   // Rename first so a crash mid-delete never leaves a half checkpoint that
   // looks whole.
   const std::string doomed =

@@ -101,6 +101,11 @@ class CheckpointStore {
     return absl::OkStatus();
   }
   virtual void PurgeRetired() {}
+  // The bytes checkpoint `id` takes (a store id or a trial's own path; a
+  // directory's regular files, links not followed). NOT_FOUND if absent.
+  virtual absl::StatusOr<int64_t> SizeOf(absl::string_view id) const {
+    return absl::NotFoundError("no sizes in this store");
+  }
   // Committed steps of a trial, ascending.
   virtual absl::StatusOr<std::vector<int64_t>> ListSteps(
       absl::string_view study, int64_t trial) const = 0;
@@ -132,6 +137,7 @@ class FileCheckpointStore : public CheckpointStore {
   absl::Status RetireStudy(absl::string_view study) override;
   // Removes every .retired-* directory (also those a crash left).
   void PurgeRetired() override;
+  absl::StatusOr<int64_t> SizeOf(absl::string_view id) const override;
   // PBT exploit of a command trial: copies the file or directory that
   // trial `source_trial` reported as its checkpoint of `source_step`
   // (`source_id`, a path relative to the root inside that trial's
@@ -148,6 +154,9 @@ class FileCheckpointStore : public CheckpointStore {
   absl::StatusOr<CheckpointInfo> Verify(absl::string_view id) const override;
   absl::StatusOr<std::map<std::string, std::string>> Read(
       absl::string_view id) const override;
+  // Deletes a checkpoint: a store id, or a path a command trial reported
+  // inside its trial's directory (CheckOwnId), renamed away first and
+  // never reached through a link. NOT_FOUND when it is not there.
   absl::Status Delete(absl::string_view id) override;
   absl::StatusOr<std::vector<int64_t>> ListSteps(absl::string_view study,
                                                  int64_t trial) const override;

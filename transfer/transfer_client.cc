@@ -244,6 +244,7 @@ class GrpcCheckpointTransfer final : public CheckpointTransfer {
 }  // namespace
 
 bool IsRetryableTransferError(const absl::Status& s) {
+  if (IsCheckpointQuotaRefusal(s)) return false;  // waiting frees no disk
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
          absl::IsResourceExhausted(s) || absl::IsAborted(s) ||
          absl::IsDataLoss(s) || absl::IsCancelled(s);

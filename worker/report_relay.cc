@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "spdlog/spdlog.h"
 
 namespace dial::worker {
@@ -23,6 +24,7 @@ void AppendLine(const std::string& path, const std::string& line) {
 }  // namespace
 
 bool IsRetryable(const absl::Status& s) {
+  if (IsCheckpointQuotaRefusal(s)) return false;  // final: the trial fails
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
          absl::IsResourceExhausted(s) || absl::IsAborted(s);
 }

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <set>
 
+#include "absl/strings/str_cat.h"
 #include "common/spec.h"
 #include "scheduler/core.h"
 #include "storage/checkpoint_store.h"
@@ -350,9 +353,10 @@ class RetentionTest : public WorkerCoreTest {
     Restart();
   }
   // A new core on the same store and checkpoints, as after a restart.
-  void Restart() {
+  void Restart(int64_t checkpoint_quota = 0) {
     core_.reset();
     SchedulerCoreOptions options;
+    options.limits.max_checkpoint_bytes_per_owner = checkpoint_quota;
     options.store = store_.get();
     options.clock = &clock_;
     options.tick = absl::ZeroDuration();
@@ -491,6 +495,114 @@ TEST_F(RetentionTest, ATrialsRestorePointSurvivesAStrayNewerIndexEntry) {
   const std::vector<int64_t> kept = Steps(0);
   EXPECT_NE(std::find(kept.begin(), kept.end(), 30), kept.end())
       << "the restore point was deleted";
+}
+
+// Security round two, M3: retention applied only to the trainer's
+// <study>/<trial>/<step> ids; every path a command trial reported stayed
+// on disk, without bound. keep_best and the latest now apply to them too,
+// and a path that a kept step also names is never deleted.
+TEST_F(RetentionTest, CommandTrialsPathsAreKeptAsTheTrainersAre) {
+  auto spec = ParseStudySpec(R"(
+name: w
+objective: {metric: acc, goal: MAXIMIZE}
+search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]
+checkpoints: {keep_best: 1}
+budget: {max_trials: 1, max_parallel_trials: 1}
+trial: {command: {argv: [/usr/bin/python3, train.py]}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  Create(*spec);
+  const std::string w = Register("a");
+  auto a = Acquire(w);
+  ASSERT_TRUE(a);
+  const auto dir = root_ / "w" / "0";
+  std::filesystem::create_directories(dir / "run-30");
+  std::ofstream(dir / "run-30" / "model.bin") << "weights";
+  const double acc[] = {0.5, 0.9, 0.6, 0.7, 0.65};
+  for (int i = 0; i < 5; ++i) {
+    const int step = 10 * (i + 1);
+    // Files, a directory, and one path every report names again.
+    const std::string name =
+        step == 30 ? "run-30" : absl::StrCat("ck-", step, ".pt");
+    if (step != 30) std::ofstream(dir / name) << "weights";
+    auto r = WorkerCoreTest::Report(w, *a, step, absl::StrCat("w/0/", name));
+    (*r.mutable_metrics())["acc"] = acc[i];
+    ASSERT_TRUE(core_->ReportProgress(r).ok());
+  }
+  core_->WaitIdle();
+  std::set<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    left.insert(e.path().filename().string());
+  }
+  // The best (step 20) and the latest (step 50).
+  EXPECT_EQ(left, (std::set<std::string>{"ck-20.pt", "ck-50.pt"}));
+  auto records = store_->ListCheckpoints("w");
+  ASSERT_TRUE(records.ok());
+  EXPECT_EQ(records->size(), 2u);
+
+  // One path reported at every step is the latest, always kept.
+  for (int step = 60; step <= 90; step += 10) {
+    std::ofstream(dir / "latest.pt") << "weights " << step;
+    auto r = WorkerCoreTest::Report(w, *a, step, "w/0/latest.pt");
+    (*r.mutable_metrics())["acc"] = 0.1;
+    ASSERT_TRUE(core_->ReportProgress(r).ok());
+  }
+  core_->WaitIdle();
+  EXPECT_TRUE(std::filesystem::exists(dir / "latest.pt"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "ck-20.pt"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "ck-50.pt"));
+}
+
+// Security round two, M3: a user's checkpoints could fill the disk. Each
+// owner's studies keep at most --max-checkpoint-bytes-per-owner; a report
+// whose checkpoint does not fit is refused (nothing recorded), naming the
+// quota, and what retention deletes is given back. It holds across a
+// restart.
+TEST_F(RetentionTest, AnOwnersCheckpointsStayWithinItsQuota) {
+  Restart(/*checkpoint_quota=*/150);
+  auto spec = ParseStudySpec(R"(
+name: w
+objective: {metric: acc, goal: MAXIMIZE}
+search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]
+checkpoints: {keep_best: 1}
+budget: {max_trials: 1, max_parallel_trials: 1}
+trial: {command: {argv: [/usr/bin/python3, train.py]}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  Create(*spec);
+  const std::string w = Register("a");
+  auto a = Acquire(w);
+  ASSERT_TRUE(a);
+  const auto dir = root_ / "w" / "0";
+  std::filesystem::create_directories(dir);
+  auto report = [&](int step, double acc) {
+    std::ofstream(dir / absl::StrCat("ck-", step, ".pt"))
+        << std::string(60, 'x');
+    auto r = WorkerCoreTest::Report(w, *a, step,
+                                    absl::StrCat("w/0/ck-", step, ".pt"));
+    (*r.mutable_metrics())["acc"] = acc;
+    auto decided = core_->ReportProgress(r);
+    core_->WaitIdle();  // retention's deletions
+    return decided.status();
+  };
+  ASSERT_TRUE(report(10, 0.9).ok());  // 60 of 150
+  ASSERT_TRUE(report(20, 0.5).ok());  // 120: the best and the latest
+  // 180 would not fit: refused before anything is recorded.
+  absl::Status refused = report(30, 0.4);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_TRUE(IsCheckpointQuotaRefusal(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("--max-checkpoint-bytes-per-owner"));
+  EXPECT_THAT(refused.message(), HasSubstr("w/0/ck-30.pt"));
+  EXPECT_EQ(core_->GetTrial("w", 0)->last_step(), 20);
+  // After a restart the quota counts what the index holds.
+  Restart(/*checkpoint_quota=*/150);
+  core_->WaitIdle();
+  EXPECT_TRUE(IsCheckpointQuotaRefusal(report(30, 0.4)));
+  // A bigger quota: the report goes through, and retention gives step 20's
+  // 60 bytes back (keep the best, 10, and the latest, 30).
+  Restart(/*checkpoint_quota=*/180);
+  core_->WaitIdle();
+  ASSERT_TRUE(report(30, 0.4).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir / "ck-20.pt"));
+  ASSERT_TRUE(report(40, 0.3).ok()) << "step 20's bytes were given back";
 }
 
 // Security round two, finding 12: a trial stored with an empty lease token

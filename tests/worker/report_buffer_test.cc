@@ -6,6 +6,8 @@
 
 #include <filesystem>
 
+#include "worker/report_relay.h"
+
 namespace dial::worker {
 namespace {
 
@@ -60,6 +62,22 @@ TEST(ReportBufferTest, AnUnwritableSpillFileIsAnErrorNotALoss) {
   ASSERT_TRUE(buffer.Push(At(1)).ok());
   EXPECT_EQ(buffer.Push(At(2)).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(buffer.Front().step(), 1);  // what was buffered is still there
+}
+
+}  // namespace
+}  // namespace dial::worker
+
+namespace dial::worker {
+namespace {
+
+// Security round two, M3: a report over its owner's checkpoint quota is
+// refused for good; retrying it would stall the trial forever. Other
+// RESOURCE_EXHAUSTED answers (a full queue) are still retried.
+TEST(ReportRetryTest, AQuotaRefusalIsFinal) {
+  EXPECT_FALSE(IsRetryable(absl::ResourceExhaustedError(
+      "checkpoint quota: 'alice' holds 120 bytes of its 150-byte quota")));
+  EXPECT_TRUE(IsRetryable(absl::ResourceExhaustedError("busy")));
+  EXPECT_TRUE(IsRetryable(absl::UnavailableError("down")));
 }
 
 }  // namespace
