@@ -36,24 +36,16 @@ std::string AttemptName(const v1::AcquireTrialResponse& a) {
                       a.attempt());
 }
 
-// Creates the trial's checkpoint directory and hands it, and what is in
-// it (restore copies the worker made), to the user trials run as. Links are
-// changed themselves, never followed (lchown); the directories above stay
-// the worker's.
+// Creates the trial's checkpoint directory and hands it to the user trials
+// run as. Only the directory itself: what the worker put in it (restore
+// copies) stays the worker's and readable, and nothing below is walked,
+// since another trial of the same user could swap a subdirectory for a
+// link to anywhere while a root walk went through it. The directories
+// above stay the worker's.
 absl::Status GiveTrialDirectory(const std::string& dir, const RunAs& user) {
-  namespace fs = std::filesystem;
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  auto give = [&](const fs::path& path) {
-    return lchown(path.c_str(), user.uid, user.gid) == 0 || errno == ENOENT;
-  };
-  bool ok = !ec && give(dir);
-  for (auto it = fs::recursive_directory_iterator(dir, ec);
-       ok && !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    ok = give(it->path());
-  }
-  if (!ok || ec) {
+  std::filesystem::create_directories(dir, ec);
+  if (ec || lchown(dir.c_str(), user.uid, user.gid) != 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot give the checkpoint directory ", dir, " to user ", user.name,
         " (--run-as): ", ec ? ec.message() : std::strerror(errno)));
