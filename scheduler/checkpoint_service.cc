@@ -234,6 +234,19 @@ CheckpointServiceImpl::UploadChunks(grpc::CallbackServerContext* ctx,
       depot_, who.ok() ? CheckUploadRole(*who) : who.status(), response);
 }
 
+absl::Status CheckpointServiceImpl::CheckOwnUpload(const v1::TrialLease& lease,
+                                                   const std::string& upload_id,
+                                                   const auth::Principal& who) {
+  DIAL_RETURN_IF_ERROR(CheckUploadRole(who));
+  DIAL_ASSIGN_OR_RETURN(transfer::CheckpointDepot::Upload upload,
+                        depot_->Find(upload_id));
+  if (upload.study != lease.study() || upload.trial != lease.trial()) {
+    return absl::PermissionDeniedError(
+        "upload_id: the upload is for another trial");
+  }
+  return core_->CheckUploader(lease, upload.checkpoint, who);
+}
+
 grpc::ServerUnaryReactor* CheckpointServiceImpl::CommitUpload(
     grpc::CallbackServerContext* ctx, const v1::CommitUploadRequest* request,
     v1::CommitUploadResponse* response) {
@@ -244,15 +257,7 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::CommitUpload(
     auto finish = [reactor](absl::Status s) {
       reactor->Finish(ToGrpcStatus(s));
     };
-    absl::Status allowed = CheckUploadRole(who);
-    if (!allowed.ok()) return finish(allowed);
-    auto upload = depot_->Find(request->upload_id());
-    if (!upload.ok()) return finish(upload.status());
-    if (upload->study != lease.study() || upload->trial != lease.trial()) {
-      return finish(absl::PermissionDeniedError(
-          "upload_id: the upload is for another trial"));
-    }
-    allowed = core_->CheckUploader(lease, upload->checkpoint, who);
+    absl::Status allowed = CheckOwnUpload(lease, request->upload_id(), who);
     if (!allowed.ok()) return finish(allowed);
     auto committed = depot_->Commit(request->upload_id());
     if (!committed.ok()) return finish(committed.status());
@@ -272,21 +277,10 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::AbortUpload(
     v1::AbortUploadResponse* response) {
   return OnIoThread(ctx, [this, request](grpc::ServerUnaryReactor* reactor,
                                          const auth::Principal& who) {
-    const v1::TrialLease& lease = request->lease();
-    auto finish = [reactor](absl::Status s) {
-      reactor->Finish(ToGrpcStatus(s));
-    };
-    absl::Status allowed = CheckUploadRole(who);
-    if (!allowed.ok()) return finish(allowed);
-    auto upload = depot_->Find(request->upload_id());
-    if (!upload.ok()) return finish(upload.status());
-    if (upload->study != lease.study() || upload->trial != lease.trial()) {
-      return finish(absl::PermissionDeniedError(
-          "upload_id: the upload is for another trial"));
-    }
-    allowed = core_->CheckUploader(lease, upload->checkpoint, who);
-    if (!allowed.ok()) return finish(allowed);
-    finish(depot_->Abort(request->upload_id()));
+    absl::Status allowed =
+        CheckOwnUpload(request->lease(), request->upload_id(), who);
+    reactor->Finish(ToGrpcStatus(
+        allowed.ok() ? depot_->Abort(request->upload_id()) : allowed));
   });
 }
 

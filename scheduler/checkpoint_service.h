@@ -56,6 +56,12 @@ class CheckpointServiceImpl final
   transfer::CheckpointDepot* depot() const { return depot_; }
 
  private:
+  // OK when `who`, holding `lease`, may commit or abort upload `upload_id`:
+  // an uploader, the upload is of the lease's trial, and the lease is its
+  // attempt's.
+  absl::Status CheckOwnUpload(const v1::TrialLease& lease,
+                              const std::string& upload_id,
+                              const auth::Principal& who);
   // Authenticates the caller, then runs task(reactor, principal) on an
   // I/O thread; the task finishes the reactor.
   template <typename Task>

@@ -497,11 +497,8 @@ TEST_F(RetentionTest, ATrialsRestorePointSurvivesAStrayNewerIndexEntry) {
       << "the restore point was deleted";
 }
 
-// Security round two, M3: retention applied only to the trainer's
-// <study>/<trial>/<step> ids; every path a command trial reported stayed
-// on disk, without bound. keep_best and the latest now apply to them too,
-// and a path that a kept step also names is never deleted.
-TEST_F(RetentionTest, CommandTrialsPathsAreKeptAsTheTrainersAre) {
+// One command trial, keep_best 1.
+v1::StudySpec CommandSpec() {
   auto spec = ParseStudySpec(R"(
 name: w
 objective: {metric: acc, goal: MAXIMIZE}
@@ -509,8 +506,16 @@ search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]
 checkpoints: {keep_best: 1}
 budget: {max_trials: 1, max_parallel_trials: 1}
 trial: {command: {argv: [/usr/bin/python3, train.py]}})");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  Create(*spec);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+// Security round two, M3: retention applied only to the trainer's
+// <study>/<trial>/<step> ids; every path a command trial reported stayed
+// on disk, without bound. keep_best and the latest now apply to them too,
+// and a path that a kept step also names is never deleted.
+TEST_F(RetentionTest, CommandTrialsPathsAreKeptAsTheTrainersAre) {
+  Create(CommandSpec());
   const std::string w = Register("a");
   auto a = Acquire(w);
   ASSERT_TRUE(a);
@@ -559,15 +564,7 @@ trial: {command: {argv: [/usr/bin/python3, train.py]}})");
 // restart.
 TEST_F(RetentionTest, AnOwnersCheckpointsStayWithinItsQuota) {
   Restart(/*checkpoint_quota=*/150);
-  auto spec = ParseStudySpec(R"(
-name: w
-objective: {metric: acc, goal: MAXIMIZE}
-search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]
-checkpoints: {keep_best: 1}
-budget: {max_trials: 1, max_parallel_trials: 1}
-trial: {command: {argv: [/usr/bin/python3, train.py]}})");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  Create(*spec);
+  Create(CommandSpec());
   const std::string w = Register("a");
   auto a = Acquire(w);
   ASSERT_TRUE(a);
