@@ -10,6 +10,11 @@
 #include "scheduler/server.h"
 
 namespace dial::scheduler {
+namespace {
+
+constexpr size_t kMaxBodyBytes = 8 << 20;
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const HttpServerOptions& options) {
@@ -43,7 +48,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   out->server_->new_task_queue = [] {
     return new httplib::ThreadPool(HttpApi::kMaxStreams + 16);
   };
-  out->server_->set_payload_max_length(8 << 20);
+  out->server_->set_payload_max_length(kMaxBodyBytes);
   // Security round two, H4: scripts only from this origin (no inline
   // script, no eval), no framing, no type sniffing. ECharts styles its
   // tooltips with inline style attributes, hence 'unsafe-inline' for
@@ -67,40 +72,57 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   guard_options.allowed_hosts = options.allowed_hosts;
   out->guard_ = std::make_unique<HttpGuard>(guard_options);
   HttpGuard* guard = out->guard_.get();
-  out->server_->set_pre_routing_handler(
-      [guard](const httplib::Request& req, httplib::Response& res) {
-        // Security round two: /index.html%00.js was served as JavaScript
-        // (H4: control bytes in paths); a request naming any Host created
-        // a study in no-token mode, so any web site could through DNS
-        // rebinding, and any origin could POST (M5).
-        HttpRequestHead head{req.method, req.path, std::nullopt, std::nullopt,
-                             std::nullopt};
-        if (req.has_header("Host")) head.host = req.get_header_value("Host");
-        if (req.has_header("Origin")) {
-          head.origin = req.get_header_value("Origin");
-        }
-        if (req.has_header("Sec-Fetch-Site")) {
-          head.sec_fetch_site = req.get_header_value("Sec-Fetch-Site");
-        }
-        if (std::optional<HttpRefusal> refused = guard->Check(head)) {
-          res.status = refused->status;
-          res.set_content(refused->message + "\n", "text/plain");
-          return httplib::Server::HandlerResponse::Handled;
-        }
-        auto& headers = const_cast<httplib::Headers&>(req.headers);
-        auto [begin, end] = headers.equal_range("Accept-Encoding");
-        for (auto it = begin; it != end; ++it) {
-          std::vector<absl::string_view> kept;
-          for (absl::string_view coding : absl::StrSplit(it->second, ',')) {
-            absl::string_view name = absl::StripAsciiWhitespace(
-                coding.substr(0, std::min(coding.find(';'), coding.size())));
-            if (name != "br")
-              kept.push_back(absl::StripAsciiWhitespace(coding));
-          }
-          it->second = absl::StrJoin(kept, ", ");
-        }
-        return httplib::Server::HandlerResponse::Unhandled;
-      });
+  out->server_->set_pre_routing_handler([guard](const httplib::Request& req,
+                                                httplib::Response& res) {
+    // Security round two: /index.html%00.js was served as JavaScript
+    // (H4: control bytes in paths); a request naming any Host created
+    // a study in no-token mode, so any web site could through DNS
+    // rebinding, and any origin could POST (M5).
+    HttpRequestHead head{req.method, req.path, std::nullopt, std::nullopt,
+                         std::nullopt};
+    if (req.has_header("Host")) head.host = req.get_header_value("Host");
+    if (req.has_header("Origin")) {
+      head.origin = req.get_header_value("Origin");
+    }
+    if (req.has_header("Sec-Fetch-Site")) {
+      head.sec_fetch_site = req.get_header_value("Sec-Fetch-Site");
+    }
+    if (std::optional<HttpRefusal> refused = guard->Check(head)) {
+      res.status = refused->status;
+      res.set_content(refused->message + "\n", "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // Security round two, H3 (in part): cpp-httplib reads a body after
+    // this handler, decompressing and de-chunking it without bound (a
+    // 204 KB gzip body took 333 MB). No call of the API needs either:
+    // a body must come whole, uncompressed, with its length, within
+    // the cap, or it is refused before a byte of it is read.
+    if (std::optional<HttpRefusal> refused =
+            CheckBodyHeaders(req.get_header_value("Content-Encoding"),
+                             req.get_header_value("Transfer-Encoding"),
+                             req.has_header("Content-Length")
+                                 ? std::optional<std::string>(
+                                       req.get_header_value("Content-Length"))
+                                 : std::nullopt,
+                             kMaxBodyBytes)) {
+      res.status = refused->status;
+      res.set_header("Connection", "close");
+      res.set_content(refused->message + "\n", "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    auto& headers = const_cast<httplib::Headers&>(req.headers);
+    auto [begin, end] = headers.equal_range("Accept-Encoding");
+    for (auto it = begin; it != end; ++it) {
+      std::vector<absl::string_view> kept;
+      for (absl::string_view coding : absl::StrSplit(it->second, ',')) {
+        absl::string_view name = absl::StripAsciiWhitespace(
+            coding.substr(0, std::min(coding.find(';'), coding.size())));
+        if (name != "br") kept.push_back(absl::StripAsciiWhitespace(coding));
+      }
+      it->second = absl::StrJoin(kept, ", ");
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   out->api_ = std::make_unique<HttpApi>(HttpApiOptions{
       options.channel, options.tokens, /*secure_cookies=*/tls, guard});
   HttpApi* api = out->api_.get();
