@@ -101,7 +101,12 @@ std::optional<double> TrialLifecycle::RetentionScore(
 
 absl::StatusOr<int64_t> TrialLifecycle::CheckQuota(
     const StudyEntry& entry, const std::string& checkpoint) const {
-  if (p_.quota == nullptr || p_.checkpoints == nullptr) return 0;
+  // Without a quota nothing is measured: a report's checkpoint is not
+  // walked on every report for a figure no one reads.
+  if (p_.quota == nullptr || p_.quota->limit() <= 0 ||
+      p_.checkpoints == nullptr) {
+    return 0;
+  }
   // A checkpoint that is not on this root (an ask/tell client's elsewhere)
   // takes none of its disk.
   absl::StatusOr<int64_t> bytes = p_.checkpoints->SizeOf(checkpoint);
