@@ -17,9 +17,9 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libsqlite3-dev libyaml-cpp-dev zlib1g-dev
   libeigen3-dev libnlopt-dev libtorch-dev libgtest-dev libgmock-dev
   libbenchmark-dev
-  # the scheduler's HTTP edge (/metrics), and the Prometheus text parser
-  # its test checks the output with
-  libcpp-httplib-dev python3-prometheus-client
+  # the HTTP server (http/: Boost.Beast, header-only), the tests' HTTP
+  # client, and the Prometheus text parser the metrics test checks with
+  libboost1.74-dev libcpp-httplib-dev python3-prometheus-client
   # TLS and token hashing (OpenSSL's libcrypto), the development CA
   # (deploy/dev-ca.sh), the network-namespace tests (ip netns; nftables
   # for packet loss) and the transfer bench (socat: the plain TCP copy)

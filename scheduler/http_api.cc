@@ -2,7 +2,6 @@
 
 #include <grpcpp/client_context.h>
 #include <grpcpp/grpcpp.h>
-#include <httplib.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
@@ -77,7 +76,7 @@ std::string ErrorJson(const absl::Status& status) {
   return out;
 }
 
-void SendError(httplib::Response& res, const absl::Status& status) {
+void SendError(http::Response& res, const absl::Status& status) {
   res.status = HttpStatus(static_cast<grpc::StatusCode>(status.raw_code()));
   if (res.status == 401) res.set_header("WWW-Authenticate", "Bearer");
   res.set_content(ErrorJson(status), "application/json");
@@ -155,11 +154,10 @@ const std::map<std::string, Unary>& Routes() {
   return *routes;
 }
 
-std::optional<std::string> CookieValue(const httplib::Request& req,
+std::optional<std::string> CookieValue(const http::Request& req,
                                        absl::string_view name) {
   if (!req.has_header("Cookie")) return std::nullopt;
-  for (absl::string_view part :
-       absl::StrSplit(req.get_header_value("Cookie"), ';')) {
+  for (absl::string_view part : absl::StrSplit(req.header("Cookie"), ';')) {
     part = absl::StripAsciiWhitespace(part);
     if (absl::ConsumePrefix(&part, name) && absl::ConsumePrefix(&part, "=")) {
       return std::string(part);
@@ -291,9 +289,8 @@ absl::StatusOr<v1::StudySpec> SpecOf(
   return response.study().spec();
 }
 
-bool IsJson(const httplib::Request& req) {
-  return absl::StartsWith(req.get_header_value("Content-Type"),
-                          "application/json");
+bool IsJson(const http::Request& req) {
+  return absl::StartsWith(req.header("Content-Type"), "application/json");
 }
 
 }  // namespace
@@ -369,9 +366,9 @@ void HttpApi::RemoveStream(grpc::ClientContext* ctx) {
   streams_.erase(ctx);
 }
 
-std::optional<std::string> HttpApi::Credential(const httplib::Request& req) {
+std::optional<std::string> HttpApi::Credential(const http::Request& req) {
   if (req.has_header("Authorization")) {
-    return req.get_header_value("Authorization");
+    return req.header("Authorization");
   }
   std::optional<std::string> id = CookieValue(req, kCookie);
   if (!id) return std::nullopt;
@@ -379,20 +376,19 @@ std::optional<std::string> HttpApi::Credential(const httplib::Request& req) {
   // receives) is not enough: the page sends the session's key too, in a
   // header, or for what a page cannot add headers to (EventSource, a
   // download link) in the query.
-  std::string key = req.get_header_value("X-Dial-Session");
-  if (key.empty() && req.method == "GET")
-    key = req.get_param_value("session_key");
+  std::string key = req.header("X-Dial-Session");
+  if (key.empty() && req.method == "GET") key = req.param("session_key");
   std::optional<std::string> token = sessions_.Find(*id, key);
   if (!token) return std::nullopt;
   return absl::StrCat("Bearer ", *token);
 }
 
-void HttpApi::Install(httplib::Server& server) {
+void HttpApi::Install(http::Server& server) {
   auto stub = std::make_shared<Stub>(options_.channel);
   const auth::TokenTable* tokens = options_.tokens;
 
-  server.Get("/api/v1/whoami", [this, tokens](const httplib::Request& req,
-                                              httplib::Response& res) {
+  server.Get("/api/v1/whoami", [this, tokens](const http::Request& req,
+                                              http::Response& res) {
     std::optional<std::string> credential = Credential(req);
     absl::StatusOr<auth::Principal> who =
         auth::AuthenticateBearer(tokens, credential);
@@ -406,8 +402,8 @@ void HttpApi::Install(httplib::Server& server) {
     res.set_content(out, "application/json");
   });
 
-  server.Post("/api/v1/login", [this, tokens](const httplib::Request& req,
-                                              httplib::Response& res) {
+  server.Post("/api/v1/login", [this, tokens](const http::Request& req,
+                                              http::Response& res) {
     if (!IsJson(req)) {
       return SendError(
           res, absl::InvalidArgumentError("login: send {\"token\": ...} as "
@@ -470,8 +466,8 @@ void HttpApi::Install(httplib::Server& server) {
     res.set_content(out, "application/json");
   });
 
-  server.Post("/api/v1/logout", [this](const httplib::Request& req,
-                                       httplib::Response& res) {
+  server.Post("/api/v1/logout", [this](const http::Request& req,
+                                       http::Response& res) {
     if (std::optional<std::string> id = CookieValue(req, kCookie)) {
       sessions_.Remove(*id);
     }
@@ -481,9 +477,9 @@ void HttpApi::Install(httplib::Server& server) {
     res.set_content("{}\n", "application/json");
   });
 
-  server.Get("/api/v1/TrialTable", [this, stub](const httplib::Request& req,
-                                                httplib::Response& res) {
-    const std::string study = req.get_param_value("study");
+  server.Get("/api/v1/TrialTable", [this, stub](const http::Request& req,
+                                                http::Response& res) {
+    const std::string study = req.param("study");
     std::optional<std::string> credential = Credential(req);
     absl::StatusOr<v1::StudySpec> spec = SpecOf(*stub, credential, study);
     if (!spec.ok()) return SendError(res, spec.status());
@@ -499,15 +495,14 @@ void HttpApi::Install(httplib::Server& server) {
     res.set_content(table.Finish(*spec), "application/json");
   });
 
-  server.Get("/api/v1/ExportStudy", [this, stub](const httplib::Request& req,
-                                                 httplib::Response& res) {
-    const std::string study = req.get_param_value("study");
+  server.Get("/api/v1/ExportStudy", [this, stub](const http::Request& req,
+                                                 http::Response& res) {
+    const std::string study = req.param("study");
     absl::StatusOr<client::ExportFormat> format = client::ParseExportFormat(
-        req.has_param("format") ? req.get_param_value("format")
-                                : std::string("csv"));
+        req.has_param("format") ? req.param("format") : std::string("csv"));
     if (!format.ok()) return SendError(res, format.status());
-    const bool history = req.get_param_value("history") == "1" ||
-                         req.get_param_value("history") == "true";
+    const bool history =
+        req.param("history") == "1" || req.param("history") == "true";
     std::optional<std::string> credential = Credential(req);
     absl::StatusOr<v1::StudySpec> spec = SpecOf(*stub, credential, study);
     if (!spec.ok()) return SendError(res, spec.status());
@@ -573,18 +568,18 @@ void HttpApi::Install(httplib::Server& server) {
     auto cursor = std::make_shared<Cursor>();
     v1::StudySpec spec_copy = *spec;
     const client::ExportFormat fmt = *format;
-    res.set_chunked_content_provider(
+    res.set_stream(
         fmt == client::ExportFormat::kCsv ? "text/csv" : "application/x-ndjson",
         [stub, credential, study, history, metrics, cursor, spec_copy, fmt,
-         with_history](size_t, httplib::DataSink& sink) {
+         with_history](http::Sink& sink) {
           if (!cursor->header_sent) {
             cursor->header_sent = true;
             std::string header =
                 client::ExportHeader(spec_copy, *metrics, fmt, history);
-            if (!header.empty() && !sink.write(header.data(), header.size())) {
-              return false;
+            if (!header.empty() && !sink.Write(header)) {
+              return http::StreamStep::kFail;
             }
-            return true;
+            return http::StreamStep::kMore;
           }
           v1::ListTrialsRequest request;
           request.set_study(study);
@@ -593,27 +588,31 @@ void HttpApi::Install(httplib::Server& server) {
           grpc::ClientContext ctx;
           Prepare(ctx, credential);
           v1::ListTrialsResponse page;
-          if (!stub->ListTrials(&ctx, request, &page).ok()) return false;
+          if (!stub->ListTrials(&ctx, request, &page).ok()) {
+            return http::StreamStep::kFail;
+          }
           std::vector<v1::Trial> trials;
           if (history) {
-            if (!with_history(page, trials).ok()) return false;
+            if (!with_history(page, trials).ok()) {
+              return http::StreamStep::kFail;
+            }
           } else {
             trials.assign(page.trials().begin(), page.trials().end());
           }
           // JSON lines name their own metrics; the CSV's were collected.
           std::string rows =
               client::ExportRows(spec_copy, *metrics, trials, fmt, history);
-          if (!rows.empty() && !sink.write(rows.data(), rows.size())) {
-            return false;
+          if (!rows.empty() && !sink.Write(rows)) {
+            return http::StreamStep::kFail;
           }
           cursor->token = page.next_page_token();
-          if (cursor->token.empty()) sink.done();
-          return true;
+          return cursor->token.empty() ? http::StreamStep::kDone
+                                       : http::StreamStep::kMore;
         });
   });
 
-  server.Get("/api/v1/WatchStudy", [this, stub](const httplib::Request& req,
-                                                httplib::Response& res) {
+  server.Get("/api/v1/WatchStudy", [this, stub](const http::Request& req,
+                                                http::Response& res) {
     struct Watch {
       grpc::ClientContext ctx;
       std::unique_ptr<grpc::ClientReader<v1::WatchStudyResponse>> reader;
@@ -649,7 +648,7 @@ void HttpApi::Install(httplib::Server& server) {
                                 " event streams are open; try again later")));
     }
     v1::WatchStudyRequest request;
-    request.set_study(req.get_param_value("study"));
+    request.set_study(req.param("study"));
     watch->reader = stub->WatchStudy(&watch->ctx, request);
     // The first event (the snapshot) decides the HTTP status: a refused
     // watch is an error answer, not an event stream.
@@ -662,28 +661,27 @@ void HttpApi::Install(httplib::Server& server) {
     }
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
+    res.set_stream(
         "text/event-stream",
-        [watch](size_t, httplib::DataSink& sink) {
+        [watch](http::Sink& sink) {
           v1::WatchStudyResponse next;
           const v1::WatchStudyResponse* event = &watch->first;
           if (watch->first_sent) {
             if (!watch->reader->Read(&next)) {
               grpc::Status s = watch->reader->Finish();
               watch->ended = true;
-              std::string end = absl::StrCat(
-                  "event: end\ndata: ", ErrorJson(FromGrpc(s)), "\n");
-              sink.write(end.data(), end.size());
-              sink.done();
-              return true;
+              sink.Write(absl::StrCat(
+                  "event: end\ndata: ", ErrorJson(FromGrpc(s)), "\n"));
+              return http::StreamStep::kDone;
             }
             event = &next;
           }
           watch->first_sent = true;
-          std::string text = absl::StrCat("data: ", ToJson(*event), "\n\n");
-          return sink.write(text.data(), text.size());
+          return sink.Write(absl::StrCat("data: ", ToJson(*event), "\n\n"))
+                     ? http::StreamStep::kMore
+                     : http::StreamStep::kFail;
         },
-        [this, watch, release](bool) {
+        [this, watch, release] {
           if (!watch->ended) {
             watch->ctx.TryCancel();
             (void)watch->reader->Finish();
@@ -693,14 +691,13 @@ void HttpApi::Install(httplib::Server& server) {
         });
   });
 
-  server.Post(R"(/api/v1/([A-Za-z]+))", [this, stub](
-                                            const httplib::Request& req,
-                                            httplib::Response& res) {
-    const std::string method = req.matches[1];
+  server.Post("/api/v1/*", [this, stub](const http::Request& req,
+                                        http::Response& res) {
+    const std::string method = req.path.substr(std::string("/api/v1/").size());
     auto route = Routes().find(method);
     if (route == Routes().end()) {
       return SendError(res, absl::NotFoundError(absl::StrCat(
-                                "/api/v1/", method,
+                                "/api/v1/", method.substr(0, 64),
                                 ": no such method (see docs/http-api.md)")));
     }
     if (!IsJson(req)) {

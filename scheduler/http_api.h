@@ -27,12 +27,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "auth/token_table.h"
+#include "http/server.h"
 #include "scheduler/http_guard.h"
-
-namespace httplib {
-class Server;
-struct Request;
-}  // namespace httplib
 
 namespace grpc {
 class Channel;
@@ -87,10 +83,10 @@ class HttpApi {
 
   explicit HttpApi(HttpApiOptions options);
   ~HttpApi();  // cancels the open event streams
-  void Install(httplib::Server& server);
+  void Install(http::Server& server);
   // The caller's "Bearer <token>": the Authorization header, or the
   // session its cookie names; nullopt for neither.
-  std::optional<std::string> Credential(const httplib::Request& req);
+  std::optional<std::string> Credential(const http::Request& req);
   // Ends every open event stream (before the server stops).
   void CancelStreams();
 

@@ -6,9 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 
 namespace dial::scheduler {
 namespace {
@@ -45,38 +43,6 @@ std::optional<std::string> OriginAuthority(const std::string& origin) {
 }
 
 }  // namespace
-
-std::optional<HttpRefusal> CheckBodyHeaders(
-    const std::string& content_encoding, const std::string& transfer_encoding,
-    const std::optional<std::string>& content_length, size_t max_body_bytes) {
-  const std::string encoding =
-      absl::AsciiStrToLower(absl::StripAsciiWhitespace(content_encoding));
-  if (!encoding.empty() && encoding != "identity") {
-    return HttpRefusal{
-        415, absl::StrCat("Content-Encoding: '", encoding.substr(0, 64),
-                          "' is not accepted; send the body "
-                          "uncompressed")};
-  }
-  const std::string transfer =
-      absl::AsciiStrToLower(absl::StripAsciiWhitespace(transfer_encoding));
-  if (!transfer.empty() && transfer != "identity") {
-    return HttpRefusal{411,
-                       "Transfer-Encoding: chunked bodies are not "
-                       "accepted; send Content-Length"};
-  }
-  if (content_length) {
-    size_t length = 0;
-    if (!absl::SimpleAtoi(*content_length, &length)) {
-      return HttpRefusal{400, "Content-Length: not a number"};
-    }
-    if (length > max_body_bytes) {
-      return HttpRefusal{
-          413, absl::StrCat("Content-Length: ", length, " bytes is over the ",
-                            max_body_bytes, "-byte limit")};
-    }
-  }
-  return std::nullopt;
-}
 
 HttpGuard::HttpGuard(HttpGuardOptions options) : options_(std::move(options)) {}
 

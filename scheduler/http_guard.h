@@ -50,14 +50,6 @@ struct HttpRefusal {
   std::string message;
 };
 
-// The body of a request, judged from its headers before any of it is read:
-// 415 for a Content-Encoding other than identity, 411 for a chunked body,
-// 413 for a Content-Length over `max_body_bytes`, 400 for one that is not
-// a number.
-std::optional<HttpRefusal> CheckBodyHeaders(
-    const std::string& content_encoding, const std::string& transfer_encoding,
-    const std::optional<std::string>& content_length, size_t max_body_bytes);
-
 class HttpGuard {
  public:
   explicit HttpGuard(HttpGuardOptions options);

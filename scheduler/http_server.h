@@ -5,23 +5,22 @@
 // certificates with --tls-client-ca) when it serves TLS, a loopback
 // address unless tokens and TLS are on, and `Authorization: Bearer
 // <token>` (or the dashboard's login cookie); /metrics names every study,
-// so it is for admins and viewers.
+// so it is for admins and viewers. Every request is read within the
+// limits of http::Limits (http/server.h): the head, the body, the time to
+// read each, connections per client address.
 #pragma once
 
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "auth/token_table.h"
 #include "common/metrics.h"
+#include "http/server.h"
 #include "scheduler/http_api.h"
 #include "scheduler/http_guard.h"
 
-namespace httplib {
-class Server;
-}
 namespace grpc {
 class Channel;
 }
@@ -43,6 +42,8 @@ struct HttpServerOptions {
   // Host names besides IP literals and localhost that requests may name in
   // Host (--http-allowed-hosts; http_guard.h).
   std::vector<std::string> allowed_hosts;
+  // Bounds on what a request may take (http/server.h).
+  http::Limits limits;
 };
 
 class HttpServer {
@@ -58,8 +59,7 @@ class HttpServer {
   HttpServer() = default;
   std::unique_ptr<HttpGuard> guard_;
   std::unique_ptr<HttpApi> api_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<http::Server> server_;
   int port_ = 0;
 };
 

@@ -49,6 +49,9 @@ ABSL_FLAG(std::vector<std::string>, http_allowed_hosts, {},
           "Host names (comma list) that HTTP requests may name in Host, "
           "besides IP addresses and localhost; '*' allows any (not "
           "recommended: DNS rebinding)");
+ABSL_FLAG(int, http_max_connections_per_address, 32,
+          "Open HTTP connections one client address may hold; more are "
+          "answered 503 and closed (raise it behind a proxy or NAT)");
 ABSL_FLAG(std::string, dashboard_dir, "auto",
           "The dashboard's built files; auto: ../share/dial/dashboard or "
           "../dashboard beside the binary (installed, or the build tree); "
@@ -227,6 +230,12 @@ int main(int argc, char** argv) {
     h.metrics = &registry;
     h.channel = (*server)->InProcessChannel();
     h.dashboard_dir = absl::GetFlag(FLAGS_dashboard_dir);
+    h.limits.max_connections_per_address =
+        absl::GetFlag(FLAGS_http_max_connections_per_address);
+    if (h.limits.max_connections_per_address < 1) {
+      spdlog::error("--http-max-connections-per-address: must be 1 or more");
+      return 1;
+    }
     for (const auto& host : absl::GetFlag(FLAGS_http_allowed_hosts)) {
       if (!host.empty()) h.allowed_hosts.push_back(host);
     }

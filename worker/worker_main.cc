@@ -2,7 +2,6 @@
 // --gpus, CUDA_VISIBLE_DEVICES or a Slurm job's SLURM_JOB_GPUS (VisibleGpus);
 // without GPUs it offers --slots CPU slots.
 // SIGTERM/SIGINT: stop taking trials, let running ones checkpoint, exit.
-#include <httplib.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -26,9 +25,9 @@
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "common/grpc_channel.h"
-#include "common/http_listen.h"
 #include "common/logging.h"
 #include "common/process.h"
+#include "http/server.h"
 #include "spdlog/spdlog.h"
 #include "transfer/transfer_client.h"
 #include "worker/gpu_pool.h"
@@ -362,20 +361,22 @@ int main(int argc, char** argv) {
   options.metrics = &registry;
   dial::worker::Worker worker(options);
   // After the worker (its collector reads it), so stopped before it goes.
-  httplib::Server metrics_http;
-  std::thread metrics_thread;
-  if (const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
-      !listen.empty()) {
-    metrics_http.Get("/metrics", [&registry](const httplib::Request&,
-                                             httplib::Response& res) {
+  // Plain HTTP, no token: counts only (docs/decisions.md).
+  dial::http::ServerOptions metrics_options;
+  metrics_options.listen = absl::GetFlag(FLAGS_metrics_listen);
+  metrics_options.listen_flag = "--metrics-listen";
+  metrics_options.handler_threads = 2;
+  dial::http::Server metrics_http(metrics_options);
+  if (!metrics_options.listen.empty()) {
+    metrics_http.Get("/metrics", [&registry](const dial::http::Request&,
+                                             dial::http::Response& res) {
       res.set_content(registry.Render(), "text/plain; version=0.0.4");
     });
-    auto port = dial::BindHttp(metrics_http, listen, "--metrics-listen");
+    auto port = metrics_http.Start();
     if (!port.ok()) {
       spdlog::error("{}", port.status().ToString());
       return 1;
     }
-    metrics_thread = std::thread([&] { metrics_http.listen_after_bind(); });
     // Machine-readable, for scripts and tests.
     std::printf("dial-worker metrics on port %d\n", *port);
     std::fflush(stdout);
@@ -393,9 +394,6 @@ int main(int argc, char** argv) {
   auto status = worker.Run();
   // Run returns only after Shutdown; the signal thread has finished.
   signals.join();
-  if (metrics_thread.joinable()) {
-    metrics_http.stop();
-    metrics_thread.join();
-  }
+  metrics_http.Stop();
   return status.ok() ? 0 : 1;
 }

@@ -1,0 +1,526 @@
+// http::Server on Boost.Beast: one I/O thread runs a coroutine per
+// connection (reads and writes with deadlines); handlers run on a thread
+// pool, and the coroutine waits for them without holding a thread.
+#include "http/server.h"
+
+#include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange
+// std::string_view in Beast's interfaces.
+#define BOOST_BEAST_USE_STD_STRING_VIEW 1
+
+#include <atomic>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <set>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "http/message.h"
+
+namespace dial::http {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+using net::awaitable;
+
+std::chrono::steady_clock::duration Steady(absl::Duration d) {
+  return absl::ToChronoNanoseconds(d);
+}
+
+struct Route {
+  std::string method, path;
+  bool prefix = false;
+  Handler handler;
+};
+
+// Collects what a stream's producer writes in one call.
+class BufferSink : public Sink {
+ public:
+  BufferSink(std::string& out, bool open) : out_(out), open_(open) {}
+  bool Write(absl::string_view data) override {
+    if (open_) out_.append(data.data(), data.size());
+    return open_;
+  }
+
+ private:
+  std::string& out_;
+  bool open_;
+};
+
+// After refusing a request whose rest is unread: closing at once would
+// answer the client's next bytes with a reset, which can destroy the
+// answer before the client reads it. Half-close, then read and drop what
+// still comes for a moment (bounded in time and in bytes).
+template <typename Stream>
+awaitable<void> Linger(Stream& stream) {
+  auto& lowest = beast::get_lowest_layer(stream);
+  beast::error_code ec;
+  lowest.socket().shutdown(tcp::socket::shutdown_send, ec);
+  char scrap[4096];
+  size_t dropped = 0;
+  lowest.expires_after(std::chrono::seconds(2));
+  while (!ec && dropped < (4u << 20)) {
+    dropped += co_await lowest.async_read_some(
+        net::buffer(scrap), net::redirect_error(net::use_awaitable, ec));
+  }
+}
+
+Response Plain(int status, std::string message) {
+  Response r;
+  r.status = status;
+  r.set_content(std::move(message) + "\n", "text/plain");
+  return r;
+}
+
+}  // namespace
+
+struct Server::Impl {
+  explicit Impl(ServerOptions o)
+      : options(std::move(o)),
+        pool(static_cast<size_t>(std::max(1, options.handler_threads))) {}
+
+  // Runs `fn` on the pool; the coroutine resumes on the I/O thread after.
+  template <typename Fn>
+  auto OnPool(Fn fn) {
+    return net::async_initiate<decltype(net::use_awaitable), void()>(
+        [this, fn = std::move(fn)](auto handler) mutable {
+          net::post(pool, [this, fn = std::move(fn),
+                           handler = std::move(handler)]() mutable {
+            fn();
+            net::post(io, std::move(handler));
+          });
+        },
+        net::use_awaitable);
+  }
+
+  const Route* FindRoute(const std::string& method,
+                         const std::string& path) const {
+    const std::string& m = method == "HEAD" ? std::string("GET") : method;
+    const Route* best = nullptr;
+    for (const Route& r : routes) {
+      if (r.method != m) continue;
+      if (!r.prefix && r.path == path) return &r;
+      if (r.prefix && path.compare(0, r.path.size(), r.path) == 0 &&
+          (best == nullptr || r.path.size() > best->path.size())) {
+        best = &r;
+      }
+    }
+    return best;
+  }
+
+  // Routing and the handler, on a pool thread.
+  Response Handle(const Request& request) {
+    Response response;
+    const Route* route = FindRoute(request.method, request.path);
+    try {
+      if (route != nullptr) {
+        route->handler(request, response);
+      } else if (!mount.empty() &&
+                 (request.method == "GET" || request.method == "HEAD")) {
+        ServeFile(mount, request.path, response);
+      } else {
+        response = Plain(404, "not found");
+      }
+    } catch (const std::exception& e) {
+      response = Plain(500, "internal error");
+    }
+    if (!response.next && response.body.size() >= 256 &&
+        !response.header("Content-Encoding").size() &&
+        Compressible(response.header("Content-Type")) &&
+        AcceptsGzip(request.header("Accept-Encoding"))) {
+      response.body = Gzip(response.body);
+      response.set_header("Content-Encoding", "gzip");
+      response.set_header("Vary", "Accept-Encoding");
+    }
+    return response;
+  }
+
+  template <typename Stream>
+  awaitable<void> Serve(Stream& stream, std::string remote);
+  template <typename Stream>
+  awaitable<bool> Send(Stream& stream, const Request& request,
+                       Response& response, bool keep_alive);
+  awaitable<void> Accept();
+  // A connection Stop can cut, for as long as it is served.
+  struct Live {
+    Live(Impl& impl, beast::tcp_stream& stream) : impl(impl), stream(&stream) {
+      impl.live.insert(this->stream);
+    }
+    ~Live() { impl.live.erase(stream); }
+    Impl& impl;
+    beast::tcp_stream* stream;
+  };
+  // Called on the I/O thread as each connection's coroutine ends.
+  void Ended(const std::string& remote) {
+    --connections;
+    auto it = per_address.find(remote);
+    if (it != per_address.end() && --it->second == 0) per_address.erase(it);
+    if (stopping && connections == 0 && !drained.HasBeenNotified()) {
+      drained.Notify();
+    }
+  }
+  awaitable<void> Connection(tcp::socket socket, std::string remote);
+
+  ServerOptions options;
+  std::vector<Route> routes;
+  std::string mount;
+  std::optional<net::ssl::context> tls;
+  std::atomic<bool> stopping{false};
+  net::thread_pool pool;
+  // Only on the I/O thread.
+  std::map<std::string, int> per_address;
+  int connections = 0;
+  std::set<beast::tcp_stream*> live;
+  absl::Notification drained;  // Stop: every connection has ended
+  // Last: destroyed first, with the coroutines it still holds.
+  net::io_context io;
+  std::optional<tcp::acceptor> acceptor;
+  std::thread thread;
+  bool started = false, stopped = false;
+};
+
+template <typename Stream>
+awaitable<bool> Server::Impl::Send(Stream& stream, const Request& request,
+                                   Response& response, bool keep_alive) {
+  auto& lowest = beast::get_lowest_layer(stream);
+  for (const auto& [name, value] : options.default_headers) {
+    if (response.header(name).empty()) response.set_header(name, value);
+  }
+  if (!response.header("Connection").empty()) keep_alive = false;
+  beast::error_code ec;
+  const bool head_only = request.method == "HEAD";
+  if (!response.next) {
+    bhttp::response<bhttp::string_body> out;
+    out.result(static_cast<unsigned>(response.status));
+    out.version(11);
+    for (const auto& [name, value] : response.headers) out.set(name, value);
+    out.keep_alive(keep_alive);
+    out.content_length(response.body.size());
+    if (!head_only) out.body() = std::move(response.body);
+    lowest.expires_after(Steady(options.limits.write_timeout));
+    co_await bhttp::async_write(stream, out,
+                                net::redirect_error(net::use_awaitable, ec));
+    co_return !ec && keep_alive;
+  }
+  // A stream: chunks as the producer gives them.
+  bhttp::response<bhttp::empty_body> out;
+  out.result(static_cast<unsigned>(response.status));
+  out.version(11);
+  for (const auto& [name, value] : response.headers) out.set(name, value);
+  out.keep_alive(keep_alive);
+  out.chunked(true);
+  bhttp::response_serializer<bhttp::empty_body> serializer(out);
+  lowest.expires_after(Steady(options.limits.write_timeout));
+  co_await bhttp::async_write_header(
+      stream, serializer, net::redirect_error(net::use_awaitable, ec));
+  bool complete = false;
+  while (!ec && !head_only && !stopping) {
+    std::string chunk;
+    StreamStep step = StreamStep::kFail;
+    co_await OnPool([&] {
+      BufferSink sink(chunk, true);
+      step = response.next(sink);
+    });
+    if (!chunk.empty()) {
+      lowest.expires_after(Steady(options.limits.write_timeout));
+      co_await net::async_write(stream, bhttp::make_chunk(net::buffer(chunk)),
+                                net::redirect_error(net::use_awaitable, ec));
+    }
+    if (ec || step == StreamStep::kFail) break;
+    if (step == StreamStep::kDone) {
+      lowest.expires_after(Steady(options.limits.write_timeout));
+      co_await net::async_write(stream, bhttp::make_chunk_last(),
+                                net::redirect_error(net::use_awaitable, ec));
+      complete = !ec;
+      break;
+    }
+  }
+  if (response.closed) co_await OnPool([&] { response.closed(); });
+  co_return complete&& keep_alive;
+}
+
+template <typename Stream>
+awaitable<void> Server::Impl::Serve(Stream& stream, std::string remote) {
+  auto& lowest = beast::get_lowest_layer(stream);
+  const Limits& limits = options.limits;
+  // Holds the head being read (and what a client pipelined after it).
+  beast::flat_buffer buffer(limits.max_head_bytes + 4096);
+  for (int served = 0; served < limits.max_requests_per_connection; ++served) {
+    bhttp::request_parser<bhttp::string_body> parser;
+    parser.header_limit(static_cast<uint32_t>(limits.max_head_bytes));
+    // The body's length is judged with the head (CheckBodyHeaders, which
+    // answers 413), not by the parser, which would fail the head.
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    beast::error_code ec;
+    lowest.expires_after(Steady(limits.head_timeout));
+    co_await bhttp::async_read_header(
+        stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+    if (ec == bhttp::error::header_limit ||
+        ec == bhttp::error::buffer_overflow) {
+      Request none;
+      Response refused =
+          Plain(431, absl::StrCat("the request line and headers are over "
+                                  "the limit of ",
+                                  limits.max_head_bytes, " bytes"));
+      co_await Send(stream, none, refused, false);
+      co_await Linger(stream);
+      co_return;
+    }
+    if (ec && ec != bhttp::error::end_of_stream && ec != net::error::eof &&
+        ec != beast::error::timeout && ec != net::error::operation_aborted &&
+        buffer.size() > 0) {
+      Request none;
+      Response refused = Plain(400, "malformed request");
+      co_await Send(stream, none, refused, false);
+      co_await Linger(stream);
+      co_return;
+    }
+    if (ec) co_return;  // gone, idle or too slow: no answer
+    const auto& head = parser.get();
+    Request request;
+    request.method = std::string(head.method_string());
+    request.target = std::string(head.target());
+    request.remote_addr = remote;
+    for (const auto& field : head) {
+      request.headers.emplace_back(std::string(field.name_string()),
+                                   std::string(field.value()));
+    }
+    const bool keep_alive = head.keep_alive();
+    std::optional<Response> early;
+    if (!ParseTarget(request.target, request.path, request.params)) {
+      early = Plain(400, "request target: not a path, or a bad %-escape");
+    }
+    if (!early) early = CheckBodyHeaders(request, limits.max_body_bytes);
+    if (!early && options.check_head) early = options.check_head(request);
+    if (early) {
+      const bool body_follows =
+          parser.content_length().value_or(0) > 0 || parser.chunked();
+      if (body_follows) early->set_header("Connection", "close");
+      if (co_await Send(stream, request, *early, keep_alive)) continue;
+      if (body_follows) co_await Linger(stream);
+      co_return;
+    }
+    if (parser.content_length().value_or(0) > 0) {
+      if (absl::EqualsIgnoreCase(request.header("Expect"), "100-continue")) {
+        lowest.expires_after(Steady(limits.write_timeout));
+        bhttp::response<bhttp::empty_body> go{bhttp::status::continue_, 11};
+        co_await bhttp::async_write(
+            stream, go, net::redirect_error(net::use_awaitable, ec));
+        if (ec) co_return;
+      }
+      lowest.expires_after(Steady(limits.body_timeout));
+      co_await bhttp::async_read(stream, buffer, parser,
+                                 net::redirect_error(net::use_awaitable, ec));
+      if (ec) co_return;  // too slow, gone, or over the limit after all
+      request.body = std::move(parser.get().body());
+    }
+    if (stopping) co_return;
+    Response response;
+    co_await OnPool([&] { response = Handle(request); });
+    if (!co_await Send(stream, request, response, keep_alive)) co_return;
+  }
+}
+
+awaitable<void> Server::Impl::Connection(tcp::socket socket,
+                                         std::string remote) {
+  beast::tcp_stream plain(std::move(socket));
+  if (!tls) {
+    Live live(*this, plain);
+    co_await Serve(plain, remote);
+  } else {
+    beast::ssl_stream<beast::tcp_stream> secure(std::move(plain), *tls);
+    Live live(*this, beast::get_lowest_layer(secure));
+    beast::get_lowest_layer(secure).expires_after(
+        Steady(options.limits.head_timeout));
+    beast::error_code ec;
+    co_await secure.async_handshake(
+        net::ssl::stream_base::server,
+        net::redirect_error(net::use_awaitable, ec));
+    if (!ec) co_await Serve(secure, remote);
+  }
+}
+
+awaitable<void> Server::Impl::Accept() {
+  for (;;) {
+    beast::error_code ec;
+    tcp::socket socket = co_await acceptor->async_accept(
+        net::redirect_error(net::use_awaitable, ec));
+    if (ec == net::error::operation_aborted || stopping) co_return;
+    if (ec) continue;  // e.g. out of descriptors: the next one may do
+    beast::error_code ignored;
+    tcp::endpoint peer = socket.remote_endpoint(ignored);
+    net::ip::address address = peer.address();
+    if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+      address = net::ip::make_address_v4(net::ip::v4_mapped, address.to_v6());
+    }
+    std::string remote = address.to_string();
+    int& mine = per_address[remote];
+    if (connections >= options.limits.max_connections ||
+        mine >= options.limits.max_connections_per_address) {
+      // A short answer if the socket takes it at once, and gone.
+      static const std::string kBusy = [] {
+        const std::string says = "too many connections from this address\n";
+        return absl::StrCat(
+            "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n"
+            "Content-Type: text/plain\r\nContent-Length: ",
+            says.size(), "\r\n\r\n", says);
+      }();
+      socket.non_blocking(true, ignored);
+      socket.write_some(net::buffer(kBusy), ignored);
+      socket.close(ignored);
+      if (mine == 0) per_address.erase(remote);
+      continue;
+    }
+    ++mine;
+    ++connections;
+    net::co_spawn(io, Connection(std::move(socket), remote),
+                  [this, remote](std::exception_ptr) { Ended(remote); });
+  }
+}
+
+Server::Server(ServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+Server::~Server() { Stop(); }
+
+void Server::Get(const std::string& path, Handler handler) {
+  const bool prefix = !path.empty() && path.back() == '*';
+  impl_->routes.push_back({"GET",
+                           prefix ? path.substr(0, path.size() - 1) : path,
+                           prefix, std::move(handler)});
+}
+
+void Server::Post(const std::string& path, Handler handler) {
+  const bool prefix = !path.empty() && path.back() == '*';
+  impl_->routes.push_back({"POST",
+                           prefix ? path.substr(0, path.size() - 1) : path,
+                           prefix, std::move(handler)});
+}
+
+absl::Status Server::Mount(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("'", dir, "' is not a directory"));
+  }
+  impl_->mount = dir;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Server::Start() {
+  Impl& s = *impl_;
+  const std::string& flag = s.options.listen_flag;
+  const std::string& listen = s.options.listen;
+  const size_t colon = listen.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": '", listen, "' must be host:port"));
+  }
+  std::string host = listen.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (s.options.tls_cert.empty() != s.options.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert and --tls-key: give both or neither");
+  }
+  if (!s.options.tls_cert.empty()) {
+    s.tls.emplace(net::ssl::context::tls_server);
+    beast::error_code ec;
+    s.tls->set_options(
+        net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+            net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+            net::ssl::context::no_tlsv1_1,
+        ec);
+    if (!ec) s.tls->use_certificate_chain_file(s.options.tls_cert, ec);
+    if (!ec) {
+      s.tls->use_private_key_file(s.options.tls_key, net::ssl::context::pem,
+                                  ec);
+    }
+    if (!ec && !s.options.tls_client_ca.empty()) {
+      s.tls->load_verify_file(s.options.tls_client_ca, ec);
+      if (!ec) {
+        s.tls->set_verify_mode(
+            net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert, ec);
+      }
+    }
+    if (ec) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": cannot serve TLS with --tls-cert/--tls-key",
+          s.options.tls_client_ca.empty() ? "" : "/--tls-client-ca", ": ",
+          ec.message()));
+    }
+  }
+  beast::error_code ec;
+  tcp::resolver resolver(s.io);
+  auto found =
+      resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
+  if (ec || found.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat(flag, ": cannot listen on ", listen, ": ", ec.message()));
+  }
+  tcp::endpoint endpoint = found.begin()->endpoint();
+  s.acceptor.emplace(s.io);
+  s.acceptor->open(endpoint.protocol(), ec);
+  if (!ec) s.acceptor->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) s.acceptor->bind(endpoint, ec);
+  if (!ec) s.acceptor->listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat(flag, ": cannot listen on ", listen, ": ", ec.message()));
+  }
+  const int bound = s.acceptor->local_endpoint().port();
+  net::co_spawn(s.io, s.Accept(), net::detached);
+  s.started = true;
+  s.thread = std::thread([&s] {
+    auto work = net::make_work_guard(s.io);
+    s.io.run();
+  });
+  return bound;
+}
+
+void Server::Stop() {
+  Impl& s = *impl_;
+  if (!s.started || s.stopped) return;
+  s.stopped = true;
+  s.stopping = true;
+  // No new connections, and every open one cut: each coroutine ends once
+  // the handler it waits for (if any) returns; long streams must have
+  // been ended by their owners.
+  net::post(s.io, [&s] {
+    beast::error_code ignored;
+    s.acceptor->close(ignored);
+    for (beast::tcp_stream* stream : s.live) stream->close();
+    if (s.connections == 0 && !s.drained.HasBeenNotified()) {
+      s.drained.Notify();
+    }
+  });
+  s.drained.WaitForNotification();
+  s.pool.join();
+  s.io.stop();
+  s.thread.join();
+}
+
+}  // namespace dial::http
