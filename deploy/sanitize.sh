@@ -50,7 +50,7 @@ esac
 deploy/install-deps.sh
 BUILD_DIR=${SANITIZE_BUILD_DIR:-build-$MODE}
 TESTS=(common_test searchers_test storage_test scheduler_test worker_test
-  client_test)
+  client_test http_test)
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DDIAL_BUILD_TRAINER=OFF \
   -DCMAKE_CXX_FLAGS="$FLAGS" \

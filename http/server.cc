@@ -207,6 +207,14 @@ awaitable<bool> Server::Impl::Send(Stream& stream, const Request& request,
     if (response.header(name).empty()) response.set_header(name, value);
   }
   if (!response.header("Connection").empty()) keep_alive = false;
+  // Clients that honour it (Node's fetch) stop reusing an idle connection
+  // before the head deadline closes it.
+  if (keep_alive) {
+    response.set_header(
+        "Keep-Alive",
+        absl::StrCat("timeout=",
+                     absl::ToInt64Seconds(options.limits.head_timeout)));
+  }
   beast::error_code ec;
   const bool head_only = request.method == "HEAD";
   if (!response.next) {
@@ -305,7 +313,10 @@ awaitable<void> Server::Impl::Serve(Stream& stream, std::string remote) {
       request.headers.emplace_back(std::string(field.name_string()),
                                    std::string(field.value()));
     }
-    const bool keep_alive = head.keep_alive();
+    // The last request a connection may carry is answered with
+    // "Connection: close", so the client does not send another on it.
+    const bool keep_alive =
+        head.keep_alive() && served + 1 < limits.max_requests_per_connection;
     std::optional<Response> early;
     if (!ParseTarget(request.target, request.path, request.params)) {
       early = Plain(400, "request target: not a path, or a bad %-escape");

@@ -7,6 +7,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -14,6 +18,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "http/message.h"
 #include "storage/testing/temp_dir.h"
@@ -22,6 +27,7 @@ namespace dial::http {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class HttpServerTest : public ::testing::Test {
  protected:
@@ -86,6 +92,41 @@ TEST_F(HttpServerTest, RoutesQueriesBodiesAndKeepAlive) {
   EXPECT_EQ(head->status, 200);
   EXPECT_EQ(head->get_header_value("Content-Length"), "7");
   EXPECT_EQ(head->body, "");
+}
+
+// A connection's last request is answered with "Connection: close" (a
+// client that sent another on it would get a reset: the dashboard bench's
+// fetch did), and the others say how long an idle connection stays.
+TEST_F(HttpServerTest, TheLastRequestOfAConnectionIsToldSo) {
+  ServerOptions options;
+  options.limits.max_requests_per_connection = 3;
+  const int port = Start(options);
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+  std::string requests;
+  for (int i = 0; i < 3; ++i) {
+    requests += "GET /hello HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  }
+  ASSERT_EQ(send(fd, requests.data(), requests.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(requests.size()));
+  std::string answers;
+  char buffer[4096];
+  pollfd p{fd, POLLIN, 0};
+  while (poll(&p, 1, 10000) == 1) {
+    const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
+    if (n <= 0) break;  // the server closed it, after the third
+    answers.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  std::vector<std::string> parts = absl::StrSplit(answers, "HTTP/1.1 200");
+  ASSERT_EQ(parts.size(), 4u) << answers;
+  EXPECT_THAT(parts[1], HasSubstr("Keep-Alive: timeout=10"));
+  EXPECT_THAT(parts[1], Not(HasSubstr("Connection: close")));
+  EXPECT_THAT(parts[3], HasSubstr("Connection: close"));
 }
 
 TEST_F(HttpServerTest, LargeAnswersAreGzippedWhenTheClientTakesGzip) {
