@@ -76,7 +76,12 @@ SchedulerCore::SchedulerCore(const SchedulerCoreOptions& options)
       quota_(options.limits.max_checkpoint_bytes_per_owner),
       lifecycle_({store_, clock_, &events_, &workers_,
                   checkpoints_ ? &retention_ : nullptr,
-                  checkpoints_ ? &quota_ : nullptr, checkpoints_, &outbox_}) {}
+                  checkpoints_ ? &quota_ : nullptr, checkpoints_, &outbox_}),
+      suggestions_(options.suggestion_threads > 0
+                       ? options.suggestion_threads
+                       : static_cast<int>(
+                             std::max(1u, std::thread::hardware_concurrency())),
+                   /*nice=*/10) {}
 
 SchedulerCore::~SchedulerCore() {
   if (durability_) durability_->SetLostHandler(nullptr);
@@ -166,16 +171,18 @@ void SchedulerCore::ScheduleFill(const std::string& name) {
   std::shared_ptr<StudyEntry> entry = studies_.Shared(name);
   if (!entry || entry->fill_queued || !entry->worker_run()) return;
   entry->fill_queued = true;
-  suggestions_.Enqueue({[this, entry] { FillPending(entry); }, nullptr});
+  suggestions_.Enqueue(name, {[this, entry] { FillPending(entry); }, nullptr});
 }
 
 void SchedulerCore::DeleteWhenDurable(std::vector<DoomedCheckpoint> doomed,
                                       WriteTicket ticket) {
   if (checkpoints_ == nullptr) return;
-  suggestions_.Enqueue({[this, doomed = std::move(doomed), ticket] {
-                          DeleteCheckpoints(doomed, ticket);
-                        },
-                        nullptr});
+  // Not on a study's executor: waiting for the commit must not hold up
+  // suggestion work.
+  housekeeping_.Enqueue("", {[this, doomed = std::move(doomed), ticket] {
+                               DeleteCheckpoints(doomed, ticket);
+                             },
+                             nullptr});
 }
 
 void SchedulerCore::DeleteCheckpoints(
@@ -216,9 +223,17 @@ void SchedulerCore::StopWaiting() {
     dispatcher_.EndAll(outbox_);
   }
   suggestions_.Stop();
+  housekeeping_.Stop();
 }
 
-void SchedulerCore::WaitIdle() { suggestions_.WaitIdle(); }
+void SchedulerCore::WaitIdle() {
+  // Suggestion work may queue deletions: until both are idle at once.
+  for (int round = 0; round < 1000; ++round) {
+    suggestions_.WaitIdle();
+    housekeeping_.WaitIdle();
+    if (suggestions_.Idle() && housekeeping_.Idle()) return;
+  }
+}
 
 void SchedulerCore::Reload() {
   // Memory ran ahead of the store by the lost writes: start again from
@@ -493,28 +508,33 @@ Reply<v1::Study> SchedulerCore::UpdateStudy(const std::string& name,
     entry->study = std::move(updated);
     entry->exhausted = false;  // rediscovered on the next suggestion
     suggestions_.Enqueue(
-        {[this, shared = studies_.Shared(name), spec] {
-           std::map<int64_t, v1::Trial> trials;
-           google::protobuf::RepeatedPtrField<v1::Trial> priors;
-           {
-             Lock lock(this);
-             if (!StudyRegistry::Gone(*shared).ok()) return;
-             trials = shared->trials;
-             priors = shared->priors;
-             shared->unobserved.clear();
-             shared->unobserved_reports.clear();
-           }
-           // The store is read without the core's lock; reports that
-           // arrive meanwhile are handed over as unobserved ones.
-           auto searcher = loader_.RebuildSearcher(spec, trials, priors);
-           if (!searcher.ok()) {
-             spdlog::error("study {}: cannot rebuild its searcher: {}",
-                           spec.name(), searcher.status().ToString());
-             return;
-           }
-           shared->searcher = std::move(*searcher);
-         },
-         nullptr});
+        name, {[this, shared = studies_.Shared(name), spec] {
+                 std::map<int64_t, v1::Trial> trials;
+                 google::protobuf::RepeatedPtrField<v1::Trial> priors;
+                 {
+                   Lock lock(this);
+                   if (!StudyRegistry::Gone(*shared).ok()) return;
+                   trials = shared->trials;
+                   priors = shared->priors;
+                   shared->unobserved.clear();
+                   shared->unobserved_reports.clear();
+                 }
+                 // The store is read without the core's lock; reports that
+                 // arrive meanwhile are handed over as unobserved ones.
+                 const absl::Time fit_start = absl::Now();
+                 auto searcher = loader_.RebuildSearcher(spec, trials, priors);
+                 if (options_.fit_seconds != nullptr) {
+                   options_.fit_seconds->Observe(
+                       absl::ToDoubleSeconds(absl::Now() - fit_start));
+                 }
+                 if (!searcher.ok()) {
+                   spdlog::error("study {}: cannot rebuild its searcher: {}",
+                                 spec.name(), searcher.status().ToString());
+                   return;
+                 }
+                 shared->searcher = std::move(*searcher);
+               },
+               nullptr});
     outbox_.fills.insert(name);
     DIAL_RETURN_IF_ERROR(lifecycle_.MaybeFinish(*entry));
     return entry->WithCounts();
@@ -951,6 +971,7 @@ void SchedulerCore::SuggestTrialsAsync(const std::string& name, int32_t count,
       refused = absl::UnavailableError("the scheduler is shutting down");
     } else {
       suggestions_.Enqueue(
+          name,
           {[this, entry = studies_.Shared(name), count, client_id, done] {
              Suggest(entry, count, client_id, done);
            },
@@ -1150,13 +1171,19 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
     observe.swap(entry->unobserved);
     if (!entry->study.queue().empty()) queued = entry->study.queue(0);
   }
-  // Only this thread creates trials, so `number` stays free meanwhile.
+  // Only this study's executor creates its trials, so `number` stays free
+  // meanwhile.
+  const absl::Time fit_start = absl::Now();
   for (const auto& r : reports) {
     entry->searcher->ObserveReport(r.trial, r.step, r.metrics);
   }
   for (const auto& t : observe) entry->searcher->Observe(t);
   auto params = queued ? absl::StatusOr<searchers::Params>(queued->params())
                        : entry->searcher->Suggest(number, pending);
+  if (options_.fit_seconds != nullptr && !queued) {
+    options_.fit_seconds->Observe(
+        absl::ToDoubleSeconds(absl::Now() - fit_start));
+  }
   Lock lock(this, ticket);
   if (absl::IsOutOfRange(params.status())) {
     entry->exhausted = true;
@@ -1195,18 +1222,19 @@ absl::StatusOr<std::optional<v1::Trial>> SchedulerCore::NewTrial(
 }
 
 void SchedulerCore::PurgeLater(std::shared_ptr<StudyEntry> entry) {
-  suggestions_.Enqueue({[this, entry = std::move(entry)]() mutable {
-                          entry.reset();
-                          if (checkpoints_) checkpoints_->PurgeRetired();
-                          absl::Status status = store_->PurgeDeleted();
-                          if (!status.ok()) {
-                            spdlog::warn(
-                                "deleted studies' rows stay until the next "
-                                "delete or restart: {}",
-                                status.ToString());
-                          }
-                        },
-                        nullptr});
+  housekeeping_.Enqueue("",
+                        {[this, entry = std::move(entry)]() mutable {
+                           entry.reset();
+                           if (checkpoints_) checkpoints_->PurgeRetired();
+                           absl::Status status = store_->PurgeDeleted();
+                           if (!status.ok()) {
+                             spdlog::warn(
+                                 "deleted studies' rows stay until the next "
+                                 "delete or restart: {}",
+                                 status.ToString());
+                           }
+                         },
+                         nullptr});
 }
 
 void SchedulerCore::FillPending(const std::shared_ptr<StudyEntry>& entry) {

@@ -9,7 +9,9 @@
 //   Dispatcher         parked AcquireTrial long polls
 //   CheckpointRetention which worker checkpoints are kept
 //   EventHub           watchers and ordered event delivery
-//   SuggestionQueue    the suggestion thread (searchers run there)
+//   StudyExecutor      per-study suggestion work on a small pool (searchers
+//                      run there); a second one, one thread, deletes
+//                      checkpoints and purges deleted studies
 // Every change is written through the StudyStore before memory mirrors it,
 // so a store error (UNAVAILABLE: disk full, I/O error) fails the call with
 // nothing changed and the same call succeeds once the store works again;
@@ -18,7 +20,7 @@
 // store, so a restarted scheduler resumes every study where it was.
 //
 // Thread-safe: one mutex guards the state of every part but the event hub
-// and the suggestion queue (which have their own). The parts never call
+// and the executors (which have their own). The parts never call
 // back into the core: they leave effects in an outbox that the core
 // applies before releasing the lock (dispatch, top-ups, deletions) or runs
 // after releasing it (answers to parked calls); watchers are called after
@@ -43,6 +45,7 @@
 #include "absl/synchronization/mutex.h"
 #include "auth/principal.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "dial/v1/service.pb.h"
 #include "scheduler/checkpoint_quota.h"
 #include "scheduler/dispatcher.h"
@@ -52,9 +55,9 @@
 #include "scheduler/reply.h"
 #include "scheduler/retention.h"
 #include "scheduler/study_entry.h"
+#include "scheduler/study_executor.h"
 #include "scheduler/study_loader.h"
 #include "scheduler/study_registry.h"
-#include "scheduler/suggestion_queue.h"
 #include "scheduler/trial_lifecycle.h"
 #include "scheduler/worker_registry.h"
 #include "searchers/importance.h"
@@ -83,6 +86,12 @@ struct SchedulerCoreOptions {
   std::string backup_dir = "";
   // Abuse limits (docs/limits.md).
   Limits limits = Limits{};
+  // Threads that run studies' suggestion work (fits, new trials); 0: one
+  // per core.
+  int suggestion_threads = 0;
+  // Observes the seconds of each searcher fit (Suggest, or a rebuild);
+  // null: none. Not owned.
+  metrics::Histogram* fit_seconds = nullptr;
 };
 
 struct AuditPage {
@@ -438,8 +447,9 @@ class SchedulerCore {
   bool backup_running_ ABSL_GUARDED_BY(mu_) = false;
 
   EventHub events_;
-  // Last: its thread runs tasks that use everything above.
-  SuggestionQueue suggestions_;
+  // Last: their threads run tasks that use everything above.
+  StudyExecutor housekeeping_{1};  // checkpoint deletion, purges
+  StudyExecutor suggestions_;      // by study
 };
 
 }  // namespace dial::scheduler

@@ -74,6 +74,10 @@ ABSL_FLAG(int64_t, max_spec_bytes, dial::SpecLimits{}.max_spec_bytes,
           "Largest study spec accepted (serialized bytes)");
 ABSL_FLAG(int32_t, max_parallel_trials, dial::SpecLimits{}.max_parallel_trials,
           "Largest budget.max_parallel_trials accepted");
+ABSL_FLAG(int, suggestion_threads, 0,
+          "Threads that run studies' suggestion work (model fits, new "
+          "trials); one study's work runs on one at a time; 0: one per "
+          "core");
 ABSL_FLAG(int64_t, max_checkpoint_bytes_per_owner, 0,
           "Bytes of checkpoints one owner's studies may keep on the "
           "checkpoint root (what retention keeps); a report or upload over "
@@ -212,6 +216,11 @@ int main(int argc, char** argv) {
   limits.max_pending_ahead = absl::GetFlag(FLAGS_max_pending_ahead);
   options.worker_lease =
       absl::Milliseconds(absl::GetFlag(FLAGS_worker_lease_ms));
+  options.suggestion_threads = absl::GetFlag(FLAGS_suggestion_threads);
+  if (options.suggestion_threads < 0) {
+    spdlog::error("--suggestion-threads: must be 0 (one per core) or more");
+    return 1;
+  }
   options.metrics = &registry;
   auto server = dial::scheduler::SchedulerServer::Create(options);
   if (!server.ok()) {

@@ -97,6 +97,16 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
   core_options.worker_lease = options.worker_lease;
   core_options.backup_dir = options.backup_dir;
   core_options.limits = options.limits;
+  core_options.suggestion_threads = options.suggestion_threads;
+  if (options.metrics != nullptr) {
+    core_options.fit_seconds =
+        options.metrics
+            ->AddHistogram("dial_searcher_fit_seconds",
+                           "Seconds of each searcher fit (a suggestion's "
+                           "model fit and choice, or a rebuild).",
+                           {}, metrics::LatencyBuckets())
+            ->With({});
+  }
   DIAL_ASSIGN_OR_RETURN(server->core_, SchedulerCore::Create(core_options));
   server->study_service_ =
       std::make_unique<StudyServiceImpl>(server->core_.get(), options.tokens);

@@ -48,6 +48,7 @@ struct SchedulerServerOptions {
   // Core options passed through (backups, limits).
   std::string backup_dir = "";
   Limits limits = Limits{};
+  int suggestion_threads = 0;  // 0: one per core
   // Counts and times every call into it (dial_grpc_server_*), and the
   // core's gauges (studies, trials by state, workers); null: no metrics.
   // Not owned; outlives the server.

@@ -1,67 +1,99 @@
-#include "scheduler/suggestion_queue.h"
+#include "scheduler/study_executor.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <utility>
 
 namespace dial::scheduler {
 
-SuggestionQueue::SuggestionQueue() : thread_([this] { Run(); }) {}
-
-SuggestionQueue::~SuggestionQueue() { Stop(); }
-
-void SuggestionQueue::Enqueue(Task task) {
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return;
-  tasks_.push_back(std::move(task));
+StudyExecutor::StudyExecutor(int threads, int nice) {
+  for (int i = 0; i < std::max(1, threads); ++i) {
+    threads_.emplace_back([this, nice] {
+      // This thread only (Linux: a thread's id is a process id for
+      // setpriority); failure leaves the process's priority.
+      if (nice > 0) setpriority(PRIO_PROCESS, gettid(), nice);
+      Run();
+    });
+  }
 }
 
-void SuggestionQueue::WaitIdle() {
+StudyExecutor::~StudyExecutor() { Stop(); }
+
+bool StudyExecutor::Enqueue(const std::string& study, Task task) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return false;
+  std::deque<Task>& queue = queues_[study];
+  queue.push_back(std::move(task));
+  ++queued_;
+  if (queue.size() == 1 && !running_.count(study)) line_.push_back(study);
+  return true;
+}
+
+void StudyExecutor::WaitIdle() {
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return (tasks_.empty() && !executing_) || stopping_;
+    return IdleLocked() || stopping_;
   };
   mu_.Await(absl::Condition(&idle));
 }
 
-void SuggestionQueue::Stop() {
+bool StudyExecutor::Idle() {
+  absl::MutexLock lock(&mu_);
+  return IdleLocked();
+}
+
+void StudyExecutor::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  if (thread_.joinable()) thread_.join();
-}
-
-void SuggestionQueue::Run() {
-  while (true) {
-    Task task;
-    std::deque<Task> cancelled;
-    {
-      absl::MutexLock lock(&mu_);
-      executing_ = false;
-      auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !tasks_.empty() || stopping_;
-      };
-      mu_.Await(absl::Condition(&has_work));
-      if (stopping_) {
-        cancelled.swap(tasks_);
-      } else {
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-        executing_ = true;
-      }
-    }
-    if (!task.run) {
-      for (auto& t : cancelled) {
-        if (t.cancel) t.cancel();
-      }
-      return;
-    }
-    task.run();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
   }
 }
 
-size_t SuggestionQueue::size() {
+void StudyExecutor::Run() {
+  while (true) {
+    Task task;
+    std::string study;
+    bool cancelled = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !line_.empty() || stopping_;
+      };
+      mu_.Await(absl::Condition(&has_work));
+      if (line_.empty()) return;  // stopping, and nothing left to cancel
+      study = std::move(line_.front());
+      line_.pop_front();
+      std::deque<Task>& queue = queues_[study];
+      task = std::move(queue.front());
+      queue.pop_front();
+      --queued_;
+      running_.insert(study);
+      cancelled = stopping_;
+    }
+    if (!cancelled) {
+      task.run();
+    } else if (task.cancel) {
+      task.cancel();
+    }
+    absl::MutexLock lock(&mu_);
+    running_.erase(study);
+    auto it = queues_.find(study);
+    if (it->second.empty()) {
+      queues_.erase(it);
+    } else {
+      line_.push_back(study);
+    }
+  }
+}
+
+size_t StudyExecutor::size() {
   absl::MutexLock lock(&mu_);
-  return tasks_.size();
+  return queued_;
 }
 
 }  // namespace dial::scheduler

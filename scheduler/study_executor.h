@@ -1,47 +1,66 @@
-// SuggestionQueue: the core's one suggestion thread and its queue of tasks
-// (searcher fits, trial creation, top-ups, checkpoint deletion). Tasks run
-// one at a time, in order, without the core's lock: a slow model fit never
-// blocks reports, RPC threads or leases. Thread-safe (one mutex of its own,
-// never held while a task runs).
+// StudyExecutor: work queued per study (searcher fits, trial creation,
+// top-ups) on a small pool of threads, without the core's lock, so that a
+// slow model fit never blocks reports, RPC threads or leases, and one
+// study's fits never hold up another study's asks. A study's tasks run one
+// at a time, in the order queued (its searcher is never used by two
+// threads, and replay stays deterministic). Studies take turns: a free
+// thread takes the study at the head of the line, runs one of its tasks,
+// and puts the study at the back of the line if it has more. Thread-safe
+// (one mutex of its own, never held while a task runs).
 #pragma once
 
 #include <deque>
 #include <functional>
+#include <map>
+#include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 
 namespace dial::scheduler {
 
-class SuggestionQueue {
+class StudyExecutor {
  public:
   struct Task {
     std::function<void()> run;
     std::function<void()> cancel;  // instead of run, at shutdown (optional)
   };
 
-  SuggestionQueue();
-  ~SuggestionQueue();  // Stop()
+  // `threads` (at least 1) start at once, at `nice` above the process's
+  // priority (model fits yield the CPU to the threads that answer calls).
+  explicit StudyExecutor(int threads, int nice = 0);
+  ~StudyExecutor();  // Stop()
 
-  // Queues `task`. After Stop it is dropped (the core refuses work that
-  // must be answered once it shuts down).
-  void Enqueue(Task task);
+  // Queues `task` behind `study`'s earlier tasks. After Stop it is dropped
+  // (false; the core refuses work that must be answered once it shuts
+  // down).
+  bool Enqueue(const std::string& study, Task task);
   // Blocks until nothing is queued or running. Not from a task.
   void WaitIdle();
-  // Cancels what is queued (calling each `cancel`, on the suggestion
-  // thread), lets a running task finish, and joins the thread. Idempotent.
+  bool Idle();
+  // Cancels what is queued (calling each `cancel`, on a pool thread), lets
+  // running tasks finish, and joins the threads. Idempotent.
   void Stop();
-  // Tasks waiting (not the running one), for /metrics.
+  // Tasks waiting (not the running ones), for /metrics.
   size_t size();
 
  private:
   void Run();
+  bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return queued_ == 0 && running_.empty();
+  }
 
   absl::Mutex mu_;
-  std::deque<Task> tasks_ ABSL_GUARDED_BY(mu_);
-  bool executing_ ABSL_GUARDED_BY(mu_) = false;
+  // Studies with tasks queued or one running.
+  std::map<std::string, std::deque<Task>> queues_ ABSL_GUARDED_BY(mu_);
+  // Studies with tasks queued and none running: the line, in turn order.
+  std::deque<std::string> line_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> running_ ABSL_GUARDED_BY(mu_);
+  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace dial::scheduler
