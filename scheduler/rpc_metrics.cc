@@ -105,8 +105,8 @@ void RegisterCoreGauges(SchedulerCore* core, metrics::Registry* registry) {
                                      "PENDING trials waiting for a worker.");
   auto* suggestions =
       registry->AddGauge("dial_queue_suggestions",
-                         "Searcher tasks waiting for the suggestion "
-                         "thread.");
+                         "Suggestion tasks waiting for a suggestion "
+                         "thread, all studies together.");
   auto* events = registry->AddGauge("dial_queue_watch_events",
                                     "Events queued for watchers.");
   auto* watchers =
