@@ -38,6 +38,23 @@ T Await(const std::function<void(std::function<void(T)>)>& call) {
   return std::move(*result);
 }
 
+// Whether a finished trial holds exactly this completion (the values and
+// the error as CompleteTrial stores them).
+bool SameResult(const v1::Trial& trial, const searchers::Metrics& metrics,
+                const std::string& error) {
+  if (trial.error() != error.substr(0, 16384) ||
+      static_cast<size_t>(trial.final_metrics().size()) != metrics.size()) {
+    return false;
+  }
+  for (const auto& [name, value] : metrics) {
+    auto it = trial.final_metrics().find(name);
+    if (it == trial.final_metrics().end() || !(it->second == value)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 SchedulerCore::Lock::Lock(SchedulerCore* core, WriteTicket* ticket)
@@ -1046,16 +1063,18 @@ Reply<v1::Decision> SchedulerCore::ReportIntermediate(
     DIAL_RETURN_IF_ERROR(CheckAskTell(*entry, number));
     DIAL_RETURN_IF_ERROR(CheckCheckpointId(checkpoint, name, number));
     DIAL_ASSIGN_OR_RETURN(v1::Trial * stored, FindTrial(*entry, number));
-    if (stored->state() != v1::RUNNING) {
-      return NotRunning(*stored, "reports are taken only while RUNNING");
-    }
     DIAL_ASSIGN_OR_RETURN(std::optional<v1::Decision> retried,
                           lifecycle_.SaveUnsavedDecision(*entry, number, step));
     if (retried) return *retried;
-    if (step <= stored->last_step()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("step: ", step, " is not after the last reported step ",
-                       stored->last_step()));
+    // The same rule as a worker's ReportProgress: a step on record gets
+    // its decision again, so a client may retry a report whose answer it
+    // lost.
+    if (std::optional<v1::Decision> repeated =
+            lifecycle_.RepeatedStep(*entry, *stored, step)) {
+      return *repeated;
+    }
+    if (stored->state() != v1::RUNNING) {
+      return NotRunning(*stored, "reports are taken only while RUNNING");
     }
     return lifecycle_.RecordReport(*entry, *stored, step, metrics, checkpoint);
   });
@@ -1076,6 +1095,12 @@ Reply<v1::Trial> SchedulerCore::CompleteTrial(
     const bool stopped_open = stored->state() == v1::STOPPED &&
                               stored->final_metrics().empty() &&
                               stored->error().empty();
+    // A repeat of the completion on record (its answer was lost) gets the
+    // stored result; other values for a finished trial are refused.
+    if (stored->state() != v1::RUNNING && !stopped_open &&
+        SameResult(*stored, final_metrics, error)) {
+      return *stored;
+    }
     if (stored->state() != v1::RUNNING && !stopped_open) {
       return NotRunning(*stored, "it cannot be completed again");
     }

@@ -144,26 +144,14 @@ Reply<v1::Decision> SchedulerCore::ReportProgress(
         v1::Trial * stored,
         lifecycle_.Fence(*entry, request.worker_id(), request.trial(),
                          request.attempt(), request.lease_token()));
-    // A retry of the report just answered (its reply was lost) gets the
-    // same decision, even if that decision ended or paused the trial.
-    auto last = entry->last_decision.find(request.trial());
-    if (last != entry->last_decision.end() &&
-        last->second.first == request.step() &&
-        request.step() == stored->last_step()) {
-      return last->second.second;
+    // A retry of the report just answered (its reply was lost), or a
+    // resumed attempt replaying steps an earlier one reported.
+    if (std::optional<v1::Decision> repeated =
+            lifecycle_.RepeatedStep(*entry, *stored, request.step())) {
+      return *repeated;
     }
     if (stored->state() != v1::RUNNING) {
       return NotRunning(*stored, "reports are taken only while RUNNING");
-    }
-    if (request.step() <= stored->last_step()) {
-      // A resumed attempt replays steps after its checkpoint that an
-      // earlier attempt already reported: they are on record once already.
-      v1::Decision decision;
-      decision.set_action(entry->study.state() == v1::STUDY_STOPPED
-                              ? v1::Decision::STOP
-                              : v1::Decision::CONTINUE);
-      decision.set_reason("step already recorded");
-      return decision;
     }
     return lifecycle_.RecordReport(*entry, *stored, request.step(),
                                    request.metrics(), request.checkpoint(),

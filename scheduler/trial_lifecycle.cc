@@ -292,6 +292,24 @@ absl::Status TrialLifecycle::ApplyDecision(StudyEntry& entry, v1::Trial trial,
   return absl::OkStatus();
 }
 
+std::optional<v1::Decision> TrialLifecycle::RepeatedStep(
+    const StudyEntry& entry, const v1::Trial& trial, int64_t step) const {
+  auto last = entry.last_decision.find(trial.number());
+  if (last != entry.last_decision.end() && last->second.first == step &&
+      step == trial.last_step()) {
+    return last->second.second;
+  }
+  if (trial.state() != v1::RUNNING || step > trial.last_step()) {
+    return std::nullopt;
+  }
+  v1::Decision decision;
+  decision.set_action(entry.study.state() == v1::STUDY_STOPPED
+                          ? v1::Decision::STOP
+                          : v1::Decision::CONTINUE);
+  decision.set_reason("step already recorded");
+  return decision;
+}
+
 absl::StatusOr<std::optional<v1::Decision>> TrialLifecycle::SaveUnsavedDecision(
     StudyEntry& entry, int64_t number, int64_t step) {
   auto unsaved = entry.unsaved_decisions.find(number);

@@ -71,6 +71,16 @@ class TrialLifecycle {
   // Returns whether it did. UNAVAILABLE if `step` is not reported yet.
   absl::StatusOr<bool> CheckpointUploaded(StudyEntry& entry, v1::Trial trial,
                                           int64_t step, const std::string& id);
+  // A report of a step already on record (one rule for workers and
+  // ask/tell clients): the decision the trial's last step got when it is
+  // that step again (whatever it did to the trial since: a retry whose
+  // answer was lost); CONTINUE (STOP once the study is stopped), reason
+  // "step already recorded", for an older step of a RUNNING trial (a
+  // resumed run replaying what an earlier one reported). nullopt for a new
+  // step, or an older one of a trial that no longer runs.
+  std::optional<v1::Decision> RepeatedStep(const StudyEntry& entry,
+                                           const v1::Trial& trial,
+                                           int64_t step) const;
   // For a retried report: if the effect of the decision given to trial
   // `number`'s report at `step` could not be saved, saves it now and returns
   // that decision; nullopt if there is none.

@@ -14,8 +14,7 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping,
 import grpc
 
 from . import _errors
-from ._errors import (FailedPrecondition, InvalidArgument, Pruned,
-                      Unavailable, from_rpc_error)
+from ._errors import InvalidArgument, Pruned, Unavailable, from_rpc_error
 from ._types import (BestTrials, Decision, ParamValue, StudyEvent,
                      TrialRecord, params_dict, parse_spec, state_number,
                      to_param_value)
@@ -712,21 +711,9 @@ class Trial:
             study=self.study.name, trial=self.number, step=step,
             metrics=values, checkpoint=checkpoint)
 
-        def retried(error: Exception) -> Any:
-            # The first try was recorded and its answer lost: STOP if the
-            # trial stopped meanwhile, else CONTINUE.
-            if isinstance(error, InvalidArgument) and \
-                    "is not after the last reported step" in error.message:
-                state = self.study.get_trial(self.number, history=False).state
-                action = {"STOPPED": study_pb2.Decision.STOP,
-                          "PAUSED": study_pb2.Decision.PAUSE}.get(
-                              state, study_pb2.Decision.CONTINUE)
-                return service_pb2.ReportIntermediateResponse(
-                    decision=study_pb2.Decision(action=action))
-            raise error
-        response = self.study.client._call("ReportIntermediate", request,
-                                           idempotent=False,
-                                           on_retry=retried)
+        # A retry of a report the scheduler recorded (its answer was lost)
+        # gets the decision it got then: the call is idempotent.
+        response = self.study.client._call("ReportIntermediate", request)
         self.last_step = step
         self.decision = Decision.from_proto(response.decision)
         if self.decision.should_exit:
@@ -764,15 +751,8 @@ class Trial:
 
     def _finish(self, request: service_pb2.CompleteTrialRequest
                 ) -> TrialRecord:
-        def retried(error: Exception) -> Any:
-            # The first try finished it and its answer was lost.
-            if isinstance(error, FailedPrecondition):
-                return service_pb2.CompleteTrialResponse(
-                    trial=self.study.get_trial(self.number,
-                                               history=False).proto)
-            raise error
-        response = self.study.client._call("CompleteTrial", request,
-                                           idempotent=False, on_retry=retried)
+        # The same completion again gets the stored result: idempotent.
+        response = self.study.client._call("CompleteTrial", request)
         self._open = False
         return TrialRecord.from_proto(response.trial)
 

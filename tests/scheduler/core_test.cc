@@ -151,9 +151,14 @@ TEST_F(CoreTest, ReportsAreCheckedAndRecorded) {
   EXPECT_EQ(d->action(), v1::Decision::CONTINUE);
   ASSERT_TRUE(core_->ReportIntermediate("s", n, 20, M(2.0), "").ok());
 
-  auto stale = core_->ReportIntermediate("s", n, 20, M(1.0), "");
-  EXPECT_EQ(stale.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(stale.status().message(), HasSubstr("not after the last"));
+  // A step on record is not recorded again: it gets its decision again
+  // (issue 33: one rule for ReportIntermediate and ReportProgress).
+  auto repeated = core_->ReportIntermediate("s", n, 20, M(1.0), "");
+  ASSERT_TRUE(repeated.ok()) << repeated.status();
+  EXPECT_EQ(repeated->action(), v1::Decision::CONTINUE);
+  auto older = core_->ReportIntermediate("s", n, 10, M(1.0), "");
+  ASSERT_TRUE(older.ok()) << older.status();
+  EXPECT_EQ(older->reason(), "step already recorded");
   EXPECT_EQ(core_->ReportIntermediate("s", n, 30, {}, "").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(core_->ReportIntermediate("s", n, -1, M(1), "").status().code(),
@@ -176,7 +181,15 @@ TEST_F(CoreTest, ReportsAreCheckedAndRecorded) {
   EXPECT_THAT(missing.status().message(), HasSubstr("'loss'"));
   auto nan = core_->CompleteTrial("s", n, M(NAN), "");
   EXPECT_EQ(nan.status().code(), absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(core_->CompleteTrial("s", n, M(1.5), "").ok());
+  auto completed = core_->CompleteTrial("s", n, M(1.5), "");
+  ASSERT_TRUE(completed.ok());
+  // The same completion again (its answer was lost) gets the stored
+  // result; other values are refused.
+  auto again = core_->CompleteTrial("s", n, M(1.5), "");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->state(), v1::COMPLETED);
+  EXPECT_EQ(again->end_time().seconds(), completed->end_time().seconds());
+  EXPECT_EQ(again->end_time().nanos(), completed->end_time().nanos());
   auto twice = core_->CompleteTrial("s", n, M(1.0), "");
   EXPECT_EQ(twice.status().code(), absl::StatusCode::kFailedPrecondition);
   auto late = core_->ReportIntermediate("s", n, 40, M(1.0), "");
@@ -266,6 +279,11 @@ TEST_F(CoreTest, StopStudyStopsRunningTrialsAtTheirNextReport) {
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->action(), v1::Decision::STOP);
   EXPECT_EQ(core_->GetTrial("s", 0)->state(), v1::STOPPED);
+  // A retry of that report (its answer lost) gets the same STOP, not an
+  // error that the trial no longer runs.
+  auto retried = core_->ReportIntermediate("s", 0, 1, M(1), "");
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(retried->action(), v1::Decision::STOP);
   // The client may still hand in its final numbers; the trial stays STOPPED.
   auto t = core_->CompleteTrial("s", 0, M(0.5), "");
   ASSERT_TRUE(t.ok()) << t.status();
