@@ -26,9 +26,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "client/client.h"
-#include "client/export.h"
 #include "client/format.h"
 #include "client/lineage.h"
+#include "common/export.h"
 #include "common/flags.h"
 #include "common/grpc_channel.h"
 #include "common/process.h"
@@ -329,7 +329,7 @@ int TrialsBest(DialClient& client, const Args& args) {
 }
 
 int StudyExport(DialClient& client, const Args& args) {
-  auto format = cli::ParseExportFormat(absl::GetFlag(FLAGS_format));
+  auto format = dial::ParseExportFormat(absl::GetFlag(FLAGS_format));
   if (!format.ok()) return Fail(format.status());
   auto study = client.GetStudy(args[2]);
   if (!study.ok()) return Fail(study.status());
@@ -344,7 +344,7 @@ int StudyExport(DialClient& client, const Args& args) {
     }
   }
   const std::string text =
-      cli::ExportTrials(study->spec(), *trials, *format, history);
+      dial::ExportTrials(study->spec(), *trials, *format, history);
   const std::string out_file = absl::GetFlag(FLAGS_o);
   if (out_file.empty()) {
     std::cout << text;

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "client/export.h"
+#include "common/export.h"
 #include "common/json.h"
 #include "dial/v1/service.grpc.pb.h"
 #include "google/protobuf/struct.pb.h"
@@ -498,7 +498,7 @@ void HttpApi::Install(http::Server& server) {
   server.Get("/api/v1/ExportStudy", [this, stub](const http::Request& req,
                                                  http::Response& res) {
     const std::string study = req.param("study");
-    absl::StatusOr<client::ExportFormat> format = client::ParseExportFormat(
+    absl::StatusOr<ExportFormat> format = ParseExportFormat(
         req.has_param("format") ? req.param("format") : std::string("csv"));
     if (!format.ok()) return SendError(res, format.status());
     const bool history =
@@ -538,7 +538,7 @@ void HttpApi::Install(http::Server& server) {
     };
     // The CSV header names every metric: a first pass collects them.
     auto metrics = std::make_shared<std::set<std::string>>();
-    if (*format == client::ExportFormat::kCsv) {
+    if (*format == ExportFormat::kCsv) {
       absl::Status s = ForEachPage(
           *stub, credential, study, [&](const v1::ListTrialsResponse& page) {
             std::vector<v1::Trial> trials;
@@ -549,7 +549,7 @@ void HttpApi::Install(http::Server& server) {
               trials.assign(page.trials().begin(), page.trials().end());
             }
             for (const auto& t : trials) {
-              client::CollectExportMetrics(t, history, *metrics);
+              CollectExportMetrics(t, history, *metrics);
             }
             return true;
           });
@@ -557,9 +557,8 @@ void HttpApi::Install(http::Server& server) {
     }
     res.set_header(
         "Content-Disposition",
-        absl::StrCat(
-            "attachment; filename=\"", study,
-            *format == client::ExportFormat::kCsv ? ".csv\"" : ".jsonl\""));
+        absl::StrCat("attachment; filename=\"", study,
+                     *format == ExportFormat::kCsv ? ".csv\"" : ".jsonl\""));
     // Each call of the provider writes the next page.
     struct Cursor {
       std::string token;
@@ -567,15 +566,15 @@ void HttpApi::Install(http::Server& server) {
     };
     auto cursor = std::make_shared<Cursor>();
     v1::StudySpec spec_copy = *spec;
-    const client::ExportFormat fmt = *format;
+    const ExportFormat fmt = *format;
     res.set_stream(
-        fmt == client::ExportFormat::kCsv ? "text/csv" : "application/x-ndjson",
+        fmt == ExportFormat::kCsv ? "text/csv" : "application/x-ndjson",
         [stub, credential, study, history, metrics, cursor, spec_copy, fmt,
          with_history](http::Sink& sink) {
           if (!cursor->header_sent) {
             cursor->header_sent = true;
             std::string header =
-                client::ExportHeader(spec_copy, *metrics, fmt, history);
+                ExportHeader(spec_copy, *metrics, fmt, history);
             if (!header.empty() && !sink.Write(header)) {
               return http::StreamStep::kFail;
             }
@@ -601,7 +600,7 @@ void HttpApi::Install(http::Server& server) {
           }
           // JSON lines name their own metrics; the CSV's were collected.
           std::string rows =
-              client::ExportRows(spec_copy, *metrics, trials, fmt, history);
+              ExportRows(spec_copy, *metrics, trials, fmt, history);
           if (!rows.empty() && !sink.Write(rows)) {
             return http::StreamStep::kFail;
           }

@@ -1,5 +1,5 @@
 // Study exports (client/export.h): what a spreadsheet would make of them.
-#include "client/export.h"
+#include "common/export.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -18,7 +18,7 @@
 
 #include "auth/token_table.h"
 #include "client/client.h"
-#include "client/export.h"
+#include "common/export.h"
 #include "common/spec.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -333,14 +333,12 @@ TEST_F(HttpApiTest, StreamedExportsEqualTheClientsExport) {
   v1::StudySpec spec;
   const auto trials = TrialsByGrpc(&spec);
   ASSERT_EQ(trials.at(0).metric_history_size(), 2);
-  for (auto format :
-       {client::ExportFormat::kCsv, client::ExportFormat::kJsonl}) {
+  for (auto format : {ExportFormat::kCsv, ExportFormat::kJsonl}) {
     for (bool history : {false, true}) {
-      const std::string want =
-          client::ExportTrials(spec, trials, format, history);
+      const std::string want = ExportTrials(spec, trials, format, history);
       auto got = client_->Get(
           absl::StrCat("/api/v1/ExportStudy?study=web&format=",
-                       format == client::ExportFormat::kCsv ? "csv" : "jsonl",
+                       format == ExportFormat::kCsv ? "csv" : "jsonl",
                        history ? "&history=1" : "")
               .c_str(),
           {{"Authorization", std::string("Bearer ") + kViewer}});

@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_split.h"
 #include "client/client.h"
-#include "client/export.h"
+#include "common/export.h"
 #include "common/message_limits.h"
 #include "common/spec.h"
 #include "scheduler/server.h"
@@ -255,11 +255,11 @@ budget: {max_trials: 12, max_parallel_trials: 12}
   }
   auto study = client_->GetStudy("exp");
   ASSERT_TRUE(study.ok());
-  using client::ExportFormat;
+  using ::dial::ExportFormat;
 
   // CSV, a row per trial.
-  auto rows = ParseCsv(
-      client::ExportTrials(study->spec(), trials, ExportFormat::kCsv, false));
+  auto rows =
+      ParseCsv(ExportTrials(study->spec(), trials, ExportFormat::kCsv, false));
   ASSERT_EQ(rows.size(), trials.size() + 1);
   EXPECT_THAT(rows[0], ::testing::ElementsAre(
                            "number", "state", "value", "start_time", "end_time",
@@ -297,8 +297,8 @@ budget: {max_trials: 12, max_parallel_trials: 12}
       want.insert({t.number(), p.step()});
   }
   ASSERT_EQ(want.size(), 66u);  // 0 + 1 + ... + 11
-  auto history = ParseCsv(
-      client::ExportTrials(study->spec(), trials, ExportFormat::kCsv, true));
+  auto history =
+      ParseCsv(ExportTrials(study->spec(), trials, ExportFormat::kCsv, true));
   EXPECT_THAT(history[0], ::testing::ElementsAre("number", "step", "metric.acc",
                                                  "metric.loss"));
   std::set<std::pair<int64_t, int64_t>> got;
@@ -313,7 +313,7 @@ budget: {max_trials: 12, max_parallel_trials: 12}
   EXPECT_EQ(got, want);
   got.clear();
   const std::string jsonl =
-      client::ExportTrials(study->spec(), trials, ExportFormat::kJsonl, true);
+      ExportTrials(study->spec(), trials, ExportFormat::kJsonl, true);
   for (absl::string_view line :
        absl::StrSplit(jsonl, '\n', absl::SkipEmpty())) {
     google::protobuf::Struct row;
@@ -332,7 +332,7 @@ budget: {max_trials: 12, max_parallel_trials: 12}
 
   // JSON lines, a line per trial.
   const std::string lines =
-      client::ExportTrials(study->spec(), trials, ExportFormat::kJsonl, false);
+      ExportTrials(study->spec(), trials, ExportFormat::kJsonl, false);
   size_t i = 0;
   for (absl::string_view line :
        absl::StrSplit(lines, '\n', absl::SkipEmpty())) {

@@ -1,4 +1,4 @@
-#include "client/export.h"
+#include "common/export.h"
 
 #include <cmath>
 #include <map>
@@ -10,7 +10,7 @@
 #include "common/json.h"
 #include "google/protobuf/util/time_util.h"
 
-namespace dial::client {
+namespace dial {
 namespace {
 
 std::string Number(double v) { return absl::StrFormat("%.17g", v); }
@@ -178,4 +178,4 @@ std::string ExportTrials(const v1::StudySpec& spec,
          ExportRows(spec, metrics, trials, format, history);
 }
 
-}  // namespace dial::client
+}  // namespace dial

@@ -1,5 +1,6 @@
-// `dialctl study export`: a study's trials as CSV or JSON lines, for
-// pandas, spreadsheets and scripts. Plain data in, text out (no gRPC).
+// A study's trials as CSV or JSON lines, for pandas, spreadsheets and
+// scripts: `dialctl study export` and the HTTP API's ExportStudy. Plain
+// data in, text out (no gRPC).
 //
 // Trial rows (one per trial, in number order): number, state, value (the
 // objective), start_time, end_time, then param.NAME for each parameter of
@@ -20,7 +21,7 @@
 #include "dial/v1/spec.pb.h"
 #include "dial/v1/study.pb.h"
 
-namespace dial::client {
+namespace dial {
 
 enum class ExportFormat { kCsv, kJsonl };
 
@@ -46,4 +47,4 @@ std::string ExportRows(const v1::StudySpec& spec,
                        const std::vector<v1::Trial>& trials,
                        ExportFormat format, bool history);
 
-}  // namespace dial::client
+}  // namespace dial
