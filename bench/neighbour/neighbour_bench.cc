@@ -149,6 +149,7 @@ int RunOne(const std::string& threads) {
   }
   testing::Subprocess scheduler;
   if (!scheduler.Start({binary, "--db=" + (dir / "n.db").string(),
+                        "--checkpoint-root=" + (dir / "ckpt").string(),
                         "--listen=127.0.0.1:0", "--log-level=warn",
                         "--suggestion-threads=" + threads})) {
     return 1;
