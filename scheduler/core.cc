@@ -775,7 +775,7 @@ SchedulerCore::Gauges SchedulerCore::ReadGauges() {
   return g;
 }
 
-absl::Status SchedulerCore::Enqueue(StudyEntry& entry,
+absl::Status SchedulerCore::Enqueue(StudyEntry& entry, v1::Study updated,
                                     std::vector<v1::QueuedTrial>& items,
                                     const auth::Principal& who,
                                     const std::string& action) {
@@ -784,7 +784,6 @@ absl::Status SchedulerCore::Enqueue(StudyEntry& entry,
         "study '", entry.name(), "' would have more than ", kMaxQueuedTrials,
         " queued configurations; wait for some to run"));
   }
-  v1::Study updated = entry.study;
   for (auto& q : items) {
     q.set_id(updated.next_queue_id() + 1);
     updated.set_next_queue_id(q.id());
@@ -827,7 +826,8 @@ Reply<std::vector<v1::QueuedTrial>> SchedulerCore::EnqueueTrials(
                 where + ": origin and id are the scheduler's to set");
           }
         }
-        DIAL_RETURN_IF_ERROR(Enqueue(*entry, trials, who, "EnqueueTrials"));
+        DIAL_RETURN_IF_ERROR(
+            Enqueue(*entry, entry->study, trials, who, "EnqueueTrials"));
         if (waiting) *waiting = entry->study.queue_size();
         return trials;
       });
@@ -883,8 +883,10 @@ Reply<std::vector<v1::QueuedTrial>> SchedulerCore::ReevaluateTrials(
               absl::StrCat("more than ", kMaxQueuedTrials,
                            " configurations would be queued; ask for fewer"));
         }
-        // The budget grows to fit, and a finished study opens again.
-        v1::Study& study = entry->study;
+        // The budget grows to fit, and a finished study opens again: in a
+        // copy, which becomes the study once it is written (issue 33: the
+        // memory was changed first, and stayed ahead of a failed write).
+        v1::Study study = entry->study;
         const int64_t needed = int64_t(entry->trials.size()) +
                                study.queue_size() + int64_t(items.size());
         if (needed > study.spec().budget().max_trials()) {
@@ -898,9 +900,12 @@ Reply<std::vector<v1::QueuedTrial>> SchedulerCore::ReevaluateTrials(
         if (study.state() == v1::STUDY_COMPLETED) {
           study.set_state(v1::STUDY_ACTIVE);
         }
+        DIAL_RETURN_IF_ERROR(
+            Enqueue(*entry, std::move(study), items, who, "ReevaluateTrials"));
         entry->exhausted = false;
-        DIAL_RETURN_IF_ERROR(Enqueue(*entry, items, who, "ReevaluateTrials"));
-        if (max_trials) *max_trials = study.spec().budget().max_trials();
+        if (max_trials) {
+          *max_trials = entry->study.spec().budget().max_trials();
+        }
         return items;
       });
 }

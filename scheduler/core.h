@@ -419,8 +419,11 @@ class SchedulerCore {
   void Audit(const auth::Principal& who, const std::string& action,
              const std::string& study, const std::string& detail)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Appends `items` to the study's queue (ids set), saves and audits it.
-  absl::Status Enqueue(StudyEntry& entry, std::vector<v1::QueuedTrial>& items,
+  // Appends `items` (ids set) to the queue of `updated` (the entry's study
+  // with any other change the caller makes), saves it, and only then makes
+  // it the entry's study and audits it: a failed write changes nothing.
+  absl::Status Enqueue(StudyEntry& entry, v1::Study updated,
+                       std::vector<v1::QueuedTrial>& items,
                        const auth::Principal& who, const std::string& action)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

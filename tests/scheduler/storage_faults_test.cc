@@ -181,6 +181,46 @@ TEST_F(StorageFaultsTest, AStopThatCouldNotBeSavedIsSavedByTheRetriedReport) {
   EXPECT_EQ(core_->GetTrial("s", n)->metric_history_size(), 1);
 }
 
+// Issue 33: ReevaluateTrials raised max_trials, reopened the COMPLETED
+// study and forgot that its space was exhausted in memory before the
+// study's write; when that write failed, memory stayed ahead of the disk.
+TEST_F(StorageFaultsTest, AFailedReevaluationChangesNothing) {
+  ASSERT_TRUE(core_->CreateStudy(AskTellSpec(1)).ok());
+  auto asked = core_->SuggestTrials("s", 1, "c");
+  ASSERT_TRUE(asked.ok());
+  ASSERT_TRUE(core_->CompleteTrial("s", 0, M(1.0), "").ok());
+  auto before = core_->GetStudy("s");
+  ASSERT_TRUE(before.ok());
+  ASSERT_EQ(before->state(), v1::STUDY_COMPLETED);
+
+  store_.FailWrites();
+  auto refused = core_->ReevaluateTrials("s", 1, 2);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  auto after = core_->GetStudy("s");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->state(), v1::STUDY_COMPLETED);
+  EXPECT_EQ(after->spec().budget().max_trials(), 1);
+  EXPECT_EQ(after->queue_size(), 0);
+  auto stored = store_.inner().GetStudy("s");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->state(), after->state());
+  EXPECT_EQ(stored->spec().budget().max_trials(),
+            after->spec().budget().max_trials());
+  // Nothing to ask for: the study is still over.
+  store_.Heal();
+  auto none = core_->SuggestTrials("s", 1, "d");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->trials.empty());
+  EXPECT_TRUE(none->done);
+
+  // Healed, the same call works.
+  auto queued = core_->ReevaluateTrials("s", 1, 2);
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  EXPECT_EQ(queued->size(), 2u);
+  EXPECT_EQ(core_->GetStudy("s")->state(), v1::STUDY_ACTIVE);
+  EXPECT_EQ(core_->GetStudy("s")->spec().budget().max_trials(), 3);
+}
+
 TEST_F(StorageFaultsTest, ACompletionIsAcknowledgedBeforeTheStudysEndIsSaved) {
   ASSERT_TRUE(core_->CreateStudy(AskTellSpec(1)).ok());
   auto asked = core_->SuggestTrials("s", 1, "c");
