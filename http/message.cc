@@ -129,25 +129,27 @@ std::optional<Response> CheckBodyHeaders(const Request& head,
                                          size_t max_body_bytes) {
   Response refused;
   refused.set_header("Connection", "close");
-  const std::string encoding = absl::AsciiStrToLower(
-      absl::StripAsciiWhitespace(head.header("Content-Encoding")));
-  if (!encoding.empty() && encoding != "identity") {
-    refused.status = 415;
-    refused.set_content(
-        absl::StrCat("Content-Encoding: '", encoding.substr(0, 64),
-                     "' is not accepted; send the body uncompressed\n"),
-        "text/plain");
-    return refused;
-  }
-  const std::string transfer = absl::AsciiStrToLower(
-      absl::StripAsciiWhitespace(head.header("Transfer-Encoding")));
-  if (!transfer.empty() && transfer != "identity") {
-    refused.status = 411;
-    refused.set_content(
-        "Transfer-Encoding: chunked bodies are not accepted; send "
-        "Content-Length\n",
-        "text/plain");
-    return refused;
+  // Every such header counts (a second one could say what the first did
+  // not), and any Transfer-Encoding at all is refused.
+  for (const auto& [name, value] : head.headers) {
+    const std::string v =
+        absl::AsciiStrToLower(absl::StripAsciiWhitespace(value));
+    if (SameName(name, "Content-Encoding") && !v.empty() && v != "identity") {
+      refused.status = 415;
+      refused.set_content(
+          absl::StrCat("Content-Encoding: '", v.substr(0, 64),
+                       "' is not accepted; send the body uncompressed\n"),
+          "text/plain");
+      return refused;
+    }
+    if (SameName(name, "Transfer-Encoding")) {
+      refused.status = 411;
+      refused.set_content(
+          "Transfer-Encoding: chunked bodies are not accepted; send "
+          "Content-Length\n",
+          "text/plain");
+      return refused;
+    }
   }
   if (head.has_header("Content-Length")) {
     size_t length = 0;
@@ -237,7 +239,9 @@ void ServeFile(const std::string& dir, const std::string& path,
                Response& response) {
   std::string relative = path.substr(1);
   if (relative.empty() || relative.back() == '/') relative += "index.html";
-  absl::StatusOr<ScopedFd> fd = OpenBeneath(dir, relative, O_RDONLY);
+  // O_NONBLOCK: a FIFO put there would otherwise block the thread.
+  absl::StatusOr<ScopedFd> fd =
+      OpenBeneath(dir, relative, O_RDONLY | O_NONBLOCK);
   struct stat st {};
   if (!fd.ok() || fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     response.status = 404;

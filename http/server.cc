@@ -7,6 +7,8 @@
 // std::string_view in Beast's interfaces.
 #define BOOST_BEAST_USE_STD_STRING_VIEW 1
 
+#include <sys/socket.h>
+
 #include <atomic>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -16,11 +18,13 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -53,18 +57,27 @@ struct Route {
   Handler handler;
 };
 
-// Collects what a stream's producer writes in one call.
+// Whether the client of a stream has gone (set on the I/O thread).
+struct ClientWatch {
+  std::atomic<bool> gone{false};
+  std::function<void()> cancel;
+};
+
+// Collects what a stream's producer writes in one call; refuses once the
+// client has gone.
 class BufferSink : public Sink {
  public:
-  BufferSink(std::string& out, bool open) : out_(out), open_(open) {}
+  BufferSink(std::string& out, const std::atomic<bool>& gone)
+      : out_(out), gone_(gone) {}
   bool Write(absl::string_view data) override {
-    if (open_) out_.append(data.data(), data.size());
-    return open_;
+    if (gone_) return false;
+    out_.append(data.data(), data.size());
+    return true;
   }
 
  private:
   std::string& out_;
-  bool open_;
+  const std::atomic<bool>& gone_;
 };
 
 // After refusing a request whose rest is unread: closing at once would
@@ -106,7 +119,13 @@ struct Server::Impl {
         [this, fn = std::move(fn)](auto handler) mutable {
           net::post(pool, [this, fn = std::move(fn),
                            handler = std::move(handler)]() mutable {
-            fn();
+            // An exception here would end the process (asio's pool calls
+            // std::terminate); callers start from a failed result (500,
+            // kFail), which is what stands then.
+            try {
+              fn();
+            } catch (...) {
+            }
             net::post(io, std::move(handler));
           });
         },
@@ -141,16 +160,23 @@ struct Server::Impl {
       } else {
         response = Plain(404, "not found");
       }
-    } catch (const std::exception& e) {
+      if (!response.next && response.body.size() >= 256 &&
+          !response.header("Content-Encoding").size() &&
+          Compressible(response.header("Content-Type")) &&
+          AcceptsGzip(request.header("Accept-Encoding"))) {
+        response.body = Gzip(response.body);
+        response.set_header("Content-Encoding", "gzip");
+        response.set_header("Vary", "Accept-Encoding");
+      }
+    } catch (...) {
+      // A stream set up before the throw still gets its clean-up.
+      if (response.closed) {
+        try {
+          response.closed();
+        } catch (...) {
+        }
+      }
       response = Plain(500, "internal error");
-    }
-    if (!response.next && response.body.size() >= 256 &&
-        !response.header("Content-Encoding").size() &&
-        Compressible(response.header("Content-Type")) &&
-        AcceptsGzip(request.header("Accept-Encoding"))) {
-      response.body = Gzip(response.body);
-      response.set_header("Content-Encoding", "gzip");
-      response.set_header("Vary", "Accept-Encoding");
     }
     return response;
   }
@@ -241,14 +267,34 @@ awaitable<bool> Server::Impl::Send(Stream& stream, const Request& request,
   lowest.expires_after(Steady(options.limits.write_timeout));
   co_await bhttp::async_write_header(
       stream, serializer, net::redirect_error(net::use_awaitable, ec));
+  // Nothing is read while a stream runs, so a client that goes would be
+  // noticed only at the next write (a quiet watch: minutes, holding its
+  // slot). The socket is watched instead: at its end the sink says so and
+  // the producer's `cancel` wakes it.
+  auto watch = std::make_shared<ClientWatch>();
+  watch->cancel = response.cancel;
+  if (!ec && !head_only) {
+    const int fd = lowest.socket().native_handle();
+    lowest.socket().async_wait(
+        tcp::socket::wait_read, [watch, fd](const beast::error_code& e) {
+          if (e) return;  // cancelled: the stream ended first
+          char byte;
+          const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            watch->gone = true;
+            if (watch->cancel) watch->cancel();
+          }
+        });
+  }
   bool complete = false;
-  while (!ec && !head_only && !stopping) {
+  while (!ec && !head_only && !stopping && !watch->gone) {
     std::string chunk;
     StreamStep step = StreamStep::kFail;
     co_await OnPool([&] {
-      BufferSink sink(chunk, true);
+      BufferSink sink(chunk, watch->gone);
       step = response.next(sink);
     });
+    if (watch->gone) break;
     if (!chunk.empty()) {
       lowest.expires_after(Steady(options.limits.write_timeout));
       co_await net::async_write(stream, bhttp::make_chunk(net::buffer(chunk)),
@@ -263,6 +309,8 @@ awaitable<bool> Server::Impl::Send(Stream& stream, const Request& request,
       break;
     }
   }
+  beast::error_code ignored;
+  lowest.socket().cancel(ignored);  // the watch, if still waiting
   if (response.closed) co_await OnPool([&] { response.closed(); });
   co_return complete&& keep_alive;
 }
@@ -280,7 +328,10 @@ awaitable<void> Server::Impl::Serve(Stream& stream, std::string remote) {
     // answers 413), not by the parser, which would fail the head.
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     beast::error_code ec;
-    lowest.expires_after(Steady(limits.head_timeout));
+    if (stopping) co_return;
+    // The first head's deadline runs from the connection (a TLS handshake
+    // set it already); each later one from the end of the last answer.
+    if (served > 0 || !tls) lowest.expires_after(Steady(limits.head_timeout));
     co_await bhttp::async_read_header(
         stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
     if (ec == bhttp::error::header_limit ||
@@ -322,6 +373,11 @@ awaitable<void> Server::Impl::Serve(Stream& stream, std::string remote) {
       early = Plain(400, "request target: not a path, or a bad %-escape");
     }
     if (!early) early = CheckBodyHeaders(request, limits.max_body_bytes);
+    if (!early && parser.chunked()) {  // however the headers said it
+      Request chunked;
+      chunked.headers = {{"Transfer-Encoding", "chunked"}};
+      early = CheckBodyHeaders(chunked, limits.max_body_bytes);
+    }
     if (!early && options.check_head) early = options.check_head(request);
     if (early) {
       const bool body_follows =
@@ -354,6 +410,9 @@ awaitable<void> Server::Impl::Serve(Stream& stream, std::string remote) {
 
 awaitable<void> Server::Impl::Connection(tcp::socket socket,
                                          std::string remote) {
+  // Stop's closing of every live connection may have run before this
+  // coroutine started: it would not have seen this one.
+  if (stopping) co_return;
   beast::tcp_stream plain(std::move(socket));
   if (!tls) {
     Live live(*this, plain);
@@ -361,6 +420,7 @@ awaitable<void> Server::Impl::Connection(tcp::socket socket,
   } else {
     beast::ssl_stream<beast::tcp_stream> secure(std::move(plain), *tls);
     Live live(*this, beast::get_lowest_layer(secure));
+    // The handshake and the first request's head share one deadline.
     beast::get_lowest_layer(secure).expires_after(
         Steady(options.limits.head_timeout));
     beast::error_code ec;
@@ -377,7 +437,13 @@ awaitable<void> Server::Impl::Accept() {
     tcp::socket socket = co_await acceptor->async_accept(
         net::redirect_error(net::use_awaitable, ec));
     if (ec == net::error::operation_aborted || stopping) co_return;
-    if (ec) continue;  // e.g. out of descriptors: the next one may do
+    if (ec) {
+      // E.g. out of descriptors: the connection stays in the backlog, and
+      // accepting again at once would spin. A moment, then again.
+      net::steady_timer pause(io, std::chrono::milliseconds(100));
+      co_await pause.async_wait(net::redirect_error(net::use_awaitable, ec));
+      continue;
+    }
     beast::error_code ignored;
     tcp::endpoint peer = socket.remote_endpoint(ignored);
     net::ip::address address = peer.address();

@@ -74,6 +74,10 @@ struct Response {
   // after, whatever happened.
   std::function<StreamStep(Sink&)> next;
   std::function<void()> closed;
+  // Called (on another thread, while `next` may be blocked waiting for
+  // something to send) when the client of a stream has gone: `next` should
+  // return soon. Optional.
+  std::function<void()> cancel;
 
   void set_content(std::string content, std::string content_type);
   void set_header(std::string name, std::string value);  // replaces

@@ -688,6 +688,8 @@ void HttpApi::Install(http::Server& server) {
           RemoveStream(&watch->ctx);
           release();
         });
+    // The client went: the blocked Read returns, and the slot is free.
+    res.cancel = [watch] { watch->ctx.TryCancel(); };
   });
 
   server.Post("/api/v1/*", [this, stub](const http::Request& req,

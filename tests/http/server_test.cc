@@ -179,6 +179,14 @@ TEST_F(HttpServerTest, BodiesAreJudgedFromTheirHeaders) {
   EXPECT_EQ(CheckBodyHeaders(head, 100)->status, 411);
   head.headers = {{"Content-Length", "101"}};
   EXPECT_EQ(CheckBodyHeaders(head, 100)->status, 413);
+  // A second header of the kind counts too (the parser would have read
+  // the body as chunked while the check saw only the first).
+  head.headers = {{"Transfer-Encoding", "identity"},
+                  {"Transfer-Encoding", "chunked"}};
+  EXPECT_EQ(CheckBodyHeaders(head, 100)->status, 411);
+  head.headers = {{"Content-Encoding", "identity"},
+                  {"Content-Encoding", "gzip"}};
+  EXPECT_EQ(CheckBodyHeaders(head, 100)->status, 415);
   head.headers = {{"Content-Length", "ten"}};
   EXPECT_EQ(CheckBodyHeaders(head, 100)->status, 400);
   head.headers = {{"Content-Length", "100"}};
@@ -221,6 +229,78 @@ TEST_F(HttpServerTest, TlsWithClientCertificates) {
   Server bad(broken);
   absl::StatusOr<int> refused = bad.Start();
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A client that leaves a quiet stream: its producer is woken (cancel) and
+// cleaned up (closed) at once, not at its next write minutes later, which
+// held an event stream's slots after every dashboard reload.
+TEST_F(HttpServerTest, AStreamWhoseClientLeavesIsCancelled) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  Server server(options);
+  auto woken = std::make_shared<absl::Notification>();
+  absl::Notification closed, first_sent;
+  server.Get("/quiet", [&, woken](const Request&, Response& res) {
+    auto sent = std::make_shared<bool>(false);
+    res.set_stream(
+        "text/event-stream",
+        [woken, sent, &first_sent](Sink& sink) {
+          if (!*sent) {
+            *sent = true;
+            sink.Write("data: hello\n\n");
+            first_sent.Notify();
+            return StreamStep::kMore;
+          }
+          woken->WaitForNotification();  // nothing new: wait to be woken
+          return StreamStep::kDone;
+        },
+        [&closed] { closed.Notify(); });
+    res.cancel = [woken] {
+      if (!woken->HasBeenNotified()) woken->Notify();
+    };
+  });
+  absl::StatusOr<int> port = server.Start();
+  ASSERT_TRUE(port.ok());
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(*port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+  const std::string get = "GET /quiet HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  ASSERT_GT(send(fd, get.data(), get.size(), MSG_NOSIGNAL), 0);
+  // Until the first event has arrived: the producer is then waiting.
+  std::string got;
+  char buffer[4096];
+  pollfd p{fd, POLLIN, 0};
+  while (got.find("hello") == std::string::npos && poll(&p, 1, 10000) == 1) {
+    const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
+    if (n <= 0) break;
+    got.append(buffer, static_cast<size_t>(n));
+  }
+  ASSERT_THAT(got, HasSubstr("hello"));
+  first_sent.WaitForNotification();
+  close(fd);  // the client goes while the producer waits
+  EXPECT_TRUE(woken->WaitForNotificationWithTimeout(absl::Seconds(10)))
+      << "the producer was never woken";
+  EXPECT_TRUE(closed.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  if (!woken->HasBeenNotified()) woken->Notify();  // let Stop finish
+}
+
+// Any exception from a handler is a 500, not the end of the process
+// (asio's pool terminates on one; only std::exception was caught).
+TEST_F(HttpServerTest, AThrowingHandlerIsA500) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  Server server(options);
+  server.Get("/throws", [](const Request&, Response&) { throw 42; });
+  absl::StatusOr<int> port = server.Start();
+  ASSERT_TRUE(port.ok());
+  httplib::Client c("127.0.0.1", *port);
+  auto r = c.Get("/throws");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500);
+  EXPECT_EQ(c.Get("/throws")->status, 500);
 }
 
 TEST_F(HttpServerTest, StopWaitsForARunningHandler) {
