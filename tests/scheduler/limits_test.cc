@@ -17,6 +17,7 @@
 #include "scheduler/request_checks.h"
 #include "scheduler/server.h"
 #include "storage/memory_study_store.h"
+#include "tests/scheduler/test_util.h"
 
 namespace dial::scheduler {
 namespace {
@@ -73,104 +74,6 @@ TEST(RequestChecksTest, ReportsAreCappedByTheLimits) {
   EXPECT_FALSE(CheckReport(1, ManyMetrics(3, 2), "", small).ok());
   EXPECT_THAT(CheckMetrics(ManyMetrics(1, 5), "metrics", small).message(),
               HasSubstr("metric names must be 1-4 characters"));
-}
-
-v1::StudySpec BigSpec(size_t filler_bytes) {
-  auto spec = ParseStudySpec(R"(
-name: big
-objective: {metric: loss, goal: MINIMIZE}
-search_space:
-  - {name: x, float: {min: 0, max: 1}}
-budget: {max_trials: 1000, max_parallel_trials: 2}
-)");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  // Bulk that no event needs: many long categorical values (a trial
-  // carries only the one it got).
-  auto* c = spec->add_search_space();
-  c->set_name("c");
-  for (size_t i = 0; i * 100 < filler_bytes || i < 1; ++i) {
-    std::string value = std::to_string(i);
-    value.resize(100, 'v');
-    c->mutable_categorical()->add_values(value);
-  }
-  return *spec;
-}
-
-// Finding: every event carried the whole spec, so four watchers that
-// never read, on a study with a 1 MB spec, held 570 MB after 150 reports.
-// The hub strips what it queues: the spec down to objective and budget,
-// trials without history or lease token.
-TEST(EventHubTest, QueuedEventsCarryNoSpec) {
-  EventHub hub;
-  std::vector<v1::StudyEvent> seen;
-  v1::StudyEvent snapshot;
-  snapshot.set_kind(v1::StudyEvent::SNAPSHOT);
-  *snapshot.mutable_study()->mutable_spec() = BigSpec(200000);
-  hub.Add(
-      "big", [&](const v1::StudyEvent& e) { seen.push_back(e); }, snapshot);
-
-  v1::StudyEvent event;
-  event.set_kind(v1::StudyEvent::TRIAL_REPORTED);
-  v1::Study& study = *event.mutable_study();
-  study.set_name("big");
-  *study.mutable_spec() = BigSpec(200000);
-  study.set_state(v1::STUDY_ACTIVE);
-  (*study.mutable_trial_counts())["RUNNING"] = 1;
-  study.set_trials_created(1);
-  study.set_owner("alice");
-  v1::Trial& trial = *event.mutable_trial();
-  trial.set_number(4);
-  trial.set_lease_token("secret");
-  for (int step = 0; step < 100; ++step) {
-    auto* point = trial.add_metric_history();
-    point->set_step(step);
-    (*point->mutable_metrics())["loss"] = step;
-  }
-  *event.mutable_best_trial() = trial;
-  hub.Publish("big", event);
-  hub.Deliver();
-
-  ASSERT_EQ(seen.size(), 2u);
-  for (const v1::StudyEvent& e : seen) {
-    EXPECT_LT(e.ByteSizeLong(), 1000u) << e.kind();
-    EXPECT_EQ(e.study().spec().search_space_size(), 0);
-    EXPECT_FALSE(e.study().spec().has_searcher());
-    EXPECT_EQ(e.study().spec().objective().metric(), "loss");
-    EXPECT_EQ(e.study().spec().budget().max_trials(), 1000);
-  }
-  const v1::StudyEvent& got = seen[1];
-  EXPECT_EQ(got.study().name(), "big");
-  EXPECT_EQ(got.study().state(), v1::STUDY_ACTIVE);
-  EXPECT_EQ(got.study().trial_counts().at("RUNNING"), 1);
-  EXPECT_EQ(got.study().owner(), "alice");
-  EXPECT_EQ(got.trial().number(), 4);
-  EXPECT_EQ(got.trial().metric_history_size(), 0);
-  EXPECT_TRUE(got.trial().lease_token().empty());
-  EXPECT_EQ(got.best_trial().metric_history_size(), 0);
-  EXPECT_TRUE(got.best_trial().lease_token().empty());
-}
-
-TEST(EventHubTest, EventStudyKeepsAllButTheSpec) {
-  v1::Study study;
-  study.set_name("s");
-  *study.mutable_spec() = BigSpec(1000);
-  study.set_state(v1::STUDY_COMPLETED);
-  study.mutable_create_time()->set_seconds(5);
-  study.mutable_update_time()->set_seconds(6);
-  (*study.mutable_trial_counts())["COMPLETED"] = 3;
-  study.set_trials_created(3);
-  study.set_owner("bob");
-  v1::Study expected = study;
-  v1::StudySpec small;
-  *small.mutable_objective() = study.spec().objective();
-  *small.mutable_budget() = study.spec().budget();
-  *expected.mutable_spec() = small;
-  EXPECT_EQ(EventStudy(study).SerializeAsString(),
-            expected.SerializeAsString());
-  // A new field of v1::Study must be copied by EventStudy (or left out on
-  // purpose): this count makes whoever adds one look. Left out: queue,
-  // prior_trials and next_queue_id (issue 20), which can be large.
-  EXPECT_EQ(v1::Study::descriptor()->field_count(), 11);
 }
 
 class WatchLimitsTest : public ::testing::Test {

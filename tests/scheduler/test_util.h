@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
+#include "common/spec.h"
 #include "scheduler/core.h"
 #include "searchers/searcher.h"
 #include "storage/testing/temp_dir.h"
@@ -32,6 +33,28 @@ inline searchers::Metrics Metric(const std::string& name, double v) {
   searchers::Metrics m;
   m[name] = v;
   return m;
+}
+
+// A spec of about `filler_bytes` (long categorical values no event needs).
+inline v1::StudySpec BigSpec(size_t filler_bytes) {
+  auto spec = ParseStudySpec(R"(
+name: big
+objective: {metric: loss, goal: MINIMIZE}
+search_space:
+  - {name: x, float: {min: 0, max: 1}}
+budget: {max_trials: 1000, max_parallel_trials: 2}
+)");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  // Bulk that no event needs: many long categorical values (a trial
+  // carries only the one it got).
+  auto* c = spec->add_search_space();
+  c->set_name("c");
+  for (size_t i = 0; i * 100 < filler_bytes || i < 1; ++i) {
+    std::string value = std::to_string(i);
+    value.resize(100, 'v');
+    c->mutable_categorical()->add_values(value);
+  }
+  return *spec;
 }
 
 // A fresh directory per test (dir_), removed afterwards with everything in
