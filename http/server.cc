@@ -57,6 +57,49 @@ struct Route {
   Handler handler;
 };
 
+// Bytes of request bodies held at once, across connections (on the I/O
+// thread only).
+class BodyBudget {
+ public:
+  explicit BodyBudget(size_t limit) : limit_(limit) {}
+  // A share of the budget, given back when it goes.
+  class Share {
+   public:
+    Share(BodyBudget& budget, size_t bytes) : budget_(&budget) {
+      if (budget.used_ + bytes <= budget.limit_) {
+        budget.used_ += bytes;
+        bytes_ = bytes;
+        granted_ = true;
+      }
+    }
+    Share(Share&& other) noexcept { *this = std::move(other); }
+    Share& operator=(Share&& other) noexcept {
+      if (this != &other) {
+        Return();
+        budget_ = other.budget_;
+        bytes_ = std::exchange(other.bytes_, 0);
+        granted_ = other.granted_;
+      }
+      return *this;
+    }
+    ~Share() { Return(); }
+    bool granted() const { return granted_; }
+
+   private:
+    void Return() {
+      if (budget_ != nullptr) budget_->used_ -= bytes_;
+      bytes_ = 0;
+    }
+    BodyBudget* budget_ = nullptr;
+    size_t bytes_ = 0;
+    bool granted_ = false;
+  };
+
+ private:
+  const size_t limit_;
+  size_t used_ = 0;
+};
+
 // Whether the client of a stream has gone (set on the I/O thread).
 struct ClientWatch {
   std::atomic<bool> gone{false};
@@ -217,6 +260,7 @@ struct Server::Impl {
   std::map<std::string, int> per_address;
   int connections = 0;
   std::set<beast::tcp_stream*> live;
+  BodyBudget body_budget{options.limits.max_body_bytes_in_flight};
   absl::Notification drained;  // Stop: every connection has ended
   // Last: destroyed first, with the coroutines it still holds.
   net::io_context io;
@@ -387,7 +431,23 @@ awaitable<void> Server::Impl::Serve(Stream& stream, std::string remote) {
       if (body_follows) co_await Linger(stream);
       co_return;
     }
+    // The bodies being read or handled share one budget, so that many
+    // connections with 8 MiB bodies cannot take gigabytes between them.
+    BodyBudget::Share share(body_budget, 0);
     if (parser.content_length().value_or(0) > 0) {
+      share = BodyBudget::Share(body_budget, *parser.content_length());
+      if (!share.granted()) {
+        Response busy =
+            Plain(503, absl::StrCat("the server is reading as many request "
+                                    "bodies as it may (",
+                                    limits.max_body_bytes_in_flight,
+                                    " bytes); try again shortly"));
+        busy.set_header("Retry-After", "1");
+        busy.set_header("Connection", "close");
+        co_await Send(stream, request, busy, false);
+        co_await Linger(stream);
+        co_return;
+      }
       if (absl::EqualsIgnoreCase(request.header("Expect"), "100-continue")) {
         lowest.expires_after(Steady(limits.write_timeout));
         bhttp::response<bhttp::empty_body> go{bhttp::status::continue_, 11};

@@ -92,6 +92,9 @@ using Handler = std::function<void(const Request&, Response&)>;
 struct Limits {
   size_t max_head_bytes = 16 << 10;  // the request line and all headers
   size_t max_body_bytes = 8 << 20;
+  // Request bodies being read or handled at once, all connections
+  // together; a body that does not fit is answered 503 (Retry-After: 1).
+  size_t max_body_bytes_in_flight = 64 << 20;
   // The whole head of a request, from the connection (or the end of the
   // previous answer) to its last header line; idle kept-alive connections
   // close after it too.

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "http/message.h"
@@ -229,6 +230,72 @@ TEST_F(HttpServerTest, TlsWithClientCertificates) {
   Server bad(broken);
   absl::StatusOr<int> refused = bad.Start();
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Connects to 127.0.0.1:port; -1 on failure.
+int Dial(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Reads from `fd` until `until` appears, the server closes, or 10 s pass.
+std::string ReadUntil(int fd, const std::string& until) {
+  std::string got;
+  char buffer[4096];
+  pollfd p{fd, POLLIN, 0};
+  while (got.find(until) == std::string::npos && poll(&p, 1, 10000) == 1) {
+    const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
+    if (n <= 0) break;
+    got.append(buffer, static_cast<size_t>(n));
+  }
+  return got;
+}
+
+// The bodies read at once share a budget: 1,024 connections with 8 MiB
+// bodies each could otherwise hold 8 GiB before any of them is handled.
+TEST_F(HttpServerTest, BodiesReadAtOnceShareABudget) {
+  ServerOptions options;
+  options.limits.max_body_bytes_in_flight = 1 << 20;
+  const int port = Start(options);
+  const std::string body(800000, 'b');
+  auto head = [&](bool expect) {
+    return absl::StrCat(
+        "POST /echo/x HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+        "Content-Type: text/plain\r\nContent-Length: ", body.size(), "\r\n",
+        expect ? "Expect: 100-continue\r\n" : "", "\r\n");
+  };
+  // A's body is granted (the 100 Continue says so) but not sent yet.
+  const int a = Dial(port);
+  ASSERT_GE(a, 0);
+  const std::string a_head = head(true);
+  ASSERT_GT(send(a, a_head.data(), a_head.size(), MSG_NOSIGNAL), 0);
+  EXPECT_THAT(ReadUntil(a, "\r\n\r\n"), HasSubstr("100 Continue"));
+  // B's would pass the budget: refused before it is read.
+  const int b = Dial(port);
+  ASSERT_GE(b, 0);
+  const std::string b_head = head(false);
+  ASSERT_GT(send(b, b_head.data(), b_head.size(), MSG_NOSIGNAL), 0);
+  const std::string refused = ReadUntil(b, "\r\n\r\n");
+  EXPECT_THAT(refused, HasSubstr("HTTP/1.1 503"));
+  EXPECT_THAT(refused, HasSubstr("Retry-After: 1"));
+  close(b);
+  // A sends its body and is answered; then its share is free again.
+  ASSERT_EQ(send(a, body.data(), body.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(body.size()));
+  EXPECT_THAT(ReadUntil(a, "/echo/x:b"), HasSubstr("HTTP/1.1 200"));
+  close(a);
+  httplib::Client c("127.0.0.1", port);
+  auto later = c.Post("/echo/y", body, "text/plain");
+  ASSERT_TRUE(later);
+  EXPECT_EQ(later->status, 200);
 }
 
 // A client that leaves a quiet stream: its producer is woken (cancel) and
