@@ -522,8 +522,11 @@ awaitable<void> Server::Impl::Accept() {
             "Content-Type: text/plain\r\nContent-Length: ",
             says.size(), "\r\n\r\n", says);
       }();
-      socket.non_blocking(true, ignored);
-      socket.write_some(net::buffer(kBusy), ignored);
+      // Plain text means nothing to a TLS client: it is only closed.
+      if (!tls) {
+        socket.non_blocking(true, ignored);
+        socket.write_some(net::buffer(kBusy), ignored);
+      }
       socket.close(ignored);
       if (mine == 0) per_address.erase(remote);
       continue;
