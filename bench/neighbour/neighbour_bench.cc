@@ -29,6 +29,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/searchers/functions.h"
 #include "client/client.h"
 #include "common/spec.h"
 #include "tests/e2e/subprocess.h"
@@ -45,29 +46,6 @@ namespace dial::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Hartmann6 on the unit cube (minimum -3.32237).
-double Hartmann6(const std::vector<double>& x) {
-  static const double alpha[4] = {1.0, 1.2, 3.0, 3.2};
-  static const double a[4][6] = {{10, 3, 17, 3.5, 1.7, 8},
-                                 {0.05, 10, 17, 0.1, 8, 14},
-                                 {3, 3.5, 1.7, 10, 17, 8},
-                                 {17, 8, 0.05, 10, 0.1, 14}};
-  static const double p[4][6] = {
-      {0.1312, 0.1696, 0.5569, 0.0124, 0.8283, 0.5886},
-      {0.2329, 0.4135, 0.8307, 0.3736, 0.1004, 0.9991},
-      {0.2348, 0.1451, 0.3522, 0.2883, 0.3047, 0.6650},
-      {0.4047, 0.8828, 0.8732, 0.5743, 0.1091, 0.0381}};
-  double sum = 0;
-  for (int i = 0; i < 4; ++i) {
-    double inner = 0;
-    for (int j = 0; j < 6; ++j) {
-      inner += a[i][j] * (x[j] - p[i][j]) * (x[j] - p[i][j]);
-    }
-    sum += alpha[i] * std::exp(-inner);
-  }
-  return -sum;
-}
 
 struct Latencies {
   std::vector<double> ms;
@@ -126,14 +104,6 @@ Latencies AskAndTell(client::DialClient& c, const std::string& study,
   }
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return out;
-}
-
-std::vector<double> Xs(const v1::Trial& t) {
-  std::vector<double> x;
-  for (int i = 0; i < 6; ++i) {
-    x.push_back(t.params().at("x" + std::to_string(i)).double_value());
-  }
-  return x;
 }
 
 int RunOne(const std::string& threads) {
@@ -204,7 +174,8 @@ int RunOne(const std::string& threads) {
       if (!asked.ok() || asked->trials_size() != 1) return 1;
       const v1::Trial& t = asked->trials(0);
       if (!(*a_client)
-               ->CompleteTrial("a", t.number(), {{"loss", Hartmann6(Xs(t))}})
+               ->CompleteTrial("a", t.number(),
+                               {{"loss", Hartmann6(t.params())}})
                .ok()) {
         return 1;
       }
@@ -216,7 +187,7 @@ int RunOne(const std::string& threads) {
     const double y = t.params().at("y").double_value();
     return y * y;
   };
-  auto a_value = [](const v1::Trial& t) { return Hartmann6(Xs(t)); };
+  auto a_value = [](const v1::Trial& t) { return Hartmann6(t.params()); };
   const Latencies alone =
       AskAndTell(**b_client, "b", b_value, seconds, nullptr);
   std::atomic<bool> stop{false};

@@ -12,15 +12,10 @@
 #include "searchers/searcher.h"
 #include "searchers/trial_scheduler.h"
 #include "storage/memory_study_store.h"
+#include "tests/scheduler/test_util.h"
 
 namespace dial::scheduler {
 namespace {
-
-searchers::Metrics Loss(double v) {
-  searchers::Metrics m;
-  m["loss"] = v;
-  return m;
-}
 
 class TrialLifecycleTest : public ::testing::Test {
  protected:
@@ -85,7 +80,7 @@ TEST_F(TrialLifecycleTest, AReportIsStoredAndARepeatGetsItsDecisionAgain) {
       "s", [&](const v1::StudyEvent& e) { seen.push_back(e); },
       v1::StudyEvent());
   v1::Trial t = Start(0);
-  auto d = lifecycle_.RecordReport(*entry_, t, 5, Loss(0.5), "");
+  auto d = lifecycle_.RecordReport(*entry_, t, 5, Metric("loss", 0.5), "");
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->action(), v1::Decision::CONTINUE);
   EXPECT_EQ(Stored(0).last_step(), 5);
@@ -108,7 +103,7 @@ TEST_F(TrialLifecycleTest, FinishingTheLastTrialEndsTheStudy) {
   ASSERT_NO_FATAL_FAILURE(Create(1));
   v1::Trial t = Start(0);
   t.set_state(v1::COMPLETED);
-  *t.mutable_final_metrics() = Loss(0.25);
+  *t.mutable_final_metrics() = Metric("loss", 0.25);
   t.set_objective_value(0.25);
   ASSERT_TRUE(lifecycle_.Finalize(*entry_, t).ok());
   EXPECT_EQ(Stored(0).state(), v1::COMPLETED);
