@@ -9,9 +9,14 @@
 //   Dispatcher         parked AcquireTrial long polls
 //   CheckpointRetention which worker checkpoints are kept
 //   EventHub           watchers and ordered event delivery
-//   StudyExecutor      per-study suggestion work on a small pool (searchers
-//                      run there); a second one, one thread, deletes
-//                      checkpoints and purges deleted studies
+//   StudyLifecycle     create, update, stop, delete, enqueue, re-evaluate,
+//                      warm start, the audit log
+//   TrialMaker         suggestion work on per-study executors (searchers
+//                      run there: asks, top-ups, rebuilds), and deleting
+//                      checkpoints and purging deleted studies on its own
+//   Backups            database copies, one at a time, on their own thread
+//   pages.h            the read side's paging (studies, trials, history,
+//                      audit)
 // Every change is written through the StudyStore before memory mirrors it,
 // so a store error (UNAVAILABLE: disk full, I/O error) fails the call with
 // nothing changed and the same call succeeds once the store works again;
@@ -19,9 +24,9 @@
 // study) is retried later. On Create it rebuilds everything from the
 // store, so a restarted scheduler resumes every study where it was.
 //
-// Thread-safe: one mutex guards the state of every part but the event hub
-// and the executors (which have their own). The parts never call
-// back into the core: they leave effects in an outbox that the core
+// Thread-safe: one mutex guards the state of every part but the event hub,
+// the backups and the trial maker's executors (which have their own). The parts
+// never call back into the core: they leave effects in an outbox that the core
 // applies before releasing the lock (dispatch, top-ups, deletions) or runs
 // after releasing it (answers to parked calls); watchers are called after
 // it too. No callback ever runs under the core's lock.
@@ -47,18 +52,21 @@
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "dial/v1/service.pb.h"
+#include "scheduler/backups.h"
 #include "scheduler/checkpoint_quota.h"
 #include "scheduler/dispatcher.h"
 #include "scheduler/event_hub.h"
 #include "scheduler/limits.h"
 #include "scheduler/outbox.h"
+#include "scheduler/pages.h"
 #include "scheduler/reply.h"
 #include "scheduler/retention.h"
 #include "scheduler/study_entry.h"
-#include "scheduler/study_executor.h"
+#include "scheduler/study_lifecycle.h"
 #include "scheduler/study_loader.h"
 #include "scheduler/study_registry.h"
 #include "scheduler/trial_lifecycle.h"
+#include "scheduler/trial_maker.h"
 #include "scheduler/worker_registry.h"
 #include "searchers/importance.h"
 #include "searchers/searcher.h"
@@ -94,32 +102,11 @@ struct SchedulerCoreOptions {
   metrics::Histogram* fit_seconds = nullptr;
 };
 
-struct AuditPage {
-  std::vector<v1::AuditEvent> events;
-  std::string next_page_token;
-};
-
-struct StudyPage {
-  std::vector<v1::Study> studies;
-  std::string next_page_token;
-};
-
-struct TrialPage {
-  std::vector<v1::Trial> trials;
-  std::string next_page_token;
-};
-
-struct Suggestion {
-  std::vector<v1::Trial> trials;
-  bool done = false;
-  v1::StudyState study_state = v1::STUDY_STATE_UNSPECIFIED;
-};
-
 class SchedulerCore {
  public:
   using WatchCallback = EventHub::Callback;
   using AcquireCallback = scheduler::AcquireCallback;
-  using SuggestCallback = std::function<void(Reply<Suggestion>)>;
+  using SuggestCallback = scheduler::SuggestCallback;
 
   // Loads and rebuilds every study from the store. Errors from the store
   // are returned as they are.
@@ -187,7 +174,7 @@ class SchedulerCore {
       const std::string& name, int32_t top, int32_t seeds,
       const auth::Principal& who = auth::Anonymous(),
       int32_t* max_trials = nullptr);
-  static constexpr int64_t kMaxQueuedTrials = 1000;
+  static constexpr int64_t kMaxQueuedTrials = StudyLifecycle::kMaxQueuedTrials;
   // What /metrics shows of the core, read under the lock.
   struct Gauges {
     // Per study: trials by state.
@@ -371,37 +358,6 @@ class SchedulerCore {
   // The outbox's effects that run under the lock.
   void ApplyEffects() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DispatchNow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Asks the suggestion thread to top up a worker-run study's PENDING
-  // trials (see FillPending).
-  void ScheduleFill(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Deletes checkpoints on the suggestion thread once `ticket` is durable:
-  // were the write that made them obsolete lost, the reloaded study would
-  // still name them.
-  void DeleteWhenDurable(std::vector<DoomedCheckpoint> doomed,
-                         WriteTicket ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Suggestion thread: waits for `ticket`, then deletes `ids` from the
-  // checkpoint store and the store's index.
-  void DeleteCheckpoints(const std::vector<DoomedCheckpoint>& doomed,
-                         WriteTicket ticket) ABSL_LOCKS_EXCLUDED(mu_);
-  // Suggestion thread only: a new trial from the searcher (run without the
-  // lock), saved; nullopt when the space is exhausted or the budget closed
-  // meanwhile. *ticket: the ticket of its last lock.
-  absl::StatusOr<std::optional<v1::Trial>> NewTrial(
-      const std::shared_ptr<StudyEntry>& entry, v1::TrialState state,
-      const std::string& client_id, WriteTicket* ticket)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Frees `entry` (if given) and purges deleted studies' rows from the
-  // store, on the suggestion thread: both are O(trials).
-  void PurgeLater(std::shared_ptr<StudyEntry> entry)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Suggestion thread only: worker-run studies keep max_parallel_trials
-  // PENDING or running trials.
-  void FillPending(const std::shared_ptr<StudyEntry>& entry)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // The ask/tell suggestion itself (suggestion thread).
-  void Suggest(const std::shared_ptr<StudyEntry>& entry, int32_t count,
-               const std::string& client_id, const SuggestCallback& done)
-      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status LoseWorker(const std::string& worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The study, if `who` may read it (kRead) or change it (kWrite); NOT_FOUND
@@ -415,18 +371,6 @@ class SchedulerCore {
   absl::Status CheckWorker(const auth::Principal& who,
                            const std::string& worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records an action in the audit log; a failure to write it is logged.
-  void Audit(const auth::Principal& who, const std::string& action,
-             const std::string& study, const std::string& detail)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Appends `items` (ids set) to the queue of `updated` (the entry's study
-  // with any other change the caller makes), saves it, and only then makes
-  // it the entry's study and audits it: a failed write changes nothing.
-  absl::Status Enqueue(StudyEntry& entry, v1::Study updated,
-                       std::vector<v1::QueuedTrial>& items,
-                       const auth::Principal& who, const std::string& action)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   storage::StudyStore* const store_;
   storage::Durability* const durability_;  // null: durable on return
   storage::CheckpointStore* const checkpoints_;
@@ -445,14 +389,12 @@ class SchedulerCore {
   CheckpointQuota quota_ ABSL_GUARDED_BY(mu_);
   TrialLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // The latest backup's thread; joined by the next backup or at the end.
-  std::thread backup_thread_ ABSL_GUARDED_BY(mu_);
-  bool backup_running_ ABSL_GUARDED_BY(mu_) = false;
+  StudyLifecycle study_lifecycle_ ABSL_GUARDED_BY(mu_);
 
   EventHub events_;
-  // Last: their threads run tasks that use everything above.
-  StudyExecutor housekeeping_{1};  // checkpoint deletion, purges
-  StudyExecutor suggestions_;      // by study
+  Backups backups_;
+  // Last: its threads run tasks that use everything above.
+  TrialMaker maker_;
 };
 
 }  // namespace dial::scheduler

@@ -73,8 +73,8 @@ Reply<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
         for (const auto& [study, number] : workers_.Unacknowledged(running)) {
           auto entry = studies_.Shared(study);
           if (!entry) continue;
-          auto trial = entry->trials.find(number);
-          if (trial != entry->trials.end() &&
+          auto trial = entry->trials().find(number);
+          if (trial != entry->trials().end() &&
               trial->second.state() == v1::RUNNING &&
               trial->second.worker_id() == request.worker_id()) {
             lost.push_back({entry.get(), trial->second});
@@ -103,10 +103,7 @@ void SchedulerCore::AcquireTrial(const std::string& worker_id,
   // Top-ups that failed on the store (a full disk) are retried while
   // workers ask for work, so the studies move again once the store heals.
   for (const auto& [name, entry] : studies_.all()) {
-    if (entry->fill_failed) {
-      entry->fill_failed = false;
-      outbox_.fills.insert(name);
-    }
+    if (entry->TakeFillFailed()) outbox_.fills.insert(name);
   }
   auto assignment = lifecycle_.Assign(studies_, worker_id, free_gpus);
   if (!assignment.ok() || assignment->has_value() ||
@@ -141,7 +138,7 @@ Reply<v1::Decision> SchedulerCore::ReportProgress(
     DIAL_RETURN_IF_ERROR(workers_.Touch(request.worker_id()));
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(request.study()));
     DIAL_ASSIGN_OR_RETURN(
-        v1::Trial * stored,
+        const v1::Trial* stored,
         lifecycle_.Fence(*entry, request.worker_id(), request.trial(),
                          request.attempt(), request.lease_token()));
     // A retry of the report just answered (its reply was lost), or a
@@ -179,7 +176,7 @@ StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request,
       outbox_.dispatch = true;
     }
     DIAL_ASSIGN_OR_RETURN(
-        v1::Trial * stored,
+        const v1::Trial* stored,
         lifecycle_.Fence(*entry, request.worker_id(), request.trial(),
                          request.attempt(), request.lease_token()));
     v1::Trial trial = *stored;
@@ -201,7 +198,7 @@ StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request,
     *trial.mutable_final_metrics() = request.final_metrics();
     if (error.empty()) {
       if (auto missing =
-              searchers::SetObjectiveValues(entry->study.spec(), trial)) {
+              searchers::SetObjectiveValues(entry->study().spec(), trial)) {
         error = absl::StrCat(
             "the trial finished without a finite value of the objective "
             "metric '",
@@ -222,7 +219,7 @@ StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request,
     trial.set_error(error.substr(0, 16384));
     trial.set_failures(trial.failures() + 1);
     if (trial.failures() <=
-        entry->study.spec().budget().max_failures_per_trial()) {
+        entry->study().spec().budget().max_failures_per_trial()) {
       DIAL_RETURN_IF_ERROR(lifecycle_.Requeue(*entry, trial));
       return true;
     }
@@ -251,7 +248,7 @@ absl::Status SchedulerCore::CheckUploader(const v1::TrialLease& lease,
                              .status());
     if (bytes >= 0) {
       DIAL_RETURN_IF_ERROR(
-          quota_.Check(entry->study.owner(), entry->name(), id, bytes));
+          quota_.Check(entry->study().owner(), entry->name(), id, bytes));
     }
     return true;
   });
@@ -267,7 +264,7 @@ Reply<bool> SchedulerCore::CheckpointUploaded(const v1::TrialLease& lease,
     DIAL_RETURN_IF_ERROR(workers_.Touch(lease.worker_id()));
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(lease.study()));
     DIAL_ASSIGN_OR_RETURN(
-        v1::Trial * stored,
+        const v1::Trial* stored,
         lifecycle_.FenceUpload(*entry, lease.worker_id(), lease.trial(),
                                lease.attempt(), lease.lease_token()));
     return lifecycle_.CheckpointUploaded(*entry, *stored, step, id);
@@ -278,9 +275,9 @@ absl::Status SchedulerCore::CheckCheckpointReader(const std::string& study,
                                                   const auth::Principal& who) {
   Reply<bool> reply = Locked<bool>([&]() -> absl::StatusOr<bool> {
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry, studies_.Find(study));
-    if (who.can_read(entry->study.owner())) return true;
+    if (who.can_read(entry->study().owner())) return true;
     if (who.role == auth::Role::kWorker) {
-      for (const auto& [number, trial] : entry->trials) {
+      for (const auto& [number, trial] : entry->trials()) {
         if (trial.state() == v1::RUNNING &&
             workers_.CheckOwner(trial.worker_id(), who.name, false).ok()) {
           return true;
@@ -298,7 +295,7 @@ absl::Status SchedulerCore::CheckCheckpointReader(const std::string& study,
 absl::Status SchedulerCore::LoseWorker(const std::string& worker_id) {
   std::vector<std::pair<StudyEntry*, v1::Trial>> lost;
   for (const auto& [name, entry] : studies_.all()) {
-    for (const auto& [number, trial] : entry->trials) {
+    for (const auto& [number, trial] : entry->trials()) {
       if (trial.state() == v1::RUNNING && trial.worker_id() == worker_id) {
         lost.push_back({entry.get(), trial});
       }
@@ -309,10 +306,7 @@ absl::Status SchedulerCore::LoseWorker(const std::string& worker_id) {
   }
   // Uploads it still had for trials that paused meanwhile never come.
   for (const auto& [name, entry] : studies_.all()) {
-    auto& uploading = entry->uploading;
-    for (auto it = uploading.begin(); it != uploading.end();) {
-      it = it->second.worker_id == worker_id ? uploading.erase(it) : ++it;
-    }
+    entry->ForgetUploadsOf(worker_id);
   }
   outbox_.dispatch = true;
   workers_.Forget(worker_id);

@@ -20,32 +20,30 @@ int64_t EndMs(const v1::Trial& t) {
 absl::StatusOr<std::shared_ptr<StudyEntry>> StudyLoader::Load(
     v1::Study study) const {
   const absl::Time start = absl::Now();
-  auto entry = std::make_shared<StudyEntry>();
-  entry->study = std::move(study);
-  DIAL_ASSIGN_OR_RETURN(entry->searcher, searchers_(entry->study.spec()));
-  DIAL_ASSIGN_OR_RETURN(entry->trial_scheduler,
-                        trial_schedulers_(entry->study.spec()));
-  entry->priors.Swap(entry->study.mutable_prior_trials());
-  for (const auto& t : entry->priors) entry->searcher->ObservePrior(t);
-  DIAL_ASSIGN_OR_RETURN(auto trials, store_->ListTrials(entry->name(), {}));
+  DIAL_ASSIGN_OR_RETURN(auto searcher, searchers_(study.spec()));
+  DIAL_ASSIGN_OR_RETURN(auto trial_scheduler, trial_schedulers_(study.spec()));
+  DIAL_ASSIGN_OR_RETURN(auto trials, store_->ListTrials(study.name(), {}));
   // Queued configurations that became trials before the queue's own
   // update reached the store (a crash in between) are gone from it.
   int64_t dequeued = 0;
   for (const auto& trial : trials) {
     dequeued = std::max(dequeued, trial.queue_id());
   }
-  auto* queue = entry->study.mutable_queue();
+  auto* queue = study.mutable_queue();
   while (!queue->empty() && queue->begin()->id() <= dequeued) {
     queue->erase(queue->begin());
   }
-  for (auto& trial : trials) entry->Mirror(std::move(trial));
+  auto entry = std::make_shared<StudyEntry>(Stored<v1::Study>(std::move(study)),
+                                            std::move(searcher),
+                                            std::move(trial_scheduler));
+  for (const auto& t : entry->priors()) entry->searcher().ObservePrior(t);
+  for (auto& trial : trials) entry->Mirror(Stored<v1::Trial>(std::move(trial)));
   trials.clear();
   DIAL_ASSIGN_OR_RETURN(int64_t replayed,
-                        Replay(entry->study, entry->trials, *entry->searcher,
-                               entry->trial_scheduler.get()));
-  entry->wants_reports = entry->searcher->WantsReports();
+                        Replay(entry->study(), entry->trials(),
+                               entry->searcher(), &entry->trial_scheduler()));
   spdlog::info("study {}: {} trials, {} reports replayed, loaded in {:.2f} s",
-               entry->name(), entry->trials.size(), replayed,
+               entry->name(), entry->trials().size(), replayed,
                absl::ToDoubleSeconds(absl::Now() - start));
   return entry;
 }

@@ -32,23 +32,22 @@ void StudyRegistry::Add(std::shared_ptr<StudyEntry> entry) {
 void StudyRegistry::Remove(const std::string& name) {
   auto it = studies_.find(name);
   if (it == studies_.end()) return;
-  it->second->deleted = true;
+  it->second->Drop(/*stale=*/false);
   studies_.erase(it);
 }
 
 void StudyRegistry::DropAll() {
   for (auto& [name, entry] : studies_) {
-    entry->deleted = true;  // queued work for the old entries does nothing
-    entry->stale = true;
+    entry->Drop(/*stale=*/true);  // queued work for them does nothing
   }
   studies_.clear();
 }
 
 absl::Status StudyRegistry::Gone(const StudyEntry& entry) {
-  if (entry.stale) {
+  if (entry.stale()) {
     return absl::UnavailableError("the scheduler reloaded its state; retry");
   }
-  if (entry.deleted) return absl::NotFoundError("the study was deleted");
+  if (entry.deleted()) return absl::NotFoundError("the study was deleted");
   return absl::OkStatus();
 }
 

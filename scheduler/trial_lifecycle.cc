@@ -26,9 +26,10 @@ std::string NewLeaseToken() {
 
 }  // namespace
 
-absl::StatusOr<v1::Trial*> FindTrial(StudyEntry& entry, int64_t number) {
-  auto it = entry.trials.find(number);
-  if (it == entry.trials.end()) {
+absl::StatusOr<const v1::Trial*> FindTrial(const StudyEntry& entry,
+                                           int64_t number) {
+  auto it = entry.trials().find(number);
+  if (it == entry.trials().end()) {
     return absl::NotFoundError(absl::StrCat("trial ", number, " of study '",
                                             entry.name(), "' not found"));
   }
@@ -48,18 +49,20 @@ google::protobuf::Timestamp TrialLifecycle::Now() const {
 
 absl::Status TrialLifecycle::SaveTrial(StudyEntry& entry,
                                        const v1::Trial& trial) {
-  DIAL_RETURN_IF_ERROR(p_.store->PutTrial(trial));
-  entry.Mirror(trial);
+  DIAL_ASSIGN_OR_RETURN(Stored<v1::Trial> stored,
+                        Save::Trial(*p_.store, trial));
+  entry.Mirror(std::move(stored));
   return absl::OkStatus();
 }
 
 absl::Status TrialLifecycle::SaveStudyState(StudyEntry& entry,
                                             v1::StudyState state) {
-  v1::Study updated = entry.study;
+  v1::Study updated = entry.study();
   updated.set_state(state);
   *updated.mutable_update_time() = Now();
-  DIAL_RETURN_IF_ERROR(p_.store->UpdateStudy(updated));
-  entry.study = std::move(updated);
+  DIAL_ASSIGN_OR_RETURN(Stored<v1::Study> stored,
+                        Save::Study(*p_.store, std::move(updated)));
+  entry.Apply(std::move(stored));
   return absl::OkStatus();
 }
 
@@ -90,7 +93,7 @@ std::optional<double> TrialLifecycle::RetentionScore(
            .ok()) {
     return std::nullopt;
   }
-  const auto& objective = entry.study.spec().objective();
+  const auto& objective = entry.study().spec().objective();
   auto value = metrics.find(objective.metric());
   double score = -std::numeric_limits<double>::infinity();
   if (value != metrics.end() && std::isfinite(value->second)) {
@@ -112,7 +115,7 @@ absl::StatusOr<int64_t> TrialLifecycle::CheckQuota(
   absl::StatusOr<int64_t> bytes = p_.checkpoints->SizeOf(checkpoint);
   if (!bytes.ok()) return 0;
   DIAL_RETURN_IF_ERROR(
-      p_.quota->Check(entry.study.owner(), entry.name(), checkpoint, *bytes));
+      p_.quota->Check(entry.study().owner(), entry.name(), checkpoint, *bytes));
   return *bytes;
 }
 
@@ -133,7 +136,7 @@ absl::Status TrialLifecycle::IndexCheckpoint(StudyEntry& entry,
   record.score = score;
   DIAL_RETURN_IF_ERROR(p_.store->PutCheckpoint(record));
   if (p_.quota != nullptr) {
-    p_.quota->Set(entry.study.owner(), entry.name(), checkpoint, bytes);
+    p_.quota->Set(entry.study().owner(), entry.name(), checkpoint, bytes);
   }
   return absl::OkStatus();
 }
@@ -162,48 +165,39 @@ absl::StatusOr<v1::Decision> TrialLifecycle::RecordReport(
     DIAL_RETURN_IF_ERROR(
         IndexCheckpoint(entry, trial, step, checkpoint, *score));
   }
-  DIAL_RETURN_IF_ERROR(p_.store->RecordReport(trial, point));
-  entry.Mirror(trial);
-  entry.unsaved_decisions.erase(trial.number());
+  DIAL_ASSIGN_OR_RETURN(Stored<v1::Trial> stored,
+                        Save::Report(*p_.store, trial, point));
+  entry.Mirror(std::move(stored));
+  entry.ForgetUnsaved(trial.number());
   if (uploading && !checkpoint.empty()) {
-    // A few per trial: uploads are coalesced, so older ones may never come.
-    auto& pending = entry.uploading;
-    pending[{trial.number(), step}] = {checkpoint, score, trial.worker_id()};
-    auto first = pending.lower_bound({trial.number(), 0});
-    int count = 0;
-    for (auto it = first;
-         it != pending.end() && it->first.first == trial.number(); ++it) {
-      ++count;
-    }
-    if (count > 8) pending.erase(first);
+    entry.AddUpload(trial.number(), step,
+                    {checkpoint, score, trial.worker_id()});
   }
-  if (entry.wants_reports) {
-    entry.unobserved_reports.push_back({trial, step, metrics});
-  }
+  entry.ObserveReport(trial, step, metrics);
   if (p_.retention) {
     // Pins taken for this trial's exploit are released: reporting again
     // means its worker finished copying.
-    Doom(p_.retention->Release(entry.study, trial.number()));
+    Doom(p_.retention->Release(entry.study(), trial.number()));
     if (score && !uploading) {
-      Doom(p_.retention->Record(entry.study, trial.number(), step, *score,
+      Doom(p_.retention->Record(entry.study(), trial.number(), step, *score,
                                 checkpoint));
     }
   }
 
   v1::Decision decision;
-  if (entry.study.state() == v1::STUDY_STOPPED) {
+  if (entry.study().state() == v1::STUDY_STOPPED) {
     decision.set_action(v1::Decision::STOP);
     decision.set_reason("study stopped");
   } else {
-    decision = entry.trial_scheduler->OnReport(trial, step, metrics);
+    decision = entry.trial_scheduler().OnReport(trial, step, metrics);
   }
-  entry.last_decision[trial.number()] = {step, decision};
+  entry.RememberDecision(trial.number(), step, decision);
   absl::Status applied = ApplyDecision(entry, trial, step, decision);
   if (!applied.ok()) {
     // The report is on disk (the trial scheduler has seen it and a restart
     // replays it); the decision's effect is not. A retry of this report
     // saves it instead of recording the report twice.
-    entry.unsaved_decisions[trial.number()] = {step, decision};
+    entry.LeaveUnsaved(trial.number(), step, decision);
     return applied;
   }
   return decision;
@@ -220,9 +214,9 @@ absl::StatusOr<bool> TrialLifecycle::CheckpointUploaded(StudyEntry& entry,
         ": that step is not reported yet; retry after the report"));
   }
   std::optional<double> score;
-  auto pending = entry.uploading.find({trial.number(), step});
-  if (pending != entry.uploading.end() && pending->second.id == id) {
-    score = pending->second.score;
+  if (const auto* upload = entry.FindUpload(trial.number(), step);
+      upload != nullptr && upload->id == id) {
+    score = upload->score;
   }
   if (entry.Uploading(trial.number())) {
     entry.ForgetUploads(trial.number(), step);
@@ -245,9 +239,9 @@ absl::StatusOr<bool> TrialLifecycle::CheckpointUploaded(StudyEntry& entry,
   trial.set_checkpoint_step(step);
   DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
   // PBT's donors point at restore points, which retention keeps.
-  entry.trial_scheduler->OnCheckpoint(trial);
+  entry.trial_scheduler().OnCheckpoint(trial);
   if (score) {
-    Doom(p_.retention->Record(entry.study, trial.number(), step, *score, id));
+    Doom(p_.retention->Record(entry.study(), trial.number(), step, *score, id));
   }
   return true;
 }
@@ -294,16 +288,15 @@ absl::Status TrialLifecycle::ApplyDecision(StudyEntry& entry, v1::Trial trial,
 
 std::optional<v1::Decision> TrialLifecycle::RepeatedStep(
     const StudyEntry& entry, const v1::Trial& trial, int64_t step) const {
-  auto last = entry.last_decision.find(trial.number());
-  if (last != entry.last_decision.end() && last->second.first == step &&
-      step == trial.last_step()) {
-    return last->second.second;
+  const StudyEntry::Decided* last = entry.LastDecision(trial.number());
+  if (last != nullptr && last->first == step && step == trial.last_step()) {
+    return last->second;
   }
   if (trial.state() != v1::RUNNING || step > trial.last_step()) {
     return std::nullopt;
   }
   v1::Decision decision;
-  decision.set_action(entry.study.state() == v1::STUDY_STOPPED
+  decision.set_action(entry.study().state() == v1::STUDY_STOPPED
                           ? v1::Decision::STOP
                           : v1::Decision::CONTINUE);
   decision.set_reason("step already recorded");
@@ -312,25 +305,24 @@ std::optional<v1::Decision> TrialLifecycle::RepeatedStep(
 
 absl::StatusOr<std::optional<v1::Decision>> TrialLifecycle::SaveUnsavedDecision(
     StudyEntry& entry, int64_t number, int64_t step) {
-  auto unsaved = entry.unsaved_decisions.find(number);
-  auto trial = entry.trials.find(number);
-  if (unsaved == entry.unsaved_decisions.end() ||
-      unsaved->second.first != step || trial == entry.trials.end() ||
-      trial->second.state() != v1::RUNNING ||
+  const StudyEntry::Decided* unsaved = entry.Unsaved(number);
+  auto trial = entry.trials().find(number);
+  if (unsaved == nullptr || unsaved->first != step ||
+      trial == entry.trials().end() || trial->second.state() != v1::RUNNING ||
       trial->second.last_step() != step) {
     return std::optional<v1::Decision>();
   }
-  const v1::Decision decision = unsaved->second.second;
+  const v1::Decision decision = unsaved->second;
   DIAL_RETURN_IF_ERROR(ApplyDecision(entry, trial->second, step, decision));
-  entry.unsaved_decisions.erase(number);
+  entry.ForgetUnsaved(number);
   return std::optional<v1::Decision>(decision);
 }
 
 absl::Status TrialLifecycle::Finalize(StudyEntry& entry, v1::Trial trial) {
   DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
   p_.workers->Undispatched({trial.study(), trial.number()});
-  entry.unobserved.push_back(trial);  // for the searcher, off this thread
-  entry.trial_scheduler->OnTrialFinished(trial);
+  entry.Observe(trial);  // for the searcher, on its executor
+  entry.trial_scheduler().OnTrialFinished(trial);
   Emit(entry, v1::StudyEvent::TRIAL_FINISHED, &trial);
   // The trial's end is on disk: acknowledge it even if the study's cannot
   // be saved yet.
@@ -343,7 +335,7 @@ absl::Status TrialLifecycle::Finalize(StudyEntry& entry, v1::Trial trial) {
 absl::Status TrialLifecycle::Requeue(StudyEntry& entry, v1::Trial trial) {
   // Its worker is gone or gives it up: no upload of this attempt will come.
   entry.ForgetUploads(trial.number());
-  if (entry.study.state() != v1::STUDY_ACTIVE) {
+  if (entry.study().state() != v1::STUDY_ACTIVE) {
     // Nobody will run it again: it ends where it is.
     trial.set_state(v1::STOPPED);
     trial.set_worker_id("");
@@ -359,10 +351,10 @@ absl::Status TrialLifecycle::Requeue(StudyEntry& entry, v1::Trial trial) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::Trial*> TrialLifecycle::Fence(
+absl::StatusOr<const v1::Trial*> TrialLifecycle::Fence(
     StudyEntry& entry, const std::string& worker_id, int64_t number,
     int32_t attempt, const std::string& lease_token) {
-  DIAL_ASSIGN_OR_RETURN(v1::Trial * trial, FindTrial(entry, number));
+  DIAL_ASSIGN_OR_RETURN(const v1::Trial* trial, FindTrial(entry, number));
   // Security round two, finding 12: a trial stored with no lease token
   // (written before tokens existed) took reports with any token. No
   // token matches an attempt that has none.
@@ -387,10 +379,10 @@ absl::StatusOr<v1::Trial*> TrialLifecycle::Fence(
   return trial;
 }
 
-absl::StatusOr<v1::Trial*> TrialLifecycle::FenceUpload(
+absl::StatusOr<const v1::Trial*> TrialLifecycle::FenceUpload(
     StudyEntry& entry, const std::string& worker_id, int64_t number,
     int32_t attempt, const std::string& lease_token) {
-  DIAL_ASSIGN_OR_RETURN(v1::Trial * trial, FindTrial(entry, number));
+  DIAL_ASSIGN_OR_RETURN(const v1::Trial* trial, FindTrial(entry, number));
   // A paused trial may already be promoted (PENDING, no worker) while its
   // last checkpoint uploads: still this attempt's, until another starts.
   if (trial->attempt() == attempt && !trial->lease_token().empty() &&
@@ -402,25 +394,25 @@ absl::StatusOr<v1::Trial*> TrialLifecycle::FenceUpload(
 }
 
 absl::Status TrialLifecycle::MaybeFinish(StudyEntry& entry) {
-  if (entry.study.state() != v1::STUDY_ACTIVE || entry.active_trials > 0) {
+  if (entry.study().state() != v1::STUDY_ACTIVE || entry.active_trials() > 0) {
     return absl::OkStatus();
   }
-  const int64_t max_trials = entry.study.spec().budget().max_trials();
-  if (int64_t(entry.trials.size()) < max_trials &&
-      (!entry.exhausted || !entry.study.queue().empty())) {
+  const int64_t max_trials = entry.study().spec().budget().max_trials();
+  if (int64_t(entry.trials().size()) < max_trials &&
+      (!entry.exhausted() || !entry.study().queue().empty())) {
     return absl::OkStatus();
   }
-  if (entry.open_trials > 0) {
+  if (entry.open_trials() > 0) {
     // Only PAUSED trials are left. Worker-run ones may still be promoted:
     // that is the suggestion thread's call; once nothing is promotable they
     // are over. Ask/tell clients finish their own.
     if (!entry.worker_run()) return absl::OkStatus();
-    if (entry.trial_scheduler->HasPromotion()) {
+    if (entry.trial_scheduler().HasPromotion()) {
       p_.outbox->fills.insert(entry.name());
       return absl::OkStatus();
     }
     std::vector<v1::Trial> paused;
-    for (const auto& [n, t] : entry.trials) {
+    for (const auto& [n, t] : entry.trials()) {
       if (t.state() == v1::PAUSED) paused.push_back(t);
     }
     for (auto& t : paused) {
@@ -428,7 +420,7 @@ absl::Status TrialLifecycle::MaybeFinish(StudyEntry& entry) {
       t.set_error("");
       *t.mutable_end_time() = Now();
       DIAL_RETURN_IF_ERROR(SaveTrial(entry, t));
-      entry.unobserved.push_back(t);
+      entry.Observe(t);
       Emit(entry, v1::StudyEvent::TRIAL_FINISHED, &t);
     }
   }
@@ -444,7 +436,7 @@ void TrialLifecycle::FinishIfDone(StudyEntry& entry) {
   // the next SuggestTrials, which checks again anyway.
   spdlog::error("study {}: cannot record its end yet: {}", entry.name(),
                 status.ToString());
-  entry.fill_failed = true;
+  entry.FillFailed();
 }
 
 absl::StatusOr<std::optional<Assignment>> TrialLifecycle::Assign(
@@ -454,16 +446,16 @@ absl::StatusOr<std::optional<Assignment>> TrialLifecycle::Assign(
   const v1::Trial* best = nullptr;
   int64_t best_ms = 0;
   for (auto& [name, entry] : studies.all()) {
-    if (entry->study.state() != v1::STUDY_ACTIVE || !entry->worker_run() ||
-        entry->study.spec().trial().resources().gpus() > free_gpus) {
+    if (entry->study().state() != v1::STUDY_ACTIVE || !entry->worker_run() ||
+        entry->study().spec().trial().resources().gpus() > free_gpus) {
       continue;
     }
     // Trials are in number order: the first PENDING is the oldest, unless
     // its last checkpoint is still being uploaded.
     const v1::Trial* first = nullptr;
-    for (int64_t number : entry->pending) {
+    for (int64_t number : entry->pending()) {
       if (!entry->Uploading(number)) {
-        first = &entry->trials.at(number);
+        first = &entry->trials().at(number);
         break;
       }
     }
@@ -491,7 +483,7 @@ absl::StatusOr<std::optional<Assignment>> TrialLifecycle::Assign(
   p_.outbox->fills.insert(best_entry->name());
   Emit(*best_entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
   Assignment a;
-  a.run = best_entry->study.spec().trial();
+  a.run = best_entry->study().spec().trial();
   a.restore_checkpoint = trial.checkpoint();
   a.start_step = trial.checkpoint().empty() ? 0 : trial.checkpoint_step();
   a.attempt = trial.attempt();

@@ -93,17 +93,17 @@ class TrialLifecycle {
   // The trial of a worker call, if `attempt` of `worker_id` still owns it
   // and `lease_token` is the one that attempt was given;
   // FAILED_PRECONDITION when the attempt is stale or the token wrong.
-  absl::StatusOr<v1::Trial*> Fence(StudyEntry& entry,
-                                   const std::string& worker_id, int64_t number,
-                                   int32_t attempt,
-                                   const std::string& lease_token);
-  // Fence for checkpoint uploads: also accepts the attempt of a trial that
-  // was paused (or promoted since, with no worker yet) while its last
-  // checkpoint uploads, as long as no other attempt has started.
-  absl::StatusOr<v1::Trial*> FenceUpload(StudyEntry& entry,
+  absl::StatusOr<const v1::Trial*> Fence(StudyEntry& entry,
                                          const std::string& worker_id,
                                          int64_t number, int32_t attempt,
                                          const std::string& lease_token);
+  // Fence for checkpoint uploads: also accepts the attempt of a trial that
+  // was paused (or promoted since, with no worker yet) while its last
+  // checkpoint uploads, as long as no other attempt has started.
+  absl::StatusOr<const v1::Trial*> FenceUpload(StudyEntry& entry,
+                                               const std::string& worker_id,
+                                               int64_t number, int32_t attempt,
+                                               const std::string& lease_token);
   // Ends the study (COMPLETED) once its budget is spent and nothing runs.
   absl::Status MaybeFinish(StudyEntry& entry);
   // MaybeFinish after a change that is already durable: a store error is
@@ -141,7 +141,8 @@ class TrialLifecycle {
 };
 
 // FindTrial: NOT_FOUND for a trial number the study does not have.
-absl::StatusOr<v1::Trial*> FindTrial(StudyEntry& entry, int64_t number);
+absl::StatusOr<const v1::Trial*> FindTrial(const StudyEntry& entry,
+                                           int64_t number);
 // FAILED_PRECONDITION: `trial` is not RUNNING; `what` says what failed.
 absl::Status NotRunning(const v1::Trial& trial, const char* what);
 

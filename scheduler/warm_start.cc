@@ -20,7 +20,7 @@ absl::StatusOr<WarmStartPlan> PlanWarmStart(
   for (int s = 0; s < ws.studies_size(); ++s) {
     const std::string where = absl::StrCat("warm_start.studies[", s, "]");
     DIAL_ASSIGN_OR_RETURN(const StudyEntry* earlier, source(ws.studies(s)));
-    const v1::StudySpec& old = earlier->study.spec();
+    const v1::StudySpec& old = earlier->study().spec();
     for (const auto& p : spec.search_space()) {
       const v1::ParameterSpec* match = nullptr;
       for (const auto& q : old.search_space()) {
@@ -33,7 +33,7 @@ absl::StatusOr<WarmStartPlan> PlanWarmStart(
                   : "has no parameter '" + p.name() + "'"));
       }
     }
-    for (const auto& [number, trial] : earlier->trials) {
+    for (const auto& [number, trial] : earlier->trials()) {
       if (trial.state() != v1::COMPLETED) continue;
       auto params = space.Project(trial.params());
       if (!params) continue;

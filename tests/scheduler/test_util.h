@@ -1,5 +1,6 @@
 // Helpers shared by the scheduler core's tests: waiting for durability,
-// one-metric reports and a per-test scratch directory. Not thread-safe.
+// one-metric reports, specs, a per-test scratch directory, and the core's
+// parts wired without the core (for the per-part tests). Not thread-safe.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
+#include "common/clock.h"
 #include "common/spec.h"
 #include "scheduler/core.h"
 #include "searchers/searcher.h"
@@ -34,6 +36,68 @@ inline searchers::Metrics Metric(const std::string& name, double v) {
   m[name] = v;
   return m;
 }
+
+// A study `name` minimising "loss" over x in [0, 1], with `extra` spec
+// lines, defaults filled (seed 7).
+inline v1::StudySpec SmallSpec(const std::string& name, int max_trials,
+                               const std::string& extra = "") {
+  auto spec =
+      ParseStudySpec("name: " + name +
+                     "\nobjective: {metric: loss, goal: MINIMIZE}\n"
+                     "search_space:\n  - {name: x, float: {min: 0, max: 1}}\n"
+                     "budget: {max_trials: " +
+                     std::to_string(max_trials) + "}\n" + extra);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  if (!spec.ok()) return v1::StudySpec();
+  FillSpecDefaults(7, *spec);
+  return *spec;
+}
+
+// The core's parts wired as the core wires them (without retention or
+// checkpoints), over `store` and a fake clock, for tests of one part.
+// `factory` replaces the default searcher factory if given.
+struct CoreParts {
+  explicit CoreParts(storage::StudyStore* store_in,
+                     SearcherFactory factory = nullptr)
+      : store(store_in),
+        loader(
+            store_in,
+            factory ? std::move(factory)
+                    : [](const v1::StudySpec&
+                             s) { return searchers::CreateSearcher(s); },
+            [](const v1::StudySpec& s) {
+              return searchers::CreateTrialScheduler(s);
+            }) {}
+
+  // `spec`'s study, ACTIVE and owned by `owner`, written to the store and
+  // loaded as the core would; also in `studies`.
+  std::shared_ptr<StudyEntry> Add(const v1::StudySpec& spec,
+                                  const std::string& owner = "") {
+    v1::Study study;
+    study.set_name(spec.name());
+    study.set_owner(owner);
+    *study.mutable_spec() = spec;
+    study.set_state(v1::STUDY_ACTIVE);
+    EXPECT_TRUE(store->CreateStudy(study).ok());
+    auto entry = loader.Load(study);
+    EXPECT_TRUE(entry.ok()) << entry.status();
+    if (!entry.ok()) return nullptr;
+    studies.Add(*entry);
+    return *entry;
+  }
+
+  storage::StudyStore* store;
+  FakeClock clock;
+  EventHub events;
+  WorkerRegistry workers{&clock, absl::Seconds(10)};
+  Outbox outbox;
+  StudyRegistry studies;
+  CheckpointRetention retention;
+  CheckpointQuota quota{0};
+  StudyLoader loader;
+  TrialLifecycle lifecycle{
+      {store, &clock, &events, &workers, nullptr, nullptr, nullptr, &outbox}};
+};
 
 // A spec of about `filler_bytes` (long categorical values no event needs).
 inline v1::StudySpec BigSpec(size_t filler_bytes) {

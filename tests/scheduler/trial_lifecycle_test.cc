@@ -84,12 +84,12 @@ TEST_F(TrialLifecycleTest, AReportIsStoredAndARepeatGetsItsDecisionAgain) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->action(), v1::Decision::CONTINUE);
   EXPECT_EQ(Stored(0).last_step(), 5);
-  EXPECT_EQ(entry_->trials.at(0).last_step(), 5);
+  EXPECT_EQ(entry_->trials().at(0).last_step(), 5);
   events_.Deliver();
   ASSERT_FALSE(seen.empty());
   EXPECT_EQ(seen.back().kind(), v1::StudyEvent::TRIAL_REPORTED);
 
-  const v1::Trial& now = entry_->trials.at(0);
+  const v1::Trial& now = entry_->trials().at(0);
   auto same = lifecycle_.RepeatedStep(*entry_, now, 5);
   ASSERT_TRUE(same.has_value());
   EXPECT_EQ(same->action(), v1::Decision::CONTINUE);
@@ -107,16 +107,17 @@ TEST_F(TrialLifecycleTest, FinishingTheLastTrialEndsTheStudy) {
   t.set_objective_value(0.25);
   ASSERT_TRUE(lifecycle_.Finalize(*entry_, t).ok());
   EXPECT_EQ(Stored(0).state(), v1::COMPLETED);
-  ASSERT_EQ(entry_->unobserved.size(), 1u);  // for the searcher, later
-  EXPECT_EQ(entry_->unobserved[0].number(), 0);
+  ASSERT_EQ(entry_->observations().trials.size(),
+            1u);  // for the searcher, later
+  EXPECT_EQ(entry_->observations().trials[0].number(), 0);
   EXPECT_TRUE(outbox_.fills.count("s"));
   auto study = store_->GetStudy("s");
   ASSERT_TRUE(study.ok());
   EXPECT_EQ(study->state(), v1::STUDY_COMPLETED);
-  EXPECT_EQ(entry_->study.state(), v1::STUDY_COMPLETED);
+  EXPECT_EQ(entry_->study().state(), v1::STUDY_COMPLETED);
   // A finished trial's repeats of older steps are not "recorded" ones.
   EXPECT_FALSE(
-      lifecycle_.RepeatedStep(*entry_, entry_->trials.at(0), 0).has_value());
+      lifecycle_.RepeatedStep(*entry_, entry_->trials().at(0), 0).has_value());
 }
 
 TEST_F(TrialLifecycleTest, ARequeuedTrialWaitsAgainUnlessTheStudyStopped) {
@@ -126,7 +127,7 @@ TEST_F(TrialLifecycleTest, ARequeuedTrialWaitsAgainUnlessTheStudyStopped) {
   ASSERT_TRUE(lifecycle_.SaveTrial(*entry_, t).ok());
   ASSERT_TRUE(lifecycle_.Requeue(*entry_, t).ok());
   EXPECT_EQ(Stored(0).state(), v1::PENDING);
-  EXPECT_TRUE(entry_->pending.count(0));
+  EXPECT_TRUE(entry_->pending().count(0));
   ASSERT_TRUE(lifecycle_.SaveStudyState(*entry_, v1::STUDY_STOPPED).ok());
   v1::Trial u = Start(1);
   ASSERT_TRUE(lifecycle_.Requeue(*entry_, u).ok());
