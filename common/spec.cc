@@ -425,16 +425,6 @@ absl::Status ValidateLabels(const v1::StudySpec& spec,
   return absl::OkStatus();
 }
 
-absl::Status CheckGridPoints(const std::string& field, int32_t points,
-                             const char* zero) {
-  if (points < 0 || points == 1 || points > kMaxGridPoints) {
-    return Invalid(field, absl::StrCat("must be 0 (", zero,
-                                       ") or at least 2 (and at most ",
-                                       kMaxGridPoints, "), got ", points));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ValidateParameter(const v1::ParameterSpec& p,
                                const std::string& where) {
   DIAL_RETURN_IF_ERROR(ValidateName(where + ".name", p.name()));
@@ -532,6 +522,16 @@ absl::Status ValidateParameter(const v1::ParameterSpec& p,
 }
 
 }  // namespace
+
+absl::Status CheckGridPoints(const std::string& field, int32_t points,
+                             const char* zero) {
+  if (points < 0 || points == 1 || points > kMaxGridPoints) {
+    return Invalid(field, absl::StrCat("must be 0 (", zero,
+                                       ") or at least 2 (and at most ",
+                                       kMaxGridPoints, "), got ", points));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateName(absl::string_view field, absl::string_view name) {
   if (name.empty()) return Invalid(std::string(field), "is required");
@@ -768,60 +768,8 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec,
                                 budget.max_failures_per_trial()));
   }
 
-  const auto& searcher = spec.searcher();
-  if (searcher.has_grid()) {
-    DIAL_RETURN_IF_ERROR(CheckGridPoints("searcher.grid.default_points",
-                                         searcher.grid().default_points(),
-                                         "default 5"));
-  }
-  if (searcher.has_bayesian() && searcher.bayesian().initial_trials() < 0) {
-    return Invalid("searcher.bayesian.initial_trials", "must be >= 0");
-  }
-  if (searcher.has_tpe() && searcher.tpe().initial_trials() < 0) {
-    return Invalid("searcher.tpe.initial_trials", "must be >= 0");
-  }
-  if (searcher.has_nsga2()) {
-    const auto& n = searcher.nsga2();
-    if (n.population_size() < 0 || n.population_size() > 10000) {
-      return Invalid("searcher.nsga2.population_size",
-                     "must be between 0 (= 50) and 10000");
-    }
-    if (!(n.crossover_probability() >= 0 && n.crossover_probability() <= 1)) {
-      return Invalid("searcher.nsga2.crossover_probability",
-                     "must be in [0, 1] (0: 0.9)");
-    }
-    if (!(n.mutation_probability() >= 0 && n.mutation_probability() <= 1)) {
-      return Invalid("searcher.nsga2.mutation_probability",
-                     "must be in [0, 1] (0: 1 / parameters)");
-    }
-  }
-  if (searcher.has_cmaes()) {
-    const auto& c = searcher.cmaes();
-    if (c.population_size() < 0 || c.population_size() == 1 ||
-        c.population_size() > 10000) {
-      return Invalid("searcher.cmaes.population_size",
-                     "must be 0 (= 4 + 3 ln dimensions) or 2..10000");
-    }
-    for (int i = 0; i < spec.search_space_size(); ++i) {
-      if (!spec.search_space(i).when().empty()) {
-        return Invalid(absl::StrCat("search_space[", i, "].when"),
-                       "searcher.cmaes does not support conditional "
-                       "parameters; use tpe or bayesian");
-      }
-    }
-    if (!(c.sigma0() >= 0 && c.sigma0() <= 1)) {
-      return Invalid("searcher.cmaes.sigma0", "must be in [0, 1] (0: 0.3)");
-    }
-    if (c.max_restarts() < -1 || c.max_restarts() > 100) {
-      return Invalid("searcher.cmaes.max_restarts",
-                     "must be between -1 (none) and 100 (0: 9)");
-    }
-    if (spec.objectives_size() > 1) {
-      return Invalid("searcher.cmaes",
-                     "supports one objective; use nsga2, tpe or bayesian for "
-                     "several");
-    }
-  }
+  // The searcher's own settings are its registry entry's to check
+  // (searchers/registry.h).
 
   const auto& sched = spec.scheduler();
   auto check_rungs = [](const std::string& where, int64_t min_steps,
@@ -1009,26 +957,22 @@ void FillSpecDefaults(uint64_t seed, v1::StudySpec& spec,
   if (searcher->kind_case() == v1::SearcherSpec::KIND_NOT_SET) {
     searcher->mutable_random();
   }
-  if (searcher->has_random() && searcher->random().seed() == 0) {
-    searcher->mutable_random()->set_seed(seed);
-  }
-  if (searcher->has_grid()) {
-    if (searcher->grid().default_points() == 0) {
-      searcher->mutable_grid()->set_default_points(5);
+  // Every kind's settings have a seed: 0 becomes `seed`. The kind's other
+  // defaults are its registry entry's (searchers/registry.h).
+  const google::protobuf::OneofDescriptor* kind =
+      searcher->GetDescriptor()->FindOneofByName("kind");
+  const google::protobuf::Reflection* reflection = searcher->GetReflection();
+  if (const FieldDescriptor* set =
+          reflection->GetOneofFieldDescriptor(*searcher, kind)) {
+    google::protobuf::Message* settings =
+        reflection->MutableMessage(searcher, set);
+    const FieldDescriptor* field =
+        settings->GetDescriptor()->FindFieldByName("seed");
+    if (field != nullptr &&
+        field->cpp_type() == FieldDescriptor::CPPTYPE_UINT64 &&
+        settings->GetReflection()->GetUInt64(*settings, field) == 0) {
+      settings->GetReflection()->SetUInt64(settings, field, seed);
     }
-    if (searcher->grid().seed() == 0) searcher->mutable_grid()->set_seed(seed);
-  }
-  if (searcher->has_bayesian() && searcher->bayesian().seed() == 0) {
-    searcher->mutable_bayesian()->set_seed(seed);
-  }
-  if (searcher->has_tpe() && searcher->tpe().seed() == 0) {
-    searcher->mutable_tpe()->set_seed(seed);
-  }
-  if (searcher->has_nsga2() && searcher->nsga2().seed() == 0) {
-    searcher->mutable_nsga2()->set_seed(seed);
-  }
-  if (searcher->has_cmaes() && searcher->cmaes().seed() == 0) {
-    searcher->mutable_cmaes()->set_seed(seed);
   }
   // One objective lives in `objective`; several in `objectives`, with the
   // first also in `objective` (what single-objective code reads).

@@ -46,8 +46,10 @@ struct SpecLimits {
   static SpecLimits None();
 };
 
-// Checks the rules of docs/spec.md and the caps of `limits`.
-// INVALID_ARGUMENT "<field>: <reason>".
+// Checks the rules of docs/spec.md and the caps of `limits` that every
+// study has in common; a searcher's own settings are its registry entry's
+// (searchers::ValidateSpec checks both). INVALID_ARGUMENT "<field>:
+// <reason>".
 absl::Status ValidateStudySpec(const v1::StudySpec& spec,
                                const SpecLimits& limits);
 // With the default caps (SpecLimits{}).
@@ -55,12 +57,18 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec);
 
 // Fills what the user may leave out (random searcher, FIFO scheduler,
 // max_parallel_trials = min(max_trials, limits.default_parallel_trials))
-// and replaces seed 0 by `seed`, so the stored spec alone reproduces the
-// study.
+// and replaces the searcher's seed 0 by `seed`, so the stored spec alone
+// reproduces the study. The searcher's other defaults are its registry
+// entry's (searchers::FillDefaults fills both).
 void FillSpecDefaults(uint64_t seed, v1::StudySpec& spec,
                       const SpecLimits& limits);
 // With the default limits (SpecLimits{}).
 void FillSpecDefaults(uint64_t seed, v1::StudySpec& spec);
+
+// A count of grid points: 0 (`zero` says what it means) or 2..10000;
+// INVALID_ARGUMENT naming `field` otherwise.
+absl::Status CheckGridPoints(const std::string& field, int32_t points,
+                             const char* zero);
 
 // Names of studies and parameters: 1-64 characters of [A-Za-z0-9._-],
 // starting with a letter or digit. Safe as a path component.

@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "scheduler/warm_start.h"
 #include "searchers/pareto.h"
+#include "searchers/registry.h"
 #include "spdlog/spdlog.h"
 
 namespace dial::scheduler {
@@ -37,9 +38,9 @@ absl::StatusOr<StudyLifecycle::Draft> StudyLifecycle::Prepare(
         absl::StrCat(auth::RoleName(who.role), " '", who.name,
                      "' may not create studies (users and admins may)"));
   }
-  DIAL_RETURN_IF_ERROR(ValidateStudySpec(spec, p_.limits->spec));
+  DIAL_RETURN_IF_ERROR(searchers::ValidateSpec(spec, p_.limits->spec));
   std::random_device rd;
-  FillSpecDefaults((uint64_t{rd()} << 32) | rd(), spec, p_.limits->spec);
+  searchers::FillDefaults((uint64_t{rd()} << 32) | rd(), spec, p_.limits->spec);
   Draft draft;
   DIAL_ASSIGN_OR_RETURN(draft.searcher, p_.loader->searchers()(spec));
   DIAL_ASSIGN_OR_RETURN(draft.trial_scheduler,
@@ -126,7 +127,7 @@ absl::StatusOr<v1::Study> StudyLifecycle::Update(StudyEntry& entry,
   if (spec.budget().max_parallel_trials() > spec.budget().max_trials()) {
     spec.mutable_budget()->set_max_parallel_trials(spec.budget().max_trials());
   }
-  DIAL_RETURN_IF_ERROR(ValidateStudySpec(spec, p_.limits->spec));
+  DIAL_RETURN_IF_ERROR(searchers::ValidateSpec(spec, p_.limits->spec));
   // The searcher may depend on the budget (a grid enumerates max_trials
   // points): build it anew, so an invalid change fails here and not at
   // the next restart, and replay what the old one observed.

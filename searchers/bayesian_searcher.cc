@@ -414,45 +414,35 @@ const GpHyperparameters& BayesianSearcher::Hyperparameters(
   return fitted_;
 }
 
-absl::StatusOr<Params> BayesianSearcher::Suggest(
-    int64_t number, const std::vector<Params>& pending) {
-  // Fit on full-budget results, or under early stopping on the highest
-  // rung that has enough of them (BOHB), never on a mix of budgets.
-  int valid = 0;
-  for (const auto& o : observations_) valid += std::isfinite(o.y);
-  const std::vector<Observation>* chosen = &observations_;
-  int level = -1;
-  if (valid < options_.initial_trials && !rungs_.empty()) {
+// Fit on full-budget results, or under early stopping on the highest rung
+// that has enough of them (BOHB), never on a mix of budgets; under warm
+// start with fewer than two results of its own, on the prior's trials.
+BayesianSearcher::FitData BayesianSearcher::ChooseFitData() {
+  FitData data;
+  for (const auto& o : observations_) data.valid += std::isfinite(o.y);
+  data.chosen = &observations_;
+  if (data.valid < options_.initial_trials && !rungs_.empty()) {
     if (const auto* rung = rungs_.Highest(options_.initial_trials)) {
-      chosen = rung;
-      level = rungs_.Level(rung);
-      valid = static_cast<int>(rung->size());
+      data.chosen = rung;
+      data.level = rungs_.Level(rung);
+      data.valid = static_cast<int>(rung->size());
     }
   }
-  // Warm start: with fewer than two results of its own, the prior's
-  // trials stand in for them (the prior's GP proposes).
-  const GaussianProcess* prior = PriorGp();
-  const bool prior_only = prior && valid < 2;
-  if (valid < options_.initial_trials && !prior) return InitialDesign(number);
-  if (prior_only) {
-    chosen = &priors_;
-    level = -3;
-    valid = static_cast<int>(priors_.size());
+  data.prior = PriorGp();
+  data.prior_only = data.prior && data.valid < 2;
+  if (data.prior_only) {
+    data.chosen = &priors_;
+    data.level = -3;
+    data.valid = static_cast<int>(priors_.size());
   }
-  // The fit's own results, then the stopped trials it lacks (imputed at
-  // the worst value; past the hyperparameter fit's first `valid`).
-  std::vector<Observation> observations = *chosen;
-  std::set<int64_t> present;
-  for (const auto& o : observations) present.insert(o.number);
-  for (const auto& o : stopped_) {
-    if (!present.count(o.number)) observations.push_back(o);
-  }
+  return data;
+}
 
-  std::mt19937_64 rng(SplitMix64(options_.seed) ^
-                      SplitMix64(static_cast<uint64_t>(number)));
-  // Several objectives: this trial's weights, uniform on the simplex.
+std::vector<double> BayesianSearcher::ScalarisationWeights(
+    int64_t number) const {
   std::vector<double> weights(objectives_, 1.0);
   if (objectives_ > 1) {
+    // Trial `number`'s own weights, uniform on the simplex.
     std::mt19937_64 draw(SplitMix64(options_.seed ^ 0x9a4e90) ^
                          SplitMix64(static_cast<uint64_t>(number)));
     std::exponential_distribution<double> exp(1.0);
@@ -460,18 +450,33 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
     for (auto& w : weights) total += (w = exp(draw));
     for (auto& w : weights) w /= total;
   }
+  return weights;
+}
+
+BayesianSearcher::Model BayesianSearcher::FitObjective(
+    const FitData& data, const std::vector<double>& weights, int pending) {
+  Model m;
+  // The fit's own results, then the stopped trials it lacks (imputed at
+  // the worst value; past the hyperparameter fit's first `valid`).
+  m.observations = *data.chosen;
+  std::set<int64_t> present;
+  for (const auto& o : m.observations) present.insert(o.number);
+  for (const auto& o : stopped_) {
+    if (!present.count(o.number)) m.observations.push_back(o);
+  }
   std::vector<const Observation*> all;
-  for (const auto& o : observations) all.push_back(&o);
+  for (const auto& o : m.observations) all.push_back(&o);
   // Under warm start own results are modelled as residuals from the
   // prior's mean, so both must be on one scale: standardised together,
   // and the prior's GP conditioned again on that scale (with its
   // hyperparameters). Both are centred on the upper quartile of the
   // prior's results, so that where neither has data the model expects a
   // middling result, not the mean of a study crowded near its optimum.
-  const bool stacked = prior && !prior_only;
-  std::shared_ptr<const GaussianProcess> prior_gp = prior_gp_;
+  const GaussianProcess* prior = data.prior;
+  m.stacked = prior && !data.prior_only;
+  m.prior_gp = prior_gp_;
   Eigen::VectorXd y_all;
-  if (stacked) {
+  if (m.stacked) {
     std::vector<const Observation*> both;
     for (const auto& o : priors_) both.push_back(&o);
     both.insert(both.end(), all.begin(), all.end());
@@ -491,173 +496,197 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
     y_all = scaled.tail(scaled.size() - np).array() - centre;
     auto conditioned = GaussianProcess::Condition(px, py, prior_h_);
     if (conditioned.ok()) {
-      prior_gp = std::make_shared<GaussianProcess>(std::move(*conditioned));
-      prior = prior_gp.get();
+      m.prior_gp = std::make_shared<GaussianProcess>(std::move(*conditioned));
+      prior = m.prior_gp.get();
     }
   } else {
     y_all = Transform(Targets(all, weights));
   }
-  std::vector<int> keep = Subset(y_all, options_.max_points);
-  const int n = static_cast<int>(keep.size());
-  const int p = static_cast<int>(pending.size());
-  Eigen::MatrixXd x(n + p, features_.size());
-  Eigen::VectorXd y(n + p);
-  for (int i = 0; i < n; ++i) {
-    x.row(i) = observations[keep[i]].features.transpose();
-    y[i] = y_all[keep[i]];
+  m.keep = Subset(y_all, options_.max_points);
+  m.n = static_cast<int>(m.keep.size());
+  m.x.resize(m.n + pending, features_.size());
+  m.y.resize(m.n + pending);
+  for (int i = 0; i < m.n; ++i) {
+    m.x.row(i) = m.observations[m.keep[i]].features.transpose();
+    m.y[i] = y_all[m.keep[i]];
   }
-  // Own results under warm start: residuals from the prior's mean, with
-  // the prior's hyperparameters until the study has its initial trials,
-  // then with hyperparameters fitted on the residuals of its first k
-  // results (on the refit schedule, a function of the history). Their
-  // signal variance is at most a quarter of the prior's: away from its
-  // own results the study trusts the earlier one's shape, rather than
-  // expecting anything anywhere (which sends it to the corners).
-  if (stacked && valid >= options_.initial_trials) {
-    const int k = RefitPoint(valid);
-    if (residual_fit_key_ != std::make_pair(k, level)) {
-      std::vector<int> rows;
-      for (int i = 0, seen = 0; i < n && seen < k; ++i) {
-        if (std::isfinite(observations[keep[i]].y)) {
-          rows.push_back(i);
-          ++seen;
-        }
-      }
-      Eigen::MatrixXd rx(rows.size(), features_.size());
-      Eigen::VectorXd ry(rows.size());
-      for (size_t r = 0; r < rows.size(); ++r) {
-        rx.row(r) = x.row(rows[r]);
-        ry[r] = y[rows[r]] - prior->Mean(rx.row(r).transpose());
-      }
-      // Fitted on the residuals scaled to unit size, as every other fit
-      // sees its targets: the fit's noise floor is meant for that scale.
-      // On the residuals as they were (a fifth of it on Hartmann6) the
-      // floor made the model blind to differences below 1e-4, and a warm
-      // study stalled beside its incumbent.
-      const double rms =
-          std::sqrt(ry.squaredNorm() / std::max<Eigen::Index>(1, ry.size()));
-      const double log_s2 = rms > 1e-12 ? 2 * std::log(rms) : 0.0;
-      GpHyperparameters start = prior_h_;
-      start.log_signal_variance -= log_s2;
-      start.log_noise_variance -= log_s2;
-      GpFitOptions fit;
-      fit.seed = SplitMix64(options_.seed ^ 0x7e5 ^ uint64_t(k));
-      residual_h_ =
-          GaussianProcess::Fit(rx, ry / std::exp(0.5 * log_s2), start, fit);
-      residual_h_.log_noise_variance += log_s2;
-      residual_h_.log_signal_variance =
-          std::min(residual_h_.log_signal_variance + log_s2,
-                   prior_h_.log_signal_variance + std::log(0.25));
-      residual_fit_key_ = {k, level};
+  const int valid = data.valid;
+  if (m.stacked && valid >= options_.initial_trials) {
+    FitResidualHyperparameters(m, *prior, valid, data.level);
+  }
+  m.h = data.prior_only || (m.stacked && valid < options_.initial_trials)
+            ? prior_h_
+        : m.stacked ? residual_h_
+                    : Hyperparameters(m.observations, data.level, valid);
+  m.gp = m.stacked
+             ? GaussianProcess::Condition(m.x.topRows(m.n), m.y.head(m.n), m.h,
+                                          m.prior_gp)
+             : GaussianProcess::Condition(m.x.topRows(m.n), m.y.head(m.n), m.h);
+  return m;
+}
+
+// Own results under warm start: residuals from the prior's mean, with the
+// prior's hyperparameters until the study has its initial trials, then
+// with hyperparameters fitted on the residuals of its first k results (on
+// the refit schedule, a function of the history). Their signal variance
+// is at most a quarter of the prior's: away from its own results the study
+// trusts the earlier one's shape, rather than expecting anything anywhere
+// (which sends it to the corners).
+void BayesianSearcher::FitResidualHyperparameters(const Model& m,
+                                                  const GaussianProcess& prior,
+                                                  int valid, int level) {
+  const int k = RefitPoint(valid);
+  if (residual_fit_key_ == std::make_pair(k, level)) return;
+  std::vector<int> rows;
+  for (int i = 0, seen = 0; i < m.n && seen < k; ++i) {
+    if (std::isfinite(m.observations[m.keep[i]].y)) {
+      rows.push_back(i);
+      ++seen;
     }
   }
-  const GpHyperparameters& h =
-      prior_only || (stacked && valid < options_.initial_trials) ? prior_h_
-      : stacked                                                  ? residual_h_
-                : Hyperparameters(observations, level, valid);
-  auto gp =
-      stacked ? GaussianProcess::Condition(x.topRows(n), y.head(n), h, prior_gp)
-              : GaussianProcess::Condition(x.topRows(n), y.head(n), h);
-  if (!gp.ok()) return InitialDesign(number);
-  // Constraints: one GP per constraint metric, and the best target among
-  // feasible observations only.
+  Eigen::MatrixXd rx(rows.size(), features_.size());
+  Eigen::VectorXd ry(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    rx.row(r) = m.x.row(rows[r]);
+    ry[r] = m.y[rows[r]] - prior.Mean(rx.row(r).transpose());
+  }
+  // Fitted on the residuals scaled to unit size, as every other fit sees
+  // its targets: the fit's noise floor is meant for that scale. On the
+  // residuals as they were (a fifth of it on Hartmann6) the floor made the
+  // model blind to differences below 1e-4, and a warm study stalled beside
+  // its incumbent.
+  const double rms =
+      std::sqrt(ry.squaredNorm() / std::max<Eigen::Index>(1, ry.size()));
+  const double log_s2 = rms > 1e-12 ? 2 * std::log(rms) : 0.0;
+  GpHyperparameters start = prior_h_;
+  start.log_signal_variance -= log_s2;
+  start.log_noise_variance -= log_s2;
+  GpFitOptions fit;
+  fit.seed = SplitMix64(options_.seed ^ 0x7e5 ^ uint64_t(k));
+  residual_h_ =
+      GaussianProcess::Fit(rx, ry / std::exp(0.5 * log_s2), start, fit);
+  residual_h_.log_noise_variance += log_s2;
+  residual_h_.log_signal_variance =
+      std::min(residual_h_.log_signal_variance + log_s2,
+               prior_h_.log_signal_variance + std::log(0.25));
+  residual_fit_key_ = {k, level};
+}
+
+// One GP per constraint metric (hyperparameters refit on schedule), the
+// bounds on its standardised scale, and which kept observations are
+// feasible.
+BayesianSearcher::ConstraintModels BayesianSearcher::FitConstraints(
+    const Model& m, int valid, int level) {
+  ConstraintModels c;
+  c.feasible.assign(m.n, true);
   const int nc = spec_.constraints_size();
-  std::vector<GaussianProcess> constraint_gps;
-  std::vector<std::pair<double, double>> constraint_bounds;  // standardised
-  std::vector<bool> feasible(n, true);
-  if (nc > 0) {
-    const int k = RefitPoint(valid);
-    const bool refit = constraint_fit_key_ != std::make_pair(k, level);
-    if (refit) constraint_fits_.assign(nc, GpHyperparameters{});
-    for (int j = 0; j < nc; ++j) {
-      const auto& c = spec_.constraints(j);
-      std::vector<int> rows;
-      for (int i = 0; i < n; ++i) {
-        const double v = observations[keep[i]].constraints[j];
-        if (std::isfinite(v)) rows.push_back(i);
-        const bool ok = std::isfinite(v) && (!c.has_max() || v <= c.max()) &&
-                        (!c.has_min() || v >= c.min());
-        if (!ok) feasible[i] = false;
-      }
-      if (rows.size() < 2) continue;
-      Eigen::MatrixXd cx(rows.size(), features_.size());
-      Eigen::VectorXd cy(rows.size());
-      for (size_t r = 0; r < rows.size(); ++r) {
-        cx.row(r) = x.row(rows[r]);
-        cy[r] = observations[keep[rows[r]]].constraints[j];
-      }
-      const double mean = cy.mean();
-      double sd = std::sqrt((cy.array() - mean).square().mean());
-      if (!(sd > 1e-12)) sd = 1.0;
-      cy = (cy.array() - mean) / sd;
-      if (refit) {
-        // Fitted on the first k of them in finish order (a function of the
-        // history alone), like the objective's.
-        std::vector<int> first;
-        for (int r : rows) {
-          if (keep[r] < k) first.push_back(r);
-        }
-        Eigen::MatrixXd fx(first.size(), features_.size());
-        Eigen::VectorXd fy(first.size());
-        for (size_t r = 0; r < first.size(); ++r) {
-          fx.row(r) = x.row(first[r]);
-          fy[r] = (observations[keep[first[r]]].constraints[j] - mean) / sd;
-        }
-        GpFitOptions fit;
-        fit.seed = SplitMix64(options_.seed ^ (uint64_t(k) << 8) ^ j);
-        constraint_fits_[j] =
-            first.size() >= 2
-                ? GaussianProcess::Fit(
-                      fx, fy, GpHyperparameters::Default(features_.size()), fit)
-                : GpHyperparameters::Default(features_.size());
-      }
-      auto cgp = GaussianProcess::Condition(cx, cy, constraint_fits_[j]);
-      if (!cgp.ok()) continue;
-      constraint_gps.push_back(std::move(*cgp));
-      constraint_bounds.push_back(
-          {c.has_min() ? (c.min() - mean) / sd : -1e300,
-           c.has_max() ? (c.max() - mean) / sd : 1e300});
+  if (nc == 0) return c;
+  const int k = RefitPoint(valid);
+  const bool refit = constraint_fit_key_ != std::make_pair(k, level);
+  if (refit) constraint_fits_.assign(nc, GpHyperparameters{});
+  for (int j = 0; j < nc; ++j) {
+    const auto& spec = spec_.constraints(j);
+    std::vector<int> rows;
+    for (int i = 0; i < m.n; ++i) {
+      const double v = m.observations[m.keep[i]].constraints[j];
+      if (std::isfinite(v)) rows.push_back(i);
+      const bool ok = std::isfinite(v) &&
+                      (!spec.has_max() || v <= spec.max()) &&
+                      (!spec.has_min() || v >= spec.min());
+      if (!ok) c.feasible[i] = false;
     }
-    constraint_fit_key_ = {k, level};
+    if (rows.size() < 2) continue;
+    Eigen::MatrixXd cx(rows.size(), features_.size());
+    Eigen::VectorXd cy(rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      cx.row(r) = m.x.row(rows[r]);
+      cy[r] = m.observations[m.keep[rows[r]]].constraints[j];
+    }
+    const double mean = cy.mean();
+    double sd = std::sqrt((cy.array() - mean).square().mean());
+    if (!(sd > 1e-12)) sd = 1.0;
+    cy = (cy.array() - mean) / sd;
+    if (refit) {
+      // Fitted on the first k of them in finish order (a function of the
+      // history alone), like the objective's.
+      std::vector<int> first;
+      for (int r : rows) {
+        if (m.keep[r] < k) first.push_back(r);
+      }
+      Eigen::MatrixXd fx(first.size(), features_.size());
+      Eigen::VectorXd fy(first.size());
+      for (size_t r = 0; r < first.size(); ++r) {
+        fx.row(r) = m.x.row(first[r]);
+        fy[r] = (m.observations[m.keep[first[r]]].constraints[j] - mean) / sd;
+      }
+      GpFitOptions fit;
+      fit.seed = SplitMix64(options_.seed ^ (uint64_t(k) << 8) ^ j);
+      constraint_fits_[j] =
+          first.size() >= 2
+              ? GaussianProcess::Fit(
+                    fx, fy, GpHyperparameters::Default(features_.size()), fit)
+              : GpHyperparameters::Default(features_.size());
+    }
+    auto cgp = GaussianProcess::Condition(cx, cy, constraint_fits_[j]);
+    if (!cgp.ok()) continue;
+    c.gps.push_back(std::move(*cgp));
+    c.bounds.push_back({spec.has_min() ? (spec.min() - mean) / sd : -1e300,
+                        spec.has_max() ? (spec.max() - mean) / sd : 1e300});
   }
+  constraint_fit_key_ = {k, level};
+  return c;
+}
+
+// Candidates (random, and perturbations of the best points) scored by
+// -log EI and the log probability that every constraint holds, the best
+// refined with bounded L-BFGS on the relaxed features; the best one not
+// already taken.
+Params BayesianSearcher::Acquire(Model& m, const ConstraintModels& c,
+                                 const std::vector<Params>& pending,
+                                 int64_t number) {
+  const int n = m.n;
+  const int p = static_cast<int>(pending.size());
   double best = std::numeric_limits<double>::infinity();
   for (int i = 0; i < n; ++i) {
-    if (feasible[i]) best = std::min(best, y[i]);
+    if (c.feasible[i]) best = std::min(best, m.y[i]);
   }
   const bool any_feasible = std::isfinite(best);
   // Kriging believer: pending points join at the posterior mean.
   for (int j = 0; j < p; ++j) {
-    x.row(n + j) = features_.Encode(pending[j]).transpose();
+    m.x.row(n + j) = features_.Encode(pending[j]).transpose();
     double mean, var;
-    gp->Predict(x.row(n + j).transpose(), &mean, &var);
-    y[n + j] = mean;
+    m.gp->Predict(m.x.row(n + j).transpose(), &mean, &var);
+    m.y[n + j] = mean;
   }
   if (p > 0) {
-    auto believed = stacked ? GaussianProcess::Condition(x, y, h, prior_gp)
-                            : GaussianProcess::Condition(x, y, h);
-    if (believed.ok()) gp = std::move(believed);
+    auto believed = m.stacked
+                        ? GaussianProcess::Condition(m.x, m.y, m.h, m.prior_gp)
+                        : GaussianProcess::Condition(m.x, m.y, m.h);
+    if (believed.ok()) m.gp = std::move(believed);
   }
-
+  const GaussianProcess& gp = *m.gp;
   // Lower is better: -log EI (constrained: minus the log probability that
   // every constraint holds; that alone before any trial is feasible).
   auto score = [&](const Eigen::VectorXd& f) {
-    double s = any_feasible ? NegLogEi(*gp, best, f, nullptr) : 0;
-    for (size_t j = 0; j < constraint_gps.size(); ++j) {
+    double s = any_feasible ? NegLogEi(gp, best, f, nullptr) : 0;
+    for (size_t j = 0; j < c.gps.size(); ++j) {
       double mean, var;
-      constraint_gps[j].Predict(f, &mean, &var);
+      c.gps[j].Predict(f, &mean, &var);
       const double sd = std::sqrt(std::max(var, 1e-12));
-      const auto [lo, hi] = constraint_bounds[j];
+      const auto [lo, hi] = c.bounds[j];
       const double p = 0.5 * std::erfc(-(hi - mean) / sd / std::sqrt(2.0)) -
                        0.5 * std::erfc(-(lo - mean) / sd / std::sqrt(2.0));
       s -= std::log(std::max(p, 1e-300));
     }
     return s;
   };
+  std::mt19937_64 rng(SplitMix64(options_.seed) ^
+                      SplitMix64(static_cast<uint64_t>(number)));
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   std::normal_distribution<double> normal(0.0, 1.0);
   auto taken = [&](const Eigen::VectorXd& f) {
     for (int i = 0; i < n + p; ++i) {
-      if ((x.row(i).transpose() - f).squaredNorm() < 1e-12) return true;
+      if ((m.x.row(i).transpose() - f).squaredNorm() < 1e-12) return true;
     }
     return false;
   };
@@ -669,7 +698,7 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
   std::vector<double> u(space_.size());
   const int random_count =
       n > 300 ? options_.candidates / 2 : options_.candidates;
-  for (int c = 0; c < random_count; ++c) {
+  for (int k = 0; k < random_count; ++k) {
     for (auto& v : u) v = unit(rng);
     Eigen::VectorXd f = features_.Encode(space_.Decode(u));
     candidates.push_back({score(f), f});
@@ -678,11 +707,11 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
   std::vector<int> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + std::min(n, 5), order.end(),
-                    [&](int a, int b) { return y[a] < y[b]; });
+                    [&](int a, int b) { return m.y[a] < m.y[b]; });
   for (int b = 0; b < std::min(n, 5); ++b) {
-    const Params base = features_.Decode(x.row(order[b]).transpose());
+    const Params base = features_.Decode(m.x.row(order[b]).transpose());
     std::vector<double> centre = space_.Encode(base);
-    for (int c = 0; c < 40; ++c) {
+    for (int k = 0; k < 40; ++k) {
       for (int d = 0; d < space_.size(); ++d) {
         double v = std::isnan(centre[d]) ? unit(rng) : centre[d];
         u[d] = std::clamp(v + 0.05 * normal(rng), 0.0, 1.0);
@@ -697,18 +726,19 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
 
   // Refine the best distinct candidates with bounded L-BFGS on the relaxed
   // features, then snap back to a valid configuration.
-  AcquisitionProblem problem{&*gp, best};
+  AcquisitionProblem problem{&gp, best};
   const int dims = features_.size();
   std::vector<double> lower(dims, 0.0), upper(dims, 1.0);
   std::vector<Candidate> refined;
   int starts = 0;
   // L-BFGS follows EI's gradient: constrained studies rank candidates only.
-  const int local_starts = nc > 0 ? 0 : options_.local_starts;
-  for (size_t c = 0; c < candidates.size() && starts < local_starts; ++c) {
-    if (taken(candidates[c].f)) continue;
+  const int local_starts =
+      spec_.constraints_size() > 0 ? 0 : options_.local_starts;
+  for (size_t k = 0; k < candidates.size() && starts < local_starts; ++k) {
+    if (taken(candidates[k].f)) continue;
     ++starts;
-    std::vector<double> point(candidates[c].f.data(),
-                              candidates[c].f.data() + dims);
+    std::vector<double> point(candidates[k].f.data(),
+                              candidates[k].f.data() + dims);
     nlopt_opt opt = nlopt_create(NLOPT_LD_LBFGS, dims);
     nlopt_set_lower_bounds(opt, lower.data());
     nlopt_set_upper_bounds(opt, upper.data());
@@ -720,18 +750,34 @@ absl::StatusOr<Params> BayesianSearcher::Suggest(
     Eigen::VectorXd f = features_.Encode(
         features_.Decode(Eigen::Map<Eigen::VectorXd>(point.data(), dims)));
     refined.push_back({score(f), f});
-    refined.push_back(candidates[c]);
+    refined.push_back(candidates[k]);
   }
   std::sort(
       refined.begin(), refined.end(),
       [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
-  for (const auto& c : refined) {
-    if (!taken(c.f)) return features_.Decode(c.f);
+  for (const auto& r : refined) {
+    if (!taken(r.f)) return features_.Decode(r.f);
   }
-  for (const auto& c : candidates) {
-    if (!taken(c.f)) return features_.Decode(c.f);
+  for (const auto& r : candidates) {
+    if (!taken(r.f)) return features_.Decode(r.f);
   }
   return InitialDesign(number);
+}
+
+absl::StatusOr<Params> BayesianSearcher::Suggest(
+    int64_t number, const std::vector<Params>& pending) {
+  // Rung choice (and warm start's prior), scalarisation, the objective's
+  // model (with the prior), the constraints' models, acquisition.
+  const FitData data = ChooseFitData();
+  if (data.valid < options_.initial_trials && !data.prior) {
+    return InitialDesign(number);
+  }
+  const std::vector<double> weights = ScalarisationWeights(number);
+  Model model = FitObjective(data, weights, static_cast<int>(pending.size()));
+  if (!model.gp.ok()) return InitialDesign(number);
+  const ConstraintModels constraints =
+      FitConstraints(model, data.valid, data.level);
+  return Acquire(model, constraints, pending, number);
 }
 
 }  // namespace dial::searchers

@@ -138,6 +138,47 @@ class BayesianSearcher : public Searcher {
   std::pair<int, int> residual_fit_key_{-1, -2};
   // The warm-start prior's GP (fitted on first use).
   const GaussianProcess* PriorGp();
+
+  // Suggest's steps.
+  // What the model is fitted on.
+  struct FitData {
+    const std::vector<Observation>* chosen = nullptr;
+    int level = -1;  // -1: final results; k: rung k; -3: the prior's trials
+    int valid = 0;   // finite results among them
+    const GaussianProcess* prior = nullptr;  // warm start's GP, if any
+    bool prior_only = false;  // fewer than two results of its own
+  };
+  FitData ChooseFitData();
+  // The objectives' weights for trial `number`: one each with one
+  // objective, uniform on the simplex with several.
+  std::vector<double> ScalarisationWeights(int64_t number) const;
+  // The objective's model: the kept observations (rows 0..n-1 of x and y;
+  // `pending` more rows left for the kriging believer), the
+  // hyperparameters, and the conditioned GP (stacked on the prior's under
+  // warm start).
+  struct Model {
+    std::vector<Observation> observations;  // chosen, then stopped ones
+    std::vector<int> keep;
+    int n = 0;
+    Eigen::MatrixXd x;
+    Eigen::VectorXd y;
+    bool stacked = false;
+    std::shared_ptr<const GaussianProcess> prior_gp;
+    GpHyperparameters h;
+    absl::StatusOr<GaussianProcess> gp;
+  };
+  Model FitObjective(const FitData& data, const std::vector<double>& weights,
+                     int pending);
+  void FitResidualHyperparameters(const Model& m, const GaussianProcess& prior,
+                                  int valid, int level);
+  struct ConstraintModels {
+    std::vector<GaussianProcess> gps;
+    std::vector<std::pair<double, double>> bounds;  // standardised
+    std::vector<bool> feasible;                     // per kept observation
+  };
+  ConstraintModels FitConstraints(const Model& m, int valid, int level);
+  Params Acquire(Model& m, const ConstraintModels& c,
+                 const std::vector<Params>& pending, int64_t number);
   RungResults<Observation> rungs_;
   int64_t report_seq_ = 0;
   int fitted_level_ = -2;  // -1: final results; k: rung k

@@ -134,8 +134,7 @@ struct CmaEsSearcher::Cma {
   }
 };
 
-absl::StatusOr<std::unique_ptr<CmaEsSearcher>> CmaEsSearcher::Create(
-    const v1::StudySpec& spec) {
+absl::Status CmaEsSearcher::Validate(const v1::StudySpec& spec) {
   // Checked before the space, so these messages win over generic ones.
   for (const auto& p : spec.search_space()) {
     if (!p.when().empty()) {
@@ -150,19 +149,28 @@ absl::StatusOr<std::unique_ptr<CmaEsSearcher>> CmaEsSearcher::Create(
         "for several");
   }
   const auto& cmaes = spec.searcher().cmaes();
-  if (cmaes.population_size() < 0 || cmaes.population_size() == 1) {
+  if (cmaes.population_size() < 0 || cmaes.population_size() == 1 ||
+      cmaes.population_size() > 10000) {
     return absl::InvalidArgumentError(
-        "searcher.cmaes.population_size: must be 0 (default) or at least 2");
+        "searcher.cmaes.population_size: must be 0 (= 4 + 3 ln dimensions) "
+        "or 2..10000");
   }
-  if (!(cmaes.sigma0() >= 0) || !std::isfinite(cmaes.sigma0())) {
+  if (!(cmaes.sigma0() >= 0 && cmaes.sigma0() <= 1)) {
     return absl::InvalidArgumentError(
-        "searcher.cmaes.sigma0: must be 0 (default) or positive");
+        "searcher.cmaes.sigma0: must be in [0, 1] (0: 0.3)");
   }
-  if (cmaes.max_restarts() < -1) {
+  if (cmaes.max_restarts() < -1 || cmaes.max_restarts() > 100) {
     return absl::InvalidArgumentError(
-        "searcher.cmaes.max_restarts: must be -1 (none), 0 (default) or "
-        "positive");
+        "searcher.cmaes.max_restarts: must be between -1 (none) and 100 (0: "
+        "9)");
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CmaEsSearcher>> CmaEsSearcher::Create(
+    const v1::StudySpec& spec) {
+  DIAL_RETURN_IF_ERROR(Validate(spec));
+  const auto& cmaes = spec.searcher().cmaes();
   DIAL_ASSIGN_OR_RETURN(SearchSpace space, SearchSpace::Create(spec));
   Options options;
   options.seed = cmaes.seed();

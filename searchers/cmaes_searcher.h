@@ -47,10 +47,13 @@ class CmaEsSearcher : public Searcher {
     double sigma0 = 0.3;      // in unit coordinates
     int max_restarts = 9;
   };
-  // Reads spec.searcher().cmaes(). INVALID_ARGUMENT for conditional
-  // parameters, several objectives, out-of-range options (population_size
-  // 1 or negative, sigma0 negative or not finite, max_restarts below -1)
-  // or a spec that fails validation.
+  // Its rules, the registry's check: INVALID_ARGUMENT for conditional
+  // parameters, several objectives, or out-of-range options
+  // (population_size 0 or 2..10000, sigma0 in [0, 1], max_restarts in
+  // -1..100).
+  static absl::Status Validate(const v1::StudySpec& spec);
+  // Reads spec.searcher().cmaes(); Validate's errors, or those of a spec
+  // that fails validation.
   static absl::StatusOr<std::unique_ptr<CmaEsSearcher>> Create(
       const v1::StudySpec& spec);
   ~CmaEsSearcher() override;

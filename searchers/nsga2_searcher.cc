@@ -49,8 +49,27 @@ double Mutate(double x, std::mt19937_64& rng) {
 
 }  // namespace
 
+absl::Status Nsga2Searcher::Validate(const v1::StudySpec& spec) {
+  const auto& n = spec.searcher().nsga2();
+  if (n.population_size() < 0 || n.population_size() > 10000) {
+    return absl::InvalidArgumentError(
+        "searcher.nsga2.population_size: must be between 0 (= 50) and 10000");
+  }
+  if (!(n.crossover_probability() >= 0 && n.crossover_probability() <= 1)) {
+    return absl::InvalidArgumentError(
+        "searcher.nsga2.crossover_probability: must be in [0, 1] (0: 0.9)");
+  }
+  if (!(n.mutation_probability() >= 0 && n.mutation_probability() <= 1)) {
+    return absl::InvalidArgumentError(
+        "searcher.nsga2.mutation_probability: must be in [0, 1] (0: 1 / "
+        "parameters)");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Nsga2Searcher>> Nsga2Searcher::Create(
     const v1::StudySpec& spec) {
+  DIAL_RETURN_IF_ERROR(Validate(spec));
   DIAL_ASSIGN_OR_RETURN(SearchSpace space, SearchSpace::Create(spec));
   const auto& s = spec.searcher().nsga2();
   Options options;

@@ -32,6 +32,9 @@ class Nsga2Searcher : public Searcher {
     double crossover_probability = 0.9;
     double mutation_probability = 0;  // 0: 1 / parameters
   };
+  // Its rules, the registry's check: INVALID_ARGUMENT naming the field
+  // for an out-of-range option.
+  static absl::Status Validate(const v1::StudySpec& spec);
   static absl::StatusOr<std::unique_ptr<Nsga2Searcher>> Create(
       const v1::StudySpec& spec);
 

@@ -11,10 +11,7 @@
 #include "common/params.h"
 #include "common/random.h"
 #include "common/status.h"
-#include "searchers/bayesian_searcher.h"
-#include "searchers/cmaes_searcher.h"
-#include "searchers/nsga2_searcher.h"
-#include "searchers/tpe_searcher.h"
+#include "searchers/registry.h"
 
 namespace dial::searchers {
 namespace {
@@ -449,65 +446,19 @@ absl::StatusOr<Params> UniqueSearcher::Suggest(
 }
 
 uint64_t SearcherSeed(const v1::StudySpec& spec) {
-  const auto& s = spec.searcher();
-  switch (s.kind_case()) {
-    case v1::SearcherSpec::kRandom:
-      return s.random().seed();
-    case v1::SearcherSpec::kGrid:
-      return s.grid().seed();
-    case v1::SearcherSpec::kBayesian:
-      return s.bayesian().seed();
-    case v1::SearcherSpec::kTpe:
-      return s.tpe().seed();
-    case v1::SearcherSpec::kNsga2:
-      return s.nsga2().seed();
-    case v1::SearcherSpec::kCmaes:
-      return s.cmaes().seed();
-    case v1::SearcherSpec::KIND_NOT_SET:
-      break;
-  }
-  return 0;
+  const SearcherKind* kind = FindSearcherKind(spec.searcher());
+  return kind ? kind->seed(spec.searcher()) : 0;
 }
-
-namespace {
-
-absl::StatusOr<std::unique_ptr<Searcher>> CreateInner(
-    const v1::StudySpec& spec) {
-  switch (spec.searcher().kind_case()) {
-    case v1::SearcherSpec::kRandom:
-    case v1::SearcherSpec::KIND_NOT_SET: {
-      DIAL_ASSIGN_OR_RETURN(auto s, RandomSearcher::Create(spec));
-      return std::unique_ptr<Searcher>(std::move(s));
-    }
-    case v1::SearcherSpec::kGrid: {
-      DIAL_ASSIGN_OR_RETURN(auto s, GridSearcher::Create(spec));
-      return std::unique_ptr<Searcher>(std::move(s));
-    }
-    case v1::SearcherSpec::kBayesian: {
-      DIAL_ASSIGN_OR_RETURN(auto s, BayesianSearcher::Create(spec));
-      return std::unique_ptr<Searcher>(std::move(s));
-    }
-    case v1::SearcherSpec::kTpe: {
-      DIAL_ASSIGN_OR_RETURN(auto s, TpeSearcher::Create(spec));
-      return std::unique_ptr<Searcher>(std::move(s));
-    }
-    case v1::SearcherSpec::kNsga2: {
-      DIAL_ASSIGN_OR_RETURN(auto s, Nsga2Searcher::Create(spec));
-      return std::unique_ptr<Searcher>(std::move(s));
-    }
-    case v1::SearcherSpec::kCmaes: {
-      DIAL_ASSIGN_OR_RETURN(auto s, CmaEsSearcher::Create(spec));
-      return std::unique_ptr<Searcher>(std::move(s));
-    }
-  }
-  return absl::InvalidArgumentError("searcher: unknown kind");
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Searcher>> CreateSearcher(
     const v1::StudySpec& spec) {
-  DIAL_ASSIGN_OR_RETURN(auto inner, CreateInner(spec));
+  const SearcherKind* kind = FindSearcherKind(spec.searcher());
+  if (kind == nullptr) {
+    return absl::UnimplementedError(
+        "searcher: this scheduler does not know that kind of searcher");
+  }
+  DIAL_RETURN_IF_ERROR(kind->validate(spec));
+  DIAL_ASSIGN_OR_RETURN(auto inner, kind->create(spec));
   // A grid visits each of its points once by construction.
   if (spec.searcher().has_grid()) return inner;
   DIAL_ASSIGN_OR_RETURN(auto unique,

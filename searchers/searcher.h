@@ -204,8 +204,10 @@ class UniqueSearcher : public Searcher {
 // The seed of the study's searcher (whichever kind it is).
 uint64_t SearcherSeed(const v1::StudySpec& spec);
 
-// The searcher named by spec.searcher (defaults must be filled in), wrapped
-// in a UniqueSearcher. UNIMPLEMENTED for searchers not built yet.
+// The searcher named by spec.searcher (defaults must be filled in), made by
+// its registry entry (searchers/registry.h) after the entry's checks, and
+// wrapped in a UniqueSearcher. UNIMPLEMENTED for a kind this build does not
+// know.
 absl::StatusOr<std::unique_ptr<Searcher>> CreateSearcher(
     const v1::StudySpec& spec);
 

@@ -212,16 +212,9 @@ INSTANTIATE_TEST_SUITE_P(
                        "scheduler: {asha: {min_steps: 1, max_steps: 9, "
                        "reduction_factor: 1}}",
                        "scheduler.asha.reduction_factor", "greater than 1"},
-        ValidationCase{"GridPointsOne",
-                       "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
-                       "searcher: {grid: {default_points: 1}}",
-                       "searcher.grid.default_points", "at least 2"},
         // Bounds that keep CreateStudy's work proportional to the spec
-        // (each of these used to hang CreateStudy or overflow).
-        ValidationCase{"GridDefaultPointsHuge",
-                       "search_space: [{name: x, float: {min: 0, max: 1}}]\n"
-                       "searcher: {grid: {default_points: 2147483647}}",
-                       "searcher.grid.default_points", "at most 10000"},
+        // (each of these used to hang CreateStudy or overflow). The
+        // searchers' own settings: tests/searchers/registry_test.cc.
         ValidationCase{"GridPointsHuge",
                        "search_space: [{name: x, float: {min: 0, max: 1, "
                        "grid_points: 10001}}]",

@@ -16,6 +16,7 @@
 #include "searchers/bayesian_searcher.h"
 #include "searchers/early_stopping.h"
 #include "searchers/pareto.h"
+#include "searchers/registry.h"
 #include "searchers/searcher.h"
 
 namespace dial::searchers {
@@ -177,7 +178,7 @@ TEST(MultiObjectiveSpecTest, InvalidSpecsNameTheField) {
   auto check = [](const std::string& yaml, const std::string& field) {
     auto spec = ParseStudySpec("name: t\nbudget: {max_trials: 10}\n" + yaml);
     ASSERT_TRUE(spec.ok()) << spec.status();
-    absl::Status status = ValidateStudySpec(*spec);
+    absl::Status status = ValidateSpec(*spec);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << yaml;
     EXPECT_THAT(status.message(), HasSubstr(field));
   };
