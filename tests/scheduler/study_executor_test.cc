@@ -18,6 +18,7 @@
 #include "scheduler/core.h"
 #include "searchers/searcher.h"
 #include "storage/memory_study_store.h"
+#include "tests/scheduler/test_util.h"
 
 namespace dial::scheduler {
 namespace {
@@ -132,23 +133,6 @@ v1::StudySpec Spec(const std::string& name) {
   return *spec;
 }
 
-// Suggests only when the test lets it go, as a slow model fit would.
-class StuckSearcher : public searchers::Searcher {
- public:
-  explicit StuckSearcher(absl::Notification* release) : release_(release) {}
-  using Searcher::Suggest;
-  absl::StatusOr<searchers::Params> Suggest(
-      int64_t, const std::vector<searchers::Params>&) override {
-    release_->WaitForNotification();
-    searchers::Params p;
-    p["x"].set_double_value(1);
-    return p;
-  }
-
- private:
-  absl::Notification* release_;
-};
-
 // Before: one suggestion thread, so "quick"'s asks waited for "slow"'s fit.
 TEST(StudyExecutorTest, AStudysSlowFitHoldsUpNoOtherStudysAsks) {
   absl::Notification release;
@@ -158,7 +142,7 @@ TEST(StudyExecutorTest, AStudysSlowFitHoldsUpNoOtherStudysAsks) {
   options.suggestion_threads = 2;
   options.searcher_factory = [&](const v1::StudySpec& spec)
       -> absl::StatusOr<std::unique_ptr<searchers::Searcher>> {
-    if (spec.name() == "slow") return std::make_unique<StuckSearcher>(&release);
+    if (spec.name() == "slow") return std::make_unique<GatedSearcher>(&release);
     return searchers::CreateSearcher(spec);
   };
   auto core = SchedulerCore::Create(options);

@@ -42,13 +42,16 @@ class StudyLifecycleTest : public ::testing::Test {
   StudyEntry& Entry(const std::string& name) {
     return **parts_.studies.Find(name);
   }
-  // Completes trial `number` of study `name` (created RUNNING) with loss.
-  void Complete(const std::string& name, int64_t number, double loss) {
+  // Saves trial `number` of study `name` RUNNING (as an ask would), then
+  // completes it with `loss`.
+  void RunAndComplete(const std::string& name, int64_t number, double loss) {
     v1::Trial t;
     t.set_study(name);
     t.set_number(number);
-    t.set_state(v1::COMPLETED);
+    t.set_state(v1::RUNNING);
     (*t.mutable_params())["x"].set_double_value(0.5);
+    ASSERT_TRUE(parts_.lifecycle.SaveTrial(Entry(name), t).ok());
+    t.set_state(v1::COMPLETED);
     (*t.mutable_final_metrics())["loss"] = loss;
     t.set_objective_value(loss);
     ASSERT_TRUE(parts_.lifecycle.Finalize(Entry(name), t).ok());
@@ -113,7 +116,7 @@ TEST_F(StudyLifecycleTest, AnOwnerHasAtMostTheStudiesAllowed) {
 
 TEST_F(StudyLifecycleTest, WarmStartQueuesTheSourcesBestAndKeepsPriors) {
   ASSERT_TRUE(Create(SmallSpec("old", 4), User("ann")).ok());
-  Complete("old", 0, 0.3);
+  RunAndComplete("old", 0, 0.3);
   auto created =
       Create(SmallSpec("new", 4, "warm_start: {studies: [old], top_k: 1}\n"),
              User("ann"));
@@ -130,12 +133,7 @@ TEST_F(StudyLifecycleTest, WarmStartQueuesTheSourcesBestAndKeepsPriors) {
 
 TEST_F(StudyLifecycleTest, UpdateRaisesTheBudgetAndReopensAFinishedStudy) {
   ASSERT_TRUE(Create(SmallSpec("s", 1), User("ann")).ok());
-  v1::Trial t;
-  t.set_study("s");
-  t.set_number(0);
-  t.set_state(v1::RUNNING);
-  ASSERT_TRUE(parts_.lifecycle.SaveTrial(Entry("s"), t).ok());
-  Complete("s", 0, 0.5);
+  RunAndComplete("s", 0, 0.5);
   ASSERT_EQ(Entry("s").study().state(), v1::STUDY_COMPLETED);
 
   EXPECT_EQ(studies_.Update(Entry("s"), 0, 0, User("ann")).value().state(),
@@ -207,12 +205,7 @@ TEST_F(StudyLifecycleTest, EnqueueChecksTheSpaceAndNumbersTheQueue) {
 TEST_F(StudyLifecycleTest, ReevaluationQueuesNewSeedsOfTheBest) {
   ASSERT_TRUE(Create(SmallSpec("s", 2), User("ann")).ok());
   for (int n = 0; n < 2; ++n) {
-    v1::Trial t;
-    t.set_study("s");
-    t.set_number(n);
-    t.set_state(v1::RUNNING);
-    ASSERT_TRUE(parts_.lifecycle.SaveTrial(Entry("s"), t).ok());
-    Complete("s", n, n == 0 ? 0.9 : 0.1);
+    RunAndComplete("s", n, n == 0 ? 0.9 : 0.1);
   }
   ASSERT_EQ(Entry("s").study().state(), v1::STUDY_COMPLETED);
   int32_t max_trials = 0;
@@ -229,12 +222,7 @@ TEST_F(StudyLifecycleTest, ReevaluationQueuesNewSeedsOfTheBest) {
 // as it was, and the same call works once the store does.
 TEST_F(StudyLifecycleTest, AFailedWriteChangesNothing) {
   ASSERT_TRUE(Create(SmallSpec("s", 1), User("ann")).ok());
-  v1::Trial t;
-  t.set_study("s");
-  t.set_number(0);
-  t.set_state(v1::RUNNING);
-  ASSERT_TRUE(parts_.lifecycle.SaveTrial(Entry("s"), t).ok());
-  Complete("s", 0, 0.5);
+  RunAndComplete("s", 0, 0.5);
   parts_.outbox.fills.clear();
   const v1::Study before = Entry("s").study();
 

@@ -53,6 +53,23 @@ inline v1::StudySpec SmallSpec(const std::string& name, int max_trials,
   return *spec;
 }
 
+// Suggests only once the test lets it go, as a slow model fit would.
+class GatedSearcher : public searchers::Searcher {
+ public:
+  explicit GatedSearcher(absl::Notification* release) : release_(release) {}
+  using Searcher::Suggest;
+  absl::StatusOr<searchers::Params> Suggest(
+      int64_t, const std::vector<searchers::Params>&) override {
+    release_->WaitForNotification();
+    searchers::Params p;
+    p["x"].set_double_value(0.5);
+    return p;
+  }
+
+ private:
+  absl::Notification* release_;
+};
+
 // The core's parts wired as the core wires them (without retention or
 // checkpoints), over `store` and a fake clock, for tests of one part.
 // `factory` replaces the default searcher factory if given.

@@ -20,23 +20,6 @@
 namespace dial::scheduler {
 namespace {
 
-// Suggests only once the test lets it go, as a slow model fit would.
-class GatedSearcher : public searchers::Searcher {
- public:
-  explicit GatedSearcher(absl::Notification* release) : release_(release) {}
-  using Searcher::Suggest;
-  absl::StatusOr<searchers::Params> Suggest(
-      int64_t, const std::vector<searchers::Params>&) override {
-    release_->WaitForNotification();
-    searchers::Params p;
-    p["x"].set_double_value(0.5);
-    return p;
-  }
-
- private:
-  absl::Notification* release_;
-};
-
 class TrialMakerTest : public ::testing::Test {
  protected:
   ~TrialMakerTest() override { maker_.Stop(); }
@@ -77,18 +60,29 @@ class TrialMakerTest : public ::testing::Test {
   absl::Mutex mu_;  // the core's lock, as far as the maker knows
   // Durability held back until the test lets it go.
   absl::Notification committed_;
-  TrialMaker maker_{
-      {store_.get(), nullptr, &parts_.quota, &parts_.lifecycle, &parts_.outbox,
-       &parts_.loader, &limits_, &fits_,
-       [this](WriteTicket*, const std::function<void()>& body) {
-         absl::MutexLock lock(&mu_);
-         body();
-       },
-       [this](WriteTicket, std::function<void(absl::Status)> done) {
-         committed_.WaitForNotification();
-         done(absl::OkStatus());
-       },
-       2}};
+  // The maker's parts over this fixture: the lock is mu_, durability comes
+  // once committed_ is notified.
+  TrialMaker::Parts MakerParts(storage::CheckpointStore* checkpoints,
+                               int threads) {
+    return {store_.get(),
+            checkpoints,
+            &parts_.quota,
+            &parts_.lifecycle,
+            &parts_.outbox,
+            &parts_.loader,
+            &limits_,
+            &fits_,
+            [this](WriteTicket*, const std::function<void()>& body) {
+              absl::MutexLock lock(&mu_);
+              body();
+            },
+            [this](WriteTicket, std::function<void(absl::Status)> done) {
+              committed_.WaitForNotification();
+              done(absl::OkStatus());
+            },
+            threads};
+  }
+  TrialMaker maker_{MakerParts(nullptr, 2)};
 };
 
 TEST_F(TrialMakerTest, AnAskMakesRunningTrialsAndAClientGetsItsOwnBack) {
@@ -205,25 +199,7 @@ TEST_F(TrialMakerTest, CheckpointDeletionWaitsForTheCommitButHoldsUpNoAsk) {
   ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
   const std::filesystem::path path = dir.path() / "s" / "0" / "5";
   std::filesystem::create_directories(path);
-  TrialMaker::Parts parts = {
-      store_.get(),
-      checkpoints->get(),
-      &parts_.quota,
-      &parts_.lifecycle,
-      &parts_.outbox,
-      &parts_.loader,
-      &limits_,
-      nullptr,
-      [this](WriteTicket*, const std::function<void()>& body) {
-        absl::MutexLock lock(&mu_);
-        body();
-      },
-      [this](WriteTicket, std::function<void(absl::Status)> done) {
-        committed_.WaitForNotification();
-        done(absl::OkStatus());
-      },
-      1};
-  TrialMaker maker(parts);
+  TrialMaker maker(MakerParts(checkpoints->get(), 1));
   auto entry = parts_.Add(SmallSpec("s", 10));
   {
     absl::MutexLock lock(&mu_);
