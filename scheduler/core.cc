@@ -10,7 +10,6 @@
 namespace dial::scheduler {
 namespace {
 
-constexpr int32_t kMaxPageSize = 1000;
 constexpr int32_t kMaxSuggest = 1000;
 constexpr size_t kMaxClientId = 256;
 

@@ -11,7 +11,6 @@
 namespace dial::scheduler {
 namespace {
 
-constexpr int32_t kMaxPageSize = 1000;
 constexpr int32_t kDefaultPageSize = 100;
 
 // A study's place in ListStudies' order: (create time, name).

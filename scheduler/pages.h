@@ -33,6 +33,9 @@ struct TrialPage {
   std::string next_page_token;
 };
 
+// The most items one page (or GetBestTrials) holds.
+constexpr int32_t kMaxPageSize = 1000;
+
 // A page_size: 0 becomes the default (100); INVALID_ARGUMENT past 1000.
 absl::Status CheckPageSize(int32_t& page_size);
 
