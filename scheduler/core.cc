@@ -546,6 +546,7 @@ void SchedulerCore::SuggestTrialsAsync(const std::string& name, int32_t count,
   if (count == 0) count = 1;
   WriteTicket ticket;
   absl::Status refused;
+  std::function<void()> now;  // a cheap ask, run here without the lock
   {
     Lock lock(this, &ticket);
     auto found = FindFor(who, name, Access::kWrite);
@@ -554,10 +555,11 @@ void SchedulerCore::SuggestTrialsAsync(const std::string& name, int32_t count,
     } else if (stopping_) {
       refused = absl::UnavailableError("the scheduler is shutting down");
     } else {
-      maker_.Suggest(studies_.Shared(name), count, client_id, done);
+      now = maker_.Suggest(studies_.Shared(name), count, client_id, done);
     }
   }
   if (!refused.ok()) done(Reply<Suggestion>(refused, ticket));
+  if (now) now();
 }
 
 Reply<v1::Decision> SchedulerCore::ReportIntermediate(

@@ -31,6 +31,43 @@ bool StudyExecutor::Enqueue(const std::string& study, Task task) {
   return true;
 }
 
+bool StudyExecutor::Claim(const std::string& study) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_ || queues_.count(study)) return false;
+  queues_[study];  // empty: running, nothing queued
+  running_.insert(study);
+  return true;
+}
+
+void StudyExecutor::RunClaimed(const std::string& study,
+                               const std::function<void()>& run) {
+  run();
+  // Once stopping, the pool may be gone: what was queued meanwhile is
+  // cancelled here.
+  std::deque<Task> orphans;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      orphans.swap(queues_[study]);
+      queued_ -= orphans.size();
+    }
+    Finished(study);
+  }
+  for (Task& task : orphans) {
+    if (task.cancel) task.cancel();
+  }
+}
+
+void StudyExecutor::Finished(const std::string& study) {
+  running_.erase(study);
+  auto it = queues_.find(study);
+  if (it->second.empty()) {
+    queues_.erase(it);
+  } else {
+    line_.push_back(study);
+  }
+}
+
 void StudyExecutor::WaitIdle() {
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -81,13 +118,7 @@ void StudyExecutor::Run() {
       task.cancel();
     }
     absl::MutexLock lock(&mu_);
-    running_.erase(study);
-    auto it = queues_.find(study);
-    if (it->second.empty()) {
-      queues_.erase(it);
-    } else {
-      line_.push_back(study);
-    }
+    Finished(study);
   }
 }
 

@@ -37,6 +37,14 @@ class StudyExecutor {
   // (false; the core refuses work that must be answered once it shuts
   // down).
   bool Enqueue(const std::string& study, Task task);
+  // Takes `study`'s turn for the caller when it has nothing queued or
+  // running (and the executor runs): true, and the caller must then call
+  // RunClaimed(study, ...) exactly once. Work queued for the study
+  // meanwhile waits for it.
+  bool Claim(const std::string& study);
+  // Runs `run` on the calling thread in the turn Claim took, then gives the
+  // turn back (to the pool, if work was queued meanwhile).
+  void RunClaimed(const std::string& study, const std::function<void()>& run);
   // Blocks until nothing is queued or running. Not from a task.
   void WaitIdle();
   bool Idle();
@@ -48,6 +56,9 @@ class StudyExecutor {
 
  private:
   void Run();
+  // Ends `study`'s running task (under mu_): the study goes to the back
+  // of the line if more is queued.
+  void Finished(const std::string& study) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return queued_ == 0 && running_.empty();
   }

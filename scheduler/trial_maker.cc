@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "scheduler/study_registry.h"
+#include "searchers/registry.h"
 #include "spdlog/spdlog.h"
 
 namespace dial::scheduler {
@@ -40,16 +41,28 @@ void TrialMaker::Fitted(absl::Time start) const {
   }
 }
 
-void TrialMaker::Suggest(std::shared_ptr<StudyEntry> entry, int32_t count,
-                         const std::string& client_id, SuggestCallback done) {
+std::function<void()> TrialMaker::Suggest(std::shared_ptr<StudyEntry> entry,
+                                          int32_t count,
+                                          const std::string& client_id,
+                                          SuggestCallback done) {
   const std::string name = entry->name();
-  suggestions_.Enqueue(
-      name, {[this, entry = std::move(entry), count, client_id, done] {
-               RunSuggest(entry, count, client_id, done);
-             },
-             [done] {
-               done(absl::UnavailableError("the scheduler is shutting down"));
-             }});
+  const searchers::SearcherKind* kind =
+      searchers::FindSearcherKind(entry->study().spec().searcher());
+  std::function<void()> run = [this, entry = std::move(entry), count, client_id,
+                               done] {
+    RunSuggest(entry, count, client_id, done);
+  };
+  if (kind != nullptr && !kind->fits_model && suggestions_.Claim(name)) {
+    return [this, name, run = std::move(run)] {
+      suggestions_.RunClaimed(name, run);
+    };
+  }
+  std::function<void()> stopped = [done] {
+    done(absl::UnavailableError("the scheduler is shutting down"));
+  };
+  // Once stopped, the answer too comes after the lock.
+  if (!suggestions_.Enqueue(name, {std::move(run), stopped})) return stopped;
+  return nullptr;
 }
 
 void TrialMaker::Fill(std::shared_ptr<StudyEntry> entry) {

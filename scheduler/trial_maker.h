@@ -72,11 +72,18 @@ class TrialMaker {
   ~TrialMaker();  // Stop()
 
   // --- Under the core's lock.
-  // Queues the ask: new RUNNING trials for `client_id` (see
-  // SchedulerCore::SuggestTrialsAsync). `done` is called once, without the
-  // lock; UNAVAILABLE if the maker stops first.
-  void Suggest(std::shared_ptr<StudyEntry> entry, int32_t count,
-               const std::string& client_id, SuggestCallback done);
+  // Takes the ask: new RUNNING trials for `client_id` (see
+  // SchedulerCore::SuggestTrialsAsync). An ask that fits a model is queued
+  // for the suggestion pool. Any other ask, for a study with nothing queued
+  // or running, takes the study's turn and is returned, to be run on the
+  // caller's thread once it has released the lock: it then waits for no
+  // pool thread (and no other study's fit); null when queued. `done` is
+  // called once, without the lock; UNAVAILABLE if the maker stops first
+  // (then too from the returned work, if it stopped already).
+  [[nodiscard]] std::function<void()> Suggest(std::shared_ptr<StudyEntry> entry,
+                                              int32_t count,
+                                              const std::string& client_id,
+                                              SuggestCallback done);
   // Queues a top-up of a worker-run study's PENDING trials, unless one is
   // queued already.
   void Fill(std::shared_ptr<StudyEntry> entry);

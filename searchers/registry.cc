@@ -28,9 +28,9 @@ absl::StatusOr<std::unique_ptr<Searcher>> Make(const v1::StudySpec& spec) {
 std::vector<SearcherKind> MakeKinds() {
   using K = v1::SearcherSpec;
   return {
-      {K::kRandom, "random", NothingToCheck, nullptr,
+      {K::kRandom, "random", false, NothingToCheck, nullptr,
        [](const K& s) { return s.random().seed(); }, Make<RandomSearcher>},
-      {K::kGrid, "grid",
+      {K::kGrid, "grid", false,
        [](const v1::StudySpec& spec) {
          return CheckGridPoints("searcher.grid.default_points",
                                 spec.searcher().grid().default_points(),
@@ -41,7 +41,7 @@ std::vector<SearcherKind> MakeKinds() {
          if (grid->default_points() == 0) grid->set_default_points(5);
        },
        [](const K& s) { return s.grid().seed(); }, Make<GridSearcher>},
-      {K::kBayesian, "bayesian",
+      {K::kBayesian, "bayesian", true,
        [](const v1::StudySpec& spec) {
          return spec.searcher().bayesian().initial_trials() < 0
                     ? Invalid("searcher.bayesian.initial_trials",
@@ -50,16 +50,16 @@ std::vector<SearcherKind> MakeKinds() {
        },
        nullptr, [](const K& s) { return s.bayesian().seed(); },
        Make<BayesianSearcher>},
-      {K::kTpe, "tpe",
+      {K::kTpe, "tpe", true,
        [](const v1::StudySpec& spec) {
          return spec.searcher().tpe().initial_trials() < 0
                     ? Invalid("searcher.tpe.initial_trials", "must be >= 0")
                     : absl::OkStatus();
        },
        nullptr, [](const K& s) { return s.tpe().seed(); }, Make<TpeSearcher>},
-      {K::kNsga2, "nsga2", Nsga2Searcher::Validate, nullptr,
+      {K::kNsga2, "nsga2", false, Nsga2Searcher::Validate, nullptr,
        [](const K& s) { return s.nsga2().seed(); }, Make<Nsga2Searcher>},
-      {K::kCmaes, "cmaes", CmaEsSearcher::Validate, nullptr,
+      {K::kCmaes, "cmaes", false, CmaEsSearcher::Validate, nullptr,
        [](const K& s) { return s.cmaes().seed(); }, Make<CmaEsSearcher>},
   };
 }

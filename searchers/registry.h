@@ -20,6 +20,10 @@ namespace dial::searchers {
 struct SearcherKind {
   v1::SearcherSpec::KindCase kind;
   std::string_view name;  // as in specs: searcher: {<name>: {...}}
+  // Whether an ask fits a model over the study's history (its cost grows
+  // with the trials). The scheduler runs such asks on its suggestion pool
+  // at a lower priority, and the others at once on the calling thread.
+  bool fits_model;
   // INVALID_ARGUMENT naming the field, for its own settings; `spec` has
   // passed the common checks.
   absl::Status (*validate)(const v1::StudySpec& spec);

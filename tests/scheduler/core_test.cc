@@ -435,7 +435,11 @@ TEST(CoreSuggestionThreadTest, ASlowSearcherNeverBlocksReports) {
   };
   auto core = SchedulerCore::Create(options);
   ASSERT_TRUE(core.ok());
-  ASSERT_TRUE((*core)->CreateStudy(Spec("budget: {max_trials: 5}")).ok());
+  // A kind that fits a model: its asks go to the suggestion pool.
+  ASSERT_TRUE((*core)
+                  ->CreateStudy(Spec("budget: {max_trials: 5}\n"
+                                     "searcher: {bayesian: {}}"))
+                  .ok());
   ASSERT_EQ((*core)->SuggestTrials("s", 1, "a")->trials.size(), 1u);
   // Trial 1's suggestion now hangs in the searcher...
   std::promise<absl::StatusOr<Suggestion>> slow;

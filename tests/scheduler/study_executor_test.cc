@@ -123,12 +123,77 @@ TEST(StudyExecutorTest, StopCancelsWhatIsQueuedAndLetsTheRunningTaskEnd) {
   EXPECT_EQ(executor.size(), 0u);
 }
 
-v1::StudySpec Spec(const std::string& name) {
-  auto spec = ParseStudySpec(
-      "name: " + name +
-      "\nobjective: {metric: loss, goal: MINIMIZE}\n"
-      "search_space:\n  - {name: x, float: {min: -5, max: 5}}\n"
-      "budget: {max_trials: 50}\nsearcher: {random: {seed: 3}}\n");
+// A claimed turn runs on the caller's thread; the study's work queued
+// meanwhile waits for it, then runs on the pool, in order.
+TEST(StudyExecutorTest, AClaimedTurnRunsHereAndWhatIsQueuedMeanwhileWaits) {
+  StudyExecutor executor(2);
+  ASSERT_TRUE(executor.Claim("a"));
+  EXPECT_FALSE(executor.Claim("a"));  // one turn at a time
+  EXPECT_FALSE(executor.Idle());
+  std::mutex mu;
+  std::vector<std::string> ran;
+  auto record = [&](std::string name) {
+    std::lock_guard<std::mutex> lock(mu);
+    ran.push_back(name);
+  };
+  const std::thread::id caller = std::this_thread::get_id();
+  absl::Notification b_ran;
+  executor.RunClaimed("a", [&] {
+    executor.Enqueue("a", {[&] { record("a2"); }, nullptr});
+    executor.Enqueue("b", {[&] {
+                             record("b1");
+                             b_ran.Notify();
+                           },
+                           nullptr});
+    // b runs on the pool meanwhile; a's own task waits for this one.
+    EXPECT_TRUE(b_ran.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    EXPECT_EQ(executor.size(), 1u);
+    record(std::this_thread::get_id() == caller ? "a1 on the caller"
+                                                : "a1 elsewhere");
+  });
+  executor.WaitIdle();
+  EXPECT_THAT(ran, ElementsAre("b1", "a1 on the caller", "a2"));
+  // A study with work queued or running is not claimed.
+  absl::Notification started, release;
+  executor.Enqueue("c", {[&] {
+                           started.Notify();
+                           release.WaitForNotification();
+                         },
+                         nullptr});
+  started.WaitForNotification();
+  EXPECT_FALSE(executor.Claim("c"));
+  EXPECT_TRUE(executor.Claim("d"));
+  executor.RunClaimed("d", [] {});
+  release.Notify();
+  executor.WaitIdle();
+}
+
+// Stop during a claimed turn: what was queued behind it is cancelled, not
+// lost, and no new turn is claimed.
+TEST(StudyExecutorTest, StopDuringAClaimedTurnCancelsWhatWaitsForIt) {
+  StudyExecutor executor(1);
+  ASSERT_TRUE(executor.Claim("a"));
+  std::atomic<int> cancelled{0};
+  bool ran = false;
+  executor.RunClaimed("a", [&] {
+    executor.Enqueue("a", {[&] { ran = true; }, [&] { ++cancelled; }});
+    executor.Stop();
+  });
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(cancelled, 1);
+  EXPECT_EQ(executor.size(), 0u);
+  EXPECT_TRUE(executor.Idle());
+  EXPECT_FALSE(executor.Claim("b"));
+}
+
+v1::StudySpec Spec(const std::string& name,
+                   const std::string& searcher = "random: {seed: 3}") {
+  auto spec =
+      ParseStudySpec("name: " + name +
+                     "\nobjective: {metric: loss, goal: MINIMIZE}\n"
+                     "search_space:\n  - {name: x, float: {min: -5, max: 5}}\n"
+                     "budget: {max_trials: 50}\nsearcher: {" +
+                     searcher + "}\n");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }
@@ -147,7 +212,7 @@ TEST(StudyExecutorTest, AStudysSlowFitHoldsUpNoOtherStudysAsks) {
   };
   auto core = SchedulerCore::Create(options);
   ASSERT_TRUE(core.ok());
-  ASSERT_TRUE((*core)->CreateStudy(Spec("slow")).ok());
+  ASSERT_TRUE((*core)->CreateStudy(Spec("slow", "bayesian: {}")).ok());
   ASSERT_TRUE((*core)->CreateStudy(Spec("quick")).ok());
   std::promise<absl::StatusOr<Suggestion>> stuck;
   (*core)->SuggestTrialsAsync(

@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <optional>
+#include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -28,12 +30,14 @@ class TrialMakerTest : public ::testing::Test {
   absl::StatusOr<Suggestion> Ask(const std::shared_ptr<StudyEntry>& entry,
                                  int32_t count, const std::string& client) {
     std::promise<absl::StatusOr<Suggestion>> answer;
+    std::function<void()> now;
     {
       absl::MutexLock lock(&mu_);
-      maker_.Suggest(entry, count, client, [&](Reply<Suggestion> r) {
+      now = maker_.Suggest(entry, count, client, [&](Reply<Suggestion> r) {
         answer.set_value(std::move(r));
       });
     }
+    if (now) now();
     return answer.get_future().get();
   }
   void Fill(const std::shared_ptr<StudyEntry>& entry) {
@@ -172,13 +176,15 @@ TEST_F(TrialMakerTest, WorkForADeletedStudyIsDropped) {
 }
 
 TEST_F(TrialMakerTest, ASlowFitHoldsUpNoOtherStudy) {
-  auto slow = parts_.Add(SmallSpec("slow", 10));
+  auto slow = parts_.Add(SmallSpec("slow", 10, "searcher: {bayesian: {}}\n"));
   auto quick = parts_.Add(SmallSpec("quick", 10));
   std::promise<absl::StatusOr<Suggestion>> stuck;
   {
     absl::MutexLock lock(&mu_);
-    maker_.Suggest(slow, 1, "a",
-                   [&](Reply<Suggestion> r) { stuck.set_value(std::move(r)); });
+    EXPECT_EQ(maker_.Suggest(
+                  slow, 1, "a",
+                  [&](Reply<Suggestion> r) { stuck.set_value(std::move(r)); }),
+              nullptr);  // a model fit: queued
   }
   for (int i = 0; i < 5; ++i) {
     auto asked = Ask(quick, 1, "b" + std::to_string(i));
@@ -190,6 +196,43 @@ TEST_F(TrialMakerTest, ASlowFitHoldsUpNoOtherStudy) {
             std::future_status::timeout);
   release_.Notify();
   EXPECT_TRUE(future.get().ok());
+}
+
+// An ask of a kind that fits no model runs on the caller's thread: with
+// the pool's only thread held by another study's fit, it is answered at
+// once (before, it waited for the fit).
+TEST_F(TrialMakerTest, AnAskThatFitsNoModelWaitsForNoPoolThread) {
+  TrialMaker maker(MakerParts(nullptr, 1));
+  auto slow = parts_.Add(SmallSpec("slow", 10, "searcher: {bayesian: {}}\n"));
+  auto quick = parts_.Add(SmallSpec("quick", 10));
+  std::promise<absl::StatusOr<Suggestion>> stuck;
+  {
+    absl::MutexLock lock(&mu_);
+    EXPECT_EQ(maker.Suggest(
+                  slow, 1, "a",
+                  [&](Reply<Suggestion> r) { stuck.set_value(std::move(r)); }),
+              nullptr);
+  }
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int i = 0; i < 3; ++i) {
+    std::optional<std::thread::id> answered_on;
+    std::function<void()> now;
+    {
+      absl::MutexLock lock(&mu_);
+      now = maker.Suggest(quick, 1, "b" + std::to_string(i),
+                          [&](Reply<Suggestion> r) {
+                            EXPECT_TRUE(r.ok()) << r.status();
+                            answered_on = std::this_thread::get_id();
+                          });
+    }
+    ASSERT_NE(now, nullptr);
+    now();
+    EXPECT_EQ(answered_on, caller);
+  }
+  EXPECT_EQ(quick->trials().size(), 3u);
+  release_.Notify();
+  EXPECT_TRUE(stuck.get_future().get().ok());
+  maker.Stop();
 }
 
 TEST_F(TrialMakerTest, CheckpointDeletionWaitsForTheCommitButHoldsUpNoAsk) {
@@ -207,11 +250,14 @@ TEST_F(TrialMakerTest, CheckpointDeletionWaitsForTheCommitButHoldsUpNoAsk) {
   }
   // The deletion waits for the commit; an ask goes ahead meanwhile.
   std::promise<absl::StatusOr<Suggestion>> answer;
+  std::function<void()> now;
   {
     absl::MutexLock lock(&mu_);
-    maker.Suggest(entry, 1, "c",
-                  [&](Reply<Suggestion> r) { answer.set_value(std::move(r)); });
+    now = maker.Suggest(entry, 1, "c", [&](Reply<Suggestion> r) {
+      answer.set_value(std::move(r));
+    });
   }
+  if (now) now();
   auto asked = answer.get_future().get();
   ASSERT_TRUE(asked.ok());
   EXPECT_EQ(asked->trials.size(), 1u);
