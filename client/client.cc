@@ -121,13 +121,14 @@ absl::StatusOr<std::vector<v1::Study>> DialClient::ListStudies() {
   return out;
 }
 
-absl::StatusOr<v1::Study> DialClient::UpdateStudy(const std::string& study,
-                                                  int32_t max_trials,
-                                                  int32_t max_parallel_trials) {
+absl::StatusOr<v1::Study> DialClient::UpdateStudy(
+    const std::string& study, int32_t max_trials, int32_t max_parallel_trials,
+    std::optional<int32_t> priority) {
   v1::UpdateStudyRequest request;
   request.set_study(study);
   request.set_max_trials(max_trials);
   request.set_max_parallel_trials(max_parallel_trials);
+  if (priority) request.set_priority(*priority);
   v1::UpdateStudyResponse response;
   DIAL_CALL(UpdateStudy, request, response);
   return response.study();

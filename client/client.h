@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,9 +57,10 @@ class DialClient {
   absl::StatusOr<v1::Study> GetStudy(const std::string& study);
   // Every study the caller may read, oldest first (all pages).
   absl::StatusOr<std::vector<v1::Study>> ListStudies();
-  absl::StatusOr<v1::Study> UpdateStudy(const std::string& study,
-                                        int32_t max_trials,
-                                        int32_t max_parallel_trials);
+  // `priority`: unchanged when nullopt.
+  absl::StatusOr<v1::Study> UpdateStudy(
+      const std::string& study, int32_t max_trials, int32_t max_parallel_trials,
+      std::optional<int32_t> priority = std::nullopt);
   absl::StatusOr<v1::Study> StopStudy(const std::string& study);
   absl::Status DeleteStudy(const std::string& study);
 

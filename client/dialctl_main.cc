@@ -69,6 +69,8 @@ ABSL_FLAG(std::string, study, "",
 ABSL_FLAG(int32_t, limit, 100,
           "For admin audit: the newest N events (0: every event)");
 ABSL_FLAG(int32_t, max_trials, 0, "New max_trials, for study update");
+ABSL_FLAG(std::string, priority, "",
+          "New priority (-100 to 100), for study update; empty: unchanged");
 ABSL_FLAG(int32_t, max_parallel_trials, 0,
           "New max_parallel_trials, for study update");
 ABSL_FLAG(int32_t, timeout_s, 30, "Deadline of each call, in seconds");
@@ -185,9 +187,18 @@ int StudyStop(DialClient& client, const Args& args) {
 }
 
 int StudyUpdate(DialClient& client, const Args& args) {
-  return PrintStudy(
-      client.UpdateStudy(args[2], absl::GetFlag(FLAGS_max_trials),
-                         absl::GetFlag(FLAGS_max_parallel_trials)));
+  std::optional<int32_t> priority;
+  if (const std::string p = absl::GetFlag(FLAGS_priority); !p.empty()) {
+    int32_t n = 0;
+    if (!absl::SimpleAtoi(p, &n)) {
+      return Fail(absl::InvalidArgumentError("--priority: '" + p +
+                                             "' is not a whole number"));
+    }
+    priority = n;
+  }
+  return PrintStudy(client.UpdateStudy(args[2], absl::GetFlag(FLAGS_max_trials),
+                                       absl::GetFlag(FLAGS_max_parallel_trials),
+                                       priority));
 }
 
 int StudyDelete(DialClient& client, const Args& args) {
@@ -701,7 +712,8 @@ constexpr Command kCommands[] = {
     {"study", "watch", "STUDY", "live progress until the study ends", true,
      StudyWatch},
     {"study", "stop", "STUDY", "stop suggesting new trials", true, StudyStop},
-    {"study", "update", "STUDY --max-trials=N [--max-parallel-trials=N]", "",
+    {"study", "update",
+     "STUDY [--max-trials=N] [--max-parallel-trials=N] [--priority=N]", "",
      true, StudyUpdate},
     {"study", "delete", "STUDY", "delete a study and its trials", true,
      StudyDelete},

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -202,6 +203,21 @@ std::string FormatStudy(const v1::Study& s) {
   absl::StrAppend(&out, "study:       ", s.name(), "\n");
   absl::StrAppend(&out, "owner:       ", OrDash(s.owner()), "\n");
   absl::StrAppend(&out, "state:       ", StudyStateName(s.state()), "\n");
+  if (!s.waiting().empty()) {
+    absl::StrAppend(&out, "             ", s.waiting(), "\n");
+  }
+  absl::StrAppend(&out, "priority:    ", spec.priority(), "\n");
+  if (!spec.trial().resources().selector().empty()) {
+    std::map<std::string, std::string> keys;  // sorted
+    for (const auto& [key, list] : spec.trial().resources().selector()) {
+      std::vector<std::string> values;
+      for (const auto& v : list.values()) values.push_back(v.string_value());
+      keys[key] = absl::StrCat(key, " in [", absl::StrJoin(values, ", "), "]");
+    }
+    std::vector<std::string> parts;
+    for (auto& [key, text] : keys) parts.push_back(std::move(text));
+    absl::StrAppend(&out, "selector:    ", absl::StrJoin(parts, ", "), "\n");
+  }
   if (spec.objectives_size() > 1) {
     std::vector<std::string> parts;
     for (const auto& o : spec.objectives()) {

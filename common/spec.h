@@ -73,5 +73,11 @@ absl::Status CheckGridPoints(const std::string& field, int32_t points,
 // Names of studies and parameters: 1-64 characters of [A-Za-z0-9._-],
 // starting with a letter or digit. Safe as a path component.
 absl::Status ValidateName(absl::string_view field, absl::string_view name);
+// A worker label (dial-worker --label, a study's trial.resources.selector):
+// keys of 1-63 letters, digits and . _ / - starting with a letter or digit;
+// values of 1-128 printable characters. INVALID_ARGUMENT naming `field`.
+absl::Status ValidateWorkerLabel(const std::string& field,
+                                 absl::string_view key,
+                                 absl::string_view value);
 
 }  // namespace dial

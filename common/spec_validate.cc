@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -281,6 +282,32 @@ absl::Status ValidateName(absl::string_view field, absl::string_view name) {
                      "'" + std::string(name) +
                          "' may hold only letters, digits, '_', '-' and '.'");
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateWorkerLabel(const std::string& field,
+                                 absl::string_view key,
+                                 absl::string_view value) {
+  bool key_ok = !key.empty() && key.size() <= 63 &&
+                absl::ascii_isalnum(static_cast<unsigned char>(key[0]));
+  for (char c : key) {
+    key_ok = key_ok && (absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                        c == '.' || c == '_' || c == '/' || c == '-');
+  }
+  if (!key_ok) {
+    return Invalid(field, "'" + absl::CHexEscape(key) +
+                              "' is not a label key (1-63 letters, digits, "
+                              ". _ / -, starting with a letter or digit)");
+  }
+  bool value_ok = !value.empty() && value.size() <= 128;
+  for (char c : value) {
+    value_ok = value_ok && absl::ascii_isprint(static_cast<unsigned char>(c));
+  }
+  if (!value_ok) {
+    return Invalid(field, "'" + absl::CHexEscape(value) +
+                              "' is not a label value (1-128 printable "
+                              "characters)");
   }
   return absl::OkStatus();
 }
@@ -558,6 +585,31 @@ absl::Status ValidateScheduler(const v1::StudySpec& spec) {
 }
 
 // What runs a trial: trainer knobs, a command, resources; checkpoints.
+// trial.resources.selector: at most 16 keys, each with 1-64 values.
+absl::Status ValidateSelector(const v1::TrialResources& resources) {
+  const std::string where = "trial.resources.selector";
+  if (resources.selector_size() > 16) {
+    return Invalid(where, absl::StrCat("at most 16 keys, got ",
+                                       resources.selector_size()));
+  }
+  for (const auto& [key, list] : resources.selector()) {
+    const std::string field = where + "." + absl::CHexEscape(key);
+    DIAL_RETURN_IF_ERROR(ValidateWorkerLabel(field, key, "x"));
+    if (list.values_size() < 1 || list.values_size() > 64) {
+      return Invalid(field, "must list 1-64 allowed values");
+    }
+    for (int i = 0; i < list.values_size(); ++i) {
+      const std::string at = absl::StrCat(field, "[", i, "]");
+      if (list.values(i).kind_case() != google::protobuf::Value::kStringValue) {
+        return Invalid(at, "must be a string (quote numbers: \"1\")");
+      }
+      DIAL_RETURN_IF_ERROR(
+          ValidateWorkerLabel(at, key, list.values(i).string_value()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateTrial(const v1::StudySpec& spec) {
   const auto& sched = spec.scheduler();
   const auto& trial = spec.trial();
@@ -660,7 +712,7 @@ absl::Status ValidateTrial(const v1::StudySpec& spec) {
   if (trial.resources().cpus() < 0) {
     return Invalid("trial.resources.cpus", "must be >= 0");
   }
-  return absl::OkStatus();
+  return ValidateSelector(trial.resources());
 }
 
 }  // namespace
@@ -676,6 +728,11 @@ absl::Status ValidateStudySpec(const v1::StudySpec& spec,
                                 " bytes (serialized), got ", bytes));
   }
   DIAL_RETURN_IF_ERROR(ValidateName("name", spec.name()));
+  if (spec.priority() < -100 || spec.priority() > 100) {
+    return Invalid(
+        "priority",
+        absl::StrCat("must be between -100 and 100, got ", spec.priority()));
+  }
   DIAL_RETURN_IF_ERROR(ValidateObjectives(spec));
   DIAL_RETURN_IF_ERROR(ValidateWarmStart(spec));
   DIAL_RETURN_IF_ERROR(ValidateConstraints(spec));

@@ -82,9 +82,11 @@ SchedulerCore::SchedulerCore(const SchedulerCoreOptions& options)
       lifecycle_({store_, clock_, &events_, &workers_,
                   checkpoints_ ? &retention_ : nullptr,
                   checkpoints_ ? &quota_ : nullptr, checkpoints_, &outbox_}),
+      placer_({&studies_, &workers_, options.quotas, clock_,
+               options.fair_share_half_life}),
       study_lifecycle_({store_, &studies_, &lifecycle_, &maker_, &outbox_,
                         &loader_, &options_.limits, checkpoints_, &retention_,
-                        &quota_}),
+                        &quota_, options.quotas}),
       backups_(store_, options.backup_dir,
                [this](const auth::Principal& who, const std::string& detail) {
                  Lock lock(this);
@@ -176,7 +178,7 @@ void SchedulerCore::DispatchNow() {
   dispatcher_.Dispatch(
       [this](const std::string& worker_id, int32_t free_gpus)
           ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return lifecycle_.Assign(studies_, worker_id, free_gpus);
+            return AssignTo(worker_id, free_gpus);
           },
       outbox_);
 }
@@ -286,7 +288,9 @@ Reply<v1::Study> SchedulerCore::GetStudy(const std::string& name,
   return Locked<v1::Study>([&]() -> absl::StatusOr<v1::Study> {
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
                           FindFor(who, name, Access::kRead));
-    return entry->WithCounts();
+    v1::Study study = entry->WithCounts();
+    study.set_waiting(placer_.WhyWaiting(*entry));
+    return study;
   });
 }
 
@@ -294,8 +298,16 @@ Reply<StudyPage> SchedulerCore::ListStudies(const auth::Principal& who,
                                             int32_t page_size,
                                             const std::string& page_token) {
   return Locked<StudyPage>([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return PageStudies(studies_, who, page_size, page_token,
-                       options_.limits.max_page_bytes);
+    absl::StatusOr<StudyPage> page = PageStudies(
+        studies_, who, page_size, page_token, options_.limits.max_page_bytes);
+    if (page.ok()) {
+      for (v1::Study& study : page->studies) {
+        if (auto entry = studies_.Shared(study.name())) {
+          study.set_waiting(placer_.WhyWaiting(*entry));
+        }
+      }
+    }
+    return page;
   });
 }
 
@@ -303,11 +315,17 @@ Reply<v1::Study> SchedulerCore::UpdateStudy(const std::string& name,
                                             int32_t max_trials,
                                             int32_t max_parallel_trials,
                                             const auth::Principal& who) {
+  return UpdateStudy(name, StudyChange{max_trials, max_parallel_trials, {}},
+                     who);
+}
+
+Reply<v1::Study> SchedulerCore::UpdateStudy(const std::string& name,
+                                            const StudyChange& change,
+                                            const auth::Principal& who) {
   return Locked<v1::Study>([&]() -> absl::StatusOr<v1::Study> {
     DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
                           FindFor(who, name, Access::kWrite));
-    return study_lifecycle_.Update(*entry, max_trials, max_parallel_trials,
-                                   who);
+    return study_lifecycle_.Update(*entry, change, who);
   });
 }
 

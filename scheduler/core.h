@@ -59,6 +59,8 @@
 #include "scheduler/limits.h"
 #include "scheduler/outbox.h"
 #include "scheduler/pages.h"
+#include "scheduler/placer.h"
+#include "scheduler/quotas.h"
 #include "scheduler/reply.h"
 #include "scheduler/retention.h"
 #include "scheduler/study_entry.h"
@@ -97,6 +99,11 @@ struct SchedulerCoreOptions {
   // Threads that run studies' suggestion work (fits, new trials); 0: one
   // per core.
   int suggestion_threads = 0;
+  // Owners' quotas (docs/scheduling.md); null: everyone gets the default.
+  // Not owned; reloaded by its owner.
+  const Quotas* quotas = nullptr;
+  // Half-life of the owners' recent usage in fair share.
+  absl::Duration fair_share_half_life = absl::Hours(24 * 7);
   // Observes the seconds of each searcher fit (Suggest, or a rebuild);
   // null: none. Not owned.
   metrics::Histogram* fit_seconds = nullptr;
@@ -131,6 +138,11 @@ class SchedulerCore {
   // COMPLETED study makes it ACTIVE again.
   Reply<v1::Study> UpdateStudy(const std::string& name, int32_t max_trials,
                                int32_t max_parallel_trials,
+                               const auth::Principal& who = auth::Anonymous());
+  // The same, and the priority (PERMISSION_DENIED above the caller's
+  // quota's max_priority, unless an admin).
+  Reply<v1::Study> UpdateStudy(const std::string& name,
+                               const StudyChange& change,
                                const auth::Principal& who = auth::Anonymous());
   // Stops suggesting; PENDING and PAUSED trials become STOPPED, RUNNING ones
   // get STOP at their next report.
@@ -358,6 +370,10 @@ class SchedulerCore {
   // The outbox's effects that run under the lock.
   void ApplyEffects() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DispatchNow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the trial the placer chooses for `worker_id`; nullopt if none.
+  absl::StatusOr<std::optional<Assignment>> AssignTo(
+      const std::string& worker_id, int32_t free_gpus)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status LoseWorker(const std::string& worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The study, if `who` may read it (kRead) or change it (kWrite); NOT_FOUND
@@ -388,6 +404,7 @@ class SchedulerCore {
   CheckpointRetention retention_ ABSL_GUARDED_BY(mu_);
   CheckpointQuota quota_ ABSL_GUARDED_BY(mu_);
   TrialLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);
+  Placer placer_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   StudyLifecycle study_lifecycle_ ABSL_GUARDED_BY(mu_);
 

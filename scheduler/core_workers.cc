@@ -4,7 +4,9 @@
 #include <cmath>
 #include <set>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/spec.h"
 #include "common/status.h"
 #include "scheduler/access_checks.h"
 #include "scheduler/core.h"
@@ -33,6 +35,13 @@ Reply<v1::RegisterWorkerResponse> SchedulerCore::RegisterWorker(
   if (resources.slots() < 1 || resources.slots() > 1024) {
     return absl::InvalidArgumentError(
         "resources.slots: must be between 1 and 1024");
+  }
+  if (resources.labels_size() > 32) {
+    return absl::InvalidArgumentError("resources.labels: at most 32 labels");
+  }
+  for (const auto& [key, value] : resources.labels()) {
+    DIAL_RETURN_IF_ERROR(ValidateWorkerLabel(
+        "resources.labels." + absl::CHexEscape(key), key, value));
   }
   return Locked<v1::RegisterWorkerResponse>(
       [&]() -> absl::StatusOr<v1::RegisterWorkerResponse> {
@@ -89,6 +98,15 @@ Reply<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
       });
 }
 
+absl::StatusOr<std::optional<Assignment>> SchedulerCore::AssignTo(
+    const std::string& worker_id, int32_t free_gpus) {
+  auto [entry, trial] = placer_.Choose(worker_id, free_gpus);
+  if (entry == nullptr) return std::optional<Assignment>();
+  DIAL_ASSIGN_OR_RETURN(Assignment a,
+                        lifecycle_.Start(*entry, *trial, worker_id));
+  return std::optional<Assignment>(std::move(a));
+}
+
 void SchedulerCore::AcquireTrial(const std::string& worker_id,
                                  int32_t free_gpus, absl::Duration wait,
                                  std::function<bool()> alive,
@@ -105,7 +123,7 @@ void SchedulerCore::AcquireTrial(const std::string& worker_id,
   for (const auto& [name, entry] : studies_.all()) {
     if (entry->TakeFillFailed()) outbox_.fills.insert(name);
   }
-  auto assignment = lifecycle_.Assign(studies_, worker_id, free_gpus);
+  auto assignment = AssignTo(worker_id, free_gpus);
   if (!assignment.ok() || assignment->has_value() ||
       wait <= absl::ZeroDuration() || stopping_) {
     return Dispatcher::Answer(outbox_, std::move(done), std::move(assignment));

@@ -101,6 +101,13 @@ ABSL_FLAG(bool, group_commit, true,
           "write)");
 ABSL_FLAG(int32_t, worker_lease_ms, 10000,
           "A worker silent this long is lost and its trials are requeued");
+ABSL_FLAG(std::string, quotas, "",
+          "Owners' quotas: one line per owner, '<owner> weight=2 max_slots=16 "
+          "max_gpus=8 max_priority=10', and a 'default' line "
+          "(docs/scheduling.md); reloaded on SIGHUP");
+ABSL_FLAG(absl::Duration, fair_share_half_life, absl::Hours(24 * 7),
+          "Half-life of an owner's recent usage in fair share (as Slurm's "
+          "PriorityDecayHalfLife)");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 namespace {
@@ -157,6 +164,15 @@ int main(int argc, char** argv) {
     spdlog::info("authentication on: {} principals from {}", tokens->size(),
                  absl::GetFlag(FLAGS_auth_tokens));
   }
+  auto quotas =
+      absl::GetFlag(FLAGS_quotas).empty()
+          ? absl::StatusOr<std::unique_ptr<dial::scheduler::Quotas>>(
+                std::make_unique<dial::scheduler::Quotas>())
+          : dial::scheduler::Quotas::Load(absl::GetFlag(FLAGS_quotas));
+  if (!quotas.ok()) {
+    spdlog::error("{}", quotas.status().ToString());
+    return 1;
+  }
 
   // /metrics (--http-listen): outlives the store and the server.
   dial::metrics::Registry registry;
@@ -179,6 +195,12 @@ int main(int argc, char** argv) {
   options.checkpoint_root = (*checkpoints)->root();
   options.listen = absl::GetFlag(FLAGS_listen);
   options.tokens = tokens.get();
+  options.quotas = quotas->get();
+  options.fair_share_half_life = absl::GetFlag(FLAGS_fair_share_half_life);
+  if (options.fair_share_half_life <= absl::ZeroDuration()) {
+    spdlog::error("--fair-share-half-life: must be above 0");
+    return 1;
+  }
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
@@ -278,6 +300,15 @@ int main(int argc, char** argv) {
   while (true) {
     sigwait(&stop_signals, &signal);
     if (signal != SIGHUP) break;
+    if (!(*quotas)->path().empty()) {
+      absl::Status reloaded = (*quotas)->Reload();
+      if (reloaded.ok()) {
+        spdlog::info("SIGHUP: quotas reloaded from {}", (*quotas)->path());
+      } else {
+        spdlog::error("SIGHUP: keeping the previous quotas: {}",
+                      reloaded.ToString());
+      }
+    }
     if (!tokens) {
       spdlog::info("SIGHUP: no --auth-tokens to reload");
       continue;

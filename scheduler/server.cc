@@ -98,6 +98,8 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
   core_options.backup_dir = options.backup_dir;
   core_options.limits = options.limits;
   core_options.suggestion_threads = options.suggestion_threads;
+  core_options.quotas = options.quotas;
+  core_options.fair_share_half_life = options.fair_share_half_life;
   if (options.metrics != nullptr) {
     core_options.fit_seconds =
         options.metrics

@@ -49,6 +49,9 @@ struct SchedulerServerOptions {
   std::string backup_dir = "";
   Limits limits = Limits{};
   int suggestion_threads = 0;  // 0: one per core
+  // Owners' quotas (--quotas); null: the default for everyone. Not owned.
+  const Quotas* quotas = nullptr;
+  absl::Duration fair_share_half_life = absl::Hours(24 * 7);
   // Counts and times every call into it (dial_grpc_server_*), and the
   // core's gauges (studies, trials by state, workers); null: no metrics.
   // Not owned; outlives the server.

@@ -248,8 +248,13 @@ grpc::ServerUnaryReactor* StudyServiceImpl::UpdateStudy(
   return AsPrincipal(tokens_, ctx, [&](const auth::Principal& who) {
     return Answer(
         core_, ctx,
-        core_->UpdateStudy(request->study(), request->max_trials(),
-                           request->max_parallel_trials(), who),
+        core_->UpdateStudy(
+            request->study(),
+            StudyChange{request->max_trials(), request->max_parallel_trials(),
+                        request->has_priority()
+                            ? std::optional<int32_t>(request->priority())
+                            : std::nullopt},
+            who),
         [&](v1::Study& s) { *response->mutable_study() = std::move(s); });
   });
 }

@@ -39,6 +39,7 @@ absl::StatusOr<StudyLifecycle::Draft> StudyLifecycle::Prepare(
                      "' may not create studies (users and admins may)"));
   }
   DIAL_RETURN_IF_ERROR(searchers::ValidateSpec(spec, p_.limits->spec));
+  DIAL_RETURN_IF_ERROR(CheckPriority(spec.priority(), who));
   std::random_device rd;
   searchers::FillDefaults((uint64_t{rd()} << 32) | rd(), spec, p_.limits->spec);
   Draft draft;
@@ -103,10 +104,24 @@ absl::StatusOr<v1::Study> StudyLifecycle::Create(Draft draft,
   return created;
 }
 
+absl::Status StudyLifecycle::CheckPriority(int32_t priority,
+                                           const auth::Principal& who) const {
+  if (who.is_admin()) return absl::OkStatus();
+  std::shared_ptr<const QuotaTable> table =
+      p_.quotas ? p_.quotas->table() : nullptr;
+  const int32_t most =
+      table ? table->For(who.name).max_priority : Quota{}.max_priority;
+  if (priority <= most) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("priority: '", who.name, "' may set at most ", most,
+                   " (their quota's max_priority), not ", priority));
+}
+
 absl::StatusOr<v1::Study> StudyLifecycle::Update(StudyEntry& entry,
-                                                 int32_t max_trials,
-                                                 int32_t max_parallel_trials,
+                                                 const StudyChange& change,
                                                  const auth::Principal& who) {
+  const int32_t max_trials = change.max_trials;
+  const int32_t max_parallel_trials = change.max_parallel_trials;
   const std::string name = entry.name();
   if (entry.study().state() == v1::STUDY_STOPPED) {
     return absl::FailedPreconditionError(
@@ -127,6 +142,10 @@ absl::StatusOr<v1::Study> StudyLifecycle::Update(StudyEntry& entry,
   if (spec.budget().max_parallel_trials() > spec.budget().max_trials()) {
     spec.mutable_budget()->set_max_parallel_trials(spec.budget().max_trials());
   }
+  if (change.priority) {
+    DIAL_RETURN_IF_ERROR(CheckPriority(*change.priority, who));
+    spec.set_priority(*change.priority);
+  }
   DIAL_RETURN_IF_ERROR(searchers::ValidateSpec(spec, p_.limits->spec));
   // The searcher may depend on the budget (a grid enumerates max_trials
   // points): build it anew, so an invalid change fails here and not at
@@ -142,12 +161,14 @@ absl::StatusOr<v1::Study> StudyLifecycle::Update(StudyEntry& entry,
   DIAL_ASSIGN_OR_RETURN(Stored<v1::Study> stored,
                         Save::Study(*p_.store, std::move(updated)));
   entry.Apply(std::move(stored));
-  Audit(who, "UpdateStudy", name,
-        absl::StrCat(
-            "max_trials=", spec.budget().max_trials(),
-            " max_parallel_trials=", spec.budget().max_parallel_trials()));
+  Audit(
+      who, "UpdateStudy", name,
+      absl::StrCat("max_trials=", spec.budget().max_trials(),
+                   " max_parallel_trials=", spec.budget().max_parallel_trials(),
+                   " priority=", spec.priority()));
   p_.maker->RebuildSearcher(p_.studies->Shared(name), spec);
   p_.outbox->fills.insert(name);
+  p_.outbox->dispatch = true;  // a new priority may change who goes first
   DIAL_RETURN_IF_ERROR(p_.trials->MaybeFinish(entry));
   return entry.WithCounts();
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "scheduler/checkpoint_quota.h"
 #include "scheduler/limits.h"
 #include "scheduler/outbox.h"
+#include "scheduler/quotas.h"
 #include "scheduler/retention.h"
 #include "scheduler/study_entry.h"
 #include "scheduler/study_loader.h"
@@ -33,6 +35,13 @@
 #include "storage/study_store.h"
 
 namespace dial::scheduler {
+
+// What UpdateStudy changes: budgets (0: unchanged) and the priority.
+struct StudyChange {
+  int32_t max_trials = 0;
+  int32_t max_parallel_trials = 0;
+  std::optional<int32_t> priority;
+};
 
 class StudyLifecycle {
  public:
@@ -50,6 +59,7 @@ class StudyLifecycle {
     storage::CheckpointStore* checkpoints = nullptr;
     CheckpointRetention* retention = nullptr;
     CheckpointQuota* quota = nullptr;
+    const Quotas* quotas = nullptr;  // null: everyone gets the default
   };
   explicit StudyLifecycle(const Parts& parts) : p_(parts) {}
 
@@ -72,10 +82,13 @@ class StudyLifecycle {
   // an owner may have; warm start's errors as PlanWarmStart's.
   absl::StatusOr<v1::Study> Create(Draft draft, const auth::Principal& who,
                                    const SourceFinder& sources);
-  // Changes budgets (0: unchanged). See SchedulerCore::UpdateStudy.
-  absl::StatusOr<v1::Study> Update(StudyEntry& entry, int32_t max_trials,
-                                   int32_t max_parallel_trials,
+  // Changes budgets and the priority. See SchedulerCore::UpdateStudy.
+  absl::StatusOr<v1::Study> Update(StudyEntry& entry, const StudyChange& change,
                                    const auth::Principal& who);
+  // PERMISSION_DENIED when `who` may not give a study `priority` (above
+  // their quota's max_priority, unless an admin).
+  absl::Status CheckPriority(int32_t priority,
+                             const auth::Principal& who) const;
   absl::StatusOr<v1::Study> Stop(StudyEntry& entry, const auth::Principal& who);
   // One small write; the rows and the entry's memory go later, off the
   // lock (TrialMaker::PurgeLater).

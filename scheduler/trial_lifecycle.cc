@@ -439,56 +439,27 @@ void TrialLifecycle::FinishIfDone(StudyEntry& entry) {
   entry.FillFailed();
 }
 
-absl::StatusOr<std::optional<Assignment>> TrialLifecycle::Assign(
-    const StudyRegistry& studies, const std::string& worker_id,
-    int32_t free_gpus) {
-  StudyEntry* best_entry = nullptr;
-  const v1::Trial* best = nullptr;
-  int64_t best_ms = 0;
-  for (auto& [name, entry] : studies.all()) {
-    if (entry->study().state() != v1::STUDY_ACTIVE || !entry->worker_run() ||
-        entry->study().spec().trial().resources().gpus() > free_gpus) {
-      continue;
-    }
-    // Trials are in number order: the first PENDING is the oldest, unless
-    // its last checkpoint is still being uploaded.
-    const v1::Trial* first = nullptr;
-    for (int64_t number : entry->pending()) {
-      if (!entry->Uploading(number)) {
-        first = &entry->trials().at(number);
-        break;
-      }
-    }
-    if (first == nullptr) continue;
-    const v1::Trial& trial = *first;
-    const int64_t ms =
-        google::protobuf::util::TimeUtil::TimestampToMilliseconds(
-            trial.create_time());
-    if (best == nullptr || ms < best_ms) {
-      best = &trial;
-      best_entry = entry.get();
-      best_ms = ms;
-    }
-  }
-  if (best == nullptr) return std::optional<Assignment>();
-  v1::Trial trial = *best;
+absl::StatusOr<Assignment> TrialLifecycle::Start(StudyEntry& entry,
+                                                 const v1::Trial& pending,
+                                                 const std::string& worker_id) {
+  v1::Trial trial = pending;
   trial.set_state(v1::RUNNING);
   trial.set_attempt(trial.attempt() + 1);
   trial.set_worker_id(worker_id);
   trial.set_lease_token(NewLeaseToken());
   if (!trial.has_start_time()) *trial.mutable_start_time() = Now();
-  DIAL_RETURN_IF_ERROR(SaveTrial(*best_entry, trial));
+  DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
   p_.workers->Dispatched({trial.study(), trial.number()});
   // The PENDING queue is kept only a few trials deep: top it up.
-  p_.outbox->fills.insert(best_entry->name());
-  Emit(*best_entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
+  p_.outbox->fills.insert(entry.name());
+  Emit(entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
   Assignment a;
-  a.run = best_entry->study().spec().trial();
+  a.run = entry.study().spec().trial();
   a.restore_checkpoint = trial.checkpoint();
   a.start_step = trial.checkpoint().empty() ? 0 : trial.checkpoint_step();
   a.attempt = trial.attempt();
   a.trial = std::move(trial);
-  return std::optional<Assignment>(std::move(a));
+  return a;
 }
 
 }  // namespace dial::scheduler

@@ -109,11 +109,10 @@ class TrialLifecycle {
   // MaybeFinish after a change that is already durable: a store error is
   // logged and the check retried later instead of failing that change.
   void FinishIfDone(StudyEntry& entry);
-  // Starts the oldest PENDING worker trial that fits `free_gpus` on
-  // `worker_id`; nullopt if none.
-  absl::StatusOr<std::optional<Assignment>> Assign(const StudyRegistry& studies,
-                                                   const std::string& worker_id,
-                                                   int32_t free_gpus);
+  // Starts `entry`'s PENDING trial `pending` on `worker_id` (the Placer
+  // chose it).
+  absl::StatusOr<Assignment> Start(StudyEntry& entry, const v1::Trial& pending,
+                                   const std::string& worker_id);
 
  private:
   absl::Status ApplyDecision(StudyEntry& entry, v1::Trial trial, int64_t step,

@@ -47,6 +47,11 @@ class WorkerRegistry {
   int size() const { return static_cast<int>(workers_.size()); }
   // Registered workers by id, last_seen set to their last sign of life.
   std::vector<v1::Worker> List() const;
+  // A registered worker's record; null if unknown.
+  const v1::Worker* Find(const std::string& worker_id) const {
+    auto it = workers_.find(worker_id);
+    return it == workers_.end() ? nullptr : &it->second.worker;
+  }
   void Forget(const std::string& worker_id);
   // After a restart: `worker_id` runs `trial` as recorded, and gets time to
   // come back (at least 30 s, or two leases) before it is lost.

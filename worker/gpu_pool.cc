@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -104,19 +106,52 @@ std::vector<GpuMemory> ParseGpuMemory(const std::string& text,
   return out;
 }
 
-std::vector<GpuMemory> ReadGpuMemory(const std::vector<std::string>& gpus) {
-  if (gpus.empty()) return {};
-  FILE* pipe = popen(
-      "nvidia-smi --query-gpu=index,memory.used,memory.total "
-      "--format=csv,noheader,nounits 2>/dev/null",
-      "r");
-  if (pipe == nullptr) return {};
+namespace {
+
+// What `command` prints; nullopt when it cannot run or fails.
+std::optional<std::string> Output(const char* command) {
+  FILE* pipe = popen(command, "r");
+  if (pipe == nullptr) return std::nullopt;
   std::string text;
   char buf[4096];
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, n);
-  if (pclose(pipe) != 0) return {};
-  return ParseGpuMemory(text, gpus);
+  if (pclose(pipe) != 0) return std::nullopt;
+  return text;
+}
+
+}  // namespace
+
+std::vector<GpuMemory> ReadGpuMemory(const std::vector<std::string>& gpus) {
+  if (gpus.empty()) return {};
+  auto text = Output(
+      "nvidia-smi --query-gpu=index,memory.used,memory.total "
+      "--format=csv,noheader,nounits 2>/dev/null");
+  return text ? ParseGpuMemory(*text, gpus) : std::vector<GpuMemory>{};
+}
+
+std::string ParseGpuModel(const std::string& text,
+                          const std::vector<std::string>& gpus) {
+  std::map<std::string, std::string> by_index;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    std::pair<absl::string_view, absl::string_view> cells =
+        absl::StrSplit(line, absl::MaxSplits(',', 1));
+    by_index[std::string(absl::StripAsciiWhitespace(cells.first))] =
+        std::string(absl::StripAsciiWhitespace(cells.second));
+  }
+  for (const std::string& id : gpus) {
+    auto it = by_index.find(id);
+    if (it != by_index.end() && !it->second.empty()) return it->second;
+  }
+  return "";
+}
+
+std::string ReadGpuModel(const std::vector<std::string>& gpus) {
+  if (gpus.empty()) return "";
+  auto text = Output(
+      "nvidia-smi --query-gpu=index,name --format=csv,noheader "
+      "2>/dev/null");
+  return text ? ParseGpuModel(*text, gpus) : "";
 }
 
 }  // namespace dial::worker

@@ -39,6 +39,13 @@ std::vector<GpuMemory> ParseGpuMemory(const std::string& text,
                                       const std::vector<std::string>& gpus);
 // The same, running nvidia-smi; empty without GPUs or without nvidia-smi.
 std::vector<GpuMemory> ReadGpuMemory(const std::vector<std::string>& gpus);
+// The model of the first of `gpus` in nvidia-smi's `--query-gpu=index,name
+// --format=csv,noheader` output (e.g. "NVIDIA H100 80GB HBM3"), the value
+// of the worker's `gpu.model` label; empty when none of them is listed.
+std::string ParseGpuModel(const std::string& text,
+                          const std::vector<std::string>& gpus);
+// The same, running nvidia-smi; empty without GPUs or without nvidia-smi.
+std::string ReadGpuModel(const std::vector<std::string>& gpus);
 // CPUs this process may run on (its affinity mask, as Slurm's task plugins
 // and cpusets restrict it), at least 1.
 int AvailableCpus();

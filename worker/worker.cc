@@ -147,6 +147,12 @@ std::string Worker::EnsureRegistered() {
     for (const auto& id : options_.gpus) resources->add_gpus()->set_id(id);
     resources->set_cpus(options_.cpus);
     resources->set_slots(options_.slots);
+    for (const auto& [key, value] : options_.labels) {
+      (*resources->mutable_labels())[key] = value;
+    }
+    if (resources->labels().count("host") == 0) {
+      (*resources->mutable_labels())["host"] = options_.host;
+    }
     auto response = options_.client->Register(request);
     if (response.ok()) {
       absl::MutexLock lock(&mu_);

@@ -44,8 +44,11 @@ struct WorkerOptions {
   int trials_per_gpu = 1;         // trials that may share one device
   int cpus = 0;                   // 0: hardware concurrency
   std::string host;               // default: hostname
-  std::string trainer_path;       // dial-train
-  std::string work_dir;           // trial logs
+  // Labels it registers (--label KEY=VALUE); `host` and, with GPUs,
+  // `gpu.model` are added unless given.
+  std::map<std::string, std::string> labels;
+  std::string trainer_path;  // dial-train
+  std::string work_dir;      // trial logs
   // Where trials write checkpoints: the root shared with the scheduler,
   // or with `transfer` this host's own cache.
   std::string checkpoint_root;

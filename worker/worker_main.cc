@@ -27,6 +27,7 @@
 #include "common/grpc_channel.h"
 #include "common/logging.h"
 #include "common/process.h"
+#include "common/spec.h"
 #include "http/server.h"
 #include "spdlog/spdlog.h"
 #include "transfer/transfer_client.h"
@@ -63,6 +64,10 @@ ABSL_FLAG(int32_t, grace_s, 30,
           "Seconds a trial gets to checkpoint and exit on shutdown");
 ABSL_FLAG(int32_t, acquire_wait_ms, 5000, "Long-poll wait of AcquireTrial");
 ABSL_FLAG(std::string, host, "", "Host name to register (default: hostname)");
+ABSL_FLAG(std::vector<std::string>, label, {},
+          "KEY=VALUE: a label studies may select this worker by "
+          "(trial.resources.selector); repeat for more. `host` and, with "
+          "GPUs, `gpu.model` (from nvidia-smi) are added unless given");
 ABSL_FLAG(std::string, ack_log, "",
           "Audit log: append a line 'worker study trial attempt step' for "
           "every report the scheduler acknowledged (default: none)");
@@ -129,6 +134,24 @@ ABSL_FLAG(std::string, metrics_listen, "",
 namespace fs = std::filesystem;
 
 namespace {
+
+// Every --label value (absl keeps only the last of a repeated flag).
+std::vector<std::string> LabelArgs(int argc, char** argv) {
+  std::vector<std::string> out;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    for (std::string_view prefix : {"--label=", "-label="}) {
+      if (arg.substr(0, prefix.size()) == prefix) {
+        out.emplace_back(arg.substr(prefix.size()));
+      }
+    }
+    if ((arg == "--label" || arg == "-label") && i + 1 < argc) {
+      out.emplace_back(argv[++i]);
+    }
+  }
+  return out;
+}
 
 // Set on SIGTERM/SIGINT: checkpoint uploads stop retrying.
 std::atomic<bool> stopping{false};
@@ -241,6 +264,27 @@ int main(int argc, char** argv) {
   }
   options.cpus = absl::GetFlag(FLAGS_cpus);
   options.host = absl::GetFlag(FLAGS_host);
+  for (const std::string& label : LabelArgs(argc, argv)) {
+    const size_t eq = label.find('=');
+    const std::string key = label.substr(0, eq);
+    const std::string value =
+        eq == std::string::npos ? "" : label.substr(eq + 1);
+    absl::Status valid =
+        dial::ValidateWorkerLabel("--label " + key, key, value);
+    if (eq == std::string::npos) {
+      valid = absl::InvalidArgumentError("--label: '" + label +
+                                         "' is not KEY=VALUE");
+    }
+    if (!valid.ok()) {
+      spdlog::error("{}", std::string(valid.message()));
+      return 1;
+    }
+    options.labels[key] = value;
+  }
+  if (!options.gpus.empty() && options.labels.count("gpu.model") == 0) {
+    const std::string model = dial::worker::ReadGpuModel(options.gpus);
+    if (!model.empty()) options.labels["gpu.model"] = model;
+  }
   options.trainer_path = absl::GetFlag(FLAGS_trainer);
   if (options.trainer_path.empty()) {
     options.trainer_path = dial::DefaultTrainerPath();

@@ -270,6 +270,7 @@ TEST(FormatTest, OneStudy) {
             "study:       quadratic\n"
             "owner:       -\n"
             "state:       COMPLETED\n"
+            "priority:    0\n"
             "objective:   loss (MINIMIZE)\n"
             "searcher:    random\n"
             "scheduler:   fifo\n"
@@ -290,6 +291,26 @@ TEST(FormatTest, OneStudyShowsItsOwner) {
   EXPECT_THAT(FormatStudy(study), HasSubstr("study:       quadratic\n"
                                             "owner:       alice\n"
                                             "state:       COMPLETED\n"));
+}
+
+TEST(FormatTest, OneStudyShowsWhyItWaitsItsPriorityAndSelector) {
+  v1::Study study = Quadratic();
+  study.set_state(v1::STUDY_ACTIVE);
+  study.set_waiting("waiting: no worker matches gpu.model in [A100]");
+  study.mutable_spec()->set_priority(7);
+  auto& selector = *study.mutable_spec()
+                        ->mutable_trial()
+                        ->mutable_resources()
+                        ->mutable_selector();
+  selector["zone"].add_values()->set_string_value("eu");
+  selector["gpu.model"].add_values()->set_string_value("A100");
+  selector["gpu.model"].add_values()->set_string_value("H100");
+  EXPECT_THAT(
+      FormatStudy(study),
+      HasSubstr("state:       ACTIVE\n"
+                "             waiting: no worker matches gpu.model in [A100]\n"
+                "priority:    7\n"
+                "selector:    gpu.model in [A100, H100], zone in [eu]\n"));
 }
 
 TEST(FormatTest, AuditTableNewestFirstWithDashesForEmptyCells) {

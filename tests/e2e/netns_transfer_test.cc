@@ -373,7 +373,10 @@ scheduler: {asha: {min_steps: 50, max_steps: 450, reduction_factor: 3, promotion
 budget: {max_trials: 9, max_parallel_trials: 2}
 trial: {trainer: {dataset: synthetic, steps: 450, eval_every: 50, batch_size: 32}}
 )"));
+  // Two slots shared equally would run one PBT member at a time, and a
+  // population exploits only members in step with it: PBT goes first.
   ASSERT_NO_FATAL_FAILURE(CreateStudy(pbt, "name: " + pbt + R"(
+priority: 1
 objective: {metric: val_loss, goal: MINIMIZE}
 search_space: [{name: lr, discrete: {values: [1.0e-7, 1.0e-6, 0.003, 0.01]}}]
 searcher: {grid: {}}

@@ -45,11 +45,8 @@ class WorkerE2eTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    ASSERT_TRUE(scheduler_.Start(
-        {DIAL_SCHEDULER_BIN, "--db=" + (dir_ / "dial.db").string(),
-         "--checkpoint-root=" + (dir_ / "ckpt").string(),
-         "--listen=127.0.0.1:0", "--worker-lease-ms=1500"},
-        (dir_ / "scheduler.log").string()));
+    ASSERT_TRUE(scheduler_.Start(SchedulerArgv("127.0.0.1:0"),
+                                 (dir_ / "scheduler.log").string()));
     auto address = scheduler_.WaitFor("dial-scheduler listening on ",
                                       std::chrono::seconds(30));
     ASSERT_TRUE(address.has_value());
@@ -62,11 +59,8 @@ class WorkerE2eTest : public ::testing::Test {
   // checkpoint root and address (so workers find it again).
   void RestartScheduler() {
     scheduler_.Kill(SIGKILL);
-    ASSERT_TRUE(scheduler_.Start(
-        {DIAL_SCHEDULER_BIN, "--db=" + (dir_ / "dial.db").string(),
-         "--checkpoint-root=" + (dir_ / "ckpt").string(),
-         "--listen=" + address_, "--worker-lease-ms=1500"},
-        (dir_ / "scheduler.log").string()));
+    ASSERT_TRUE(scheduler_.Start(SchedulerArgv(address_),
+                                 (dir_ / "scheduler.log").string()));
     ASSERT_TRUE(
         scheduler_
             .WaitFor("dial-scheduler listening on ", std::chrono::seconds(30))
@@ -75,6 +69,18 @@ class WorkerE2eTest : public ::testing::Test {
     ASSERT_TRUE(client.ok());
     client_ = std::move(*client);
   }
+  // The scheduler's command line, listening on `listen`, with
+  // SchedulerFlags() added.
+  std::vector<std::string> SchedulerArgv(const std::string& listen) const {
+    std::vector<std::string> argv = {
+        DIAL_SCHEDULER_BIN, "--db=" + (dir_ / "dial.db").string(),
+        "--checkpoint-root=" + (dir_ / "ckpt").string(), "--listen=" + listen,
+        "--worker-lease-ms=1500"};
+    for (const std::string& flag : SchedulerFlags()) argv.push_back(flag);
+    return argv;
+  }
+  // More scheduler flags (a fixture may write files into dir_ first).
+  virtual std::vector<std::string> SchedulerFlags() const { return {}; }
   // Polls `done` every 20 ms until it holds or `timeout` passes.
   static bool WaitUntil(const std::function<bool()>& done,
                         std::chrono::milliseconds timeout) {

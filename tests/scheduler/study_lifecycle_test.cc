@@ -136,9 +136,12 @@ TEST_F(StudyLifecycleTest, UpdateRaisesTheBudgetAndReopensAFinishedStudy) {
   RunAndComplete("s", 0, 0.5);
   ASSERT_EQ(Entry("s").study().state(), v1::STUDY_COMPLETED);
 
-  EXPECT_EQ(studies_.Update(Entry("s"), 0, 0, User("ann")).value().state(),
+  EXPECT_EQ(studies_.Update(Entry("s"), StudyChange{0, 0, {}}, User("ann"))
+                .value()
+                .state(),
             v1::STUDY_COMPLETED);
-  auto reopened = studies_.Update(Entry("s"), 3, 2, User("ann"));
+  auto reopened =
+      studies_.Update(Entry("s"), StudyChange{3, 2, {}}, User("ann"));
   ASSERT_TRUE(reopened.ok()) << reopened.status();
   EXPECT_EQ(reopened->state(), v1::STUDY_ACTIVE);
   EXPECT_EQ(reopened->spec().budget().max_trials(), 3);
@@ -147,7 +150,9 @@ TEST_F(StudyLifecycleTest, UpdateRaisesTheBudgetAndReopensAFinishedStudy) {
   maker_.WaitIdle();  // the searcher's rebuild
 
   ASSERT_TRUE(studies_.Stop(Entry("s"), User("ann")).ok());
-  EXPECT_EQ(studies_.Update(Entry("s"), 5, 0, User("ann")).status().code(),
+  EXPECT_EQ(studies_.Update(Entry("s"), StudyChange{5, 0, {}}, User("ann"))
+                .status()
+                .code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -229,7 +234,8 @@ TEST_F(StudyLifecycleTest, AFailedWriteChangesNothing) {
   store_->FailWrites();
   std::vector<v1::QueuedTrial> one(1);
   (*one[0].mutable_params())["x"].set_double_value(0.5);
-  EXPECT_FALSE(studies_.Update(Entry("s"), 4, 0, User("ann")).ok());
+  EXPECT_FALSE(
+      studies_.Update(Entry("s"), StudyChange{4, 0, {}}, User("ann")).ok());
   EXPECT_FALSE(
       studies_.Reevaluate(Entry("s"), 1, 2, User("ann"), nullptr).ok());
   EXPECT_FALSE(studies_.Delete(Entry("s"), User("ann")).ok());

@@ -1,0 +1,150 @@
+#include "scheduler/placement.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dial::scheduler::placement {
+namespace {
+
+const Running::Held kNone;
+
+const Running::Held& HeldBy(const Running& running, const std::string& owner) {
+  auto it = running.by_owner.find(owner);
+  return it == running.by_owner.end() ? kNone : it->second;
+}
+
+// The quota `owner` would exceed by one more trial of `gpus` GPUs, as a
+// phrase; empty when it fits.
+std::string OverQuota(const Running& running, const std::string& owner,
+                      int32_t gpus, const Quota& quota) {
+  const Running::Held& held = HeldBy(running, owner);
+  if (quota.max_slots > 0 && held.slots + 1 > quota.max_slots) {
+    return absl::StrCat("runs ", held.slots, " trials, its quota's max_slots");
+  }
+  if (quota.max_gpus > 0 && held.gpus + gpus > quota.max_gpus) {
+    return absl::StrCat("holds ", held.gpus, " GPUs and needs ", gpus,
+                        " more, over its quota's max_gpus ", quota.max_gpus);
+  }
+  return "";
+}
+
+double Standing(const Running& running, const std::string& owner,
+                const Quota& quota) {
+  auto recent = running.recent.find(owner);
+  return (HeldBy(running, owner).slots +
+          (recent == running.recent.end() ? 0.0 : recent->second)) /
+         quota.weight;
+}
+
+}  // namespace
+
+std::optional<std::string> Mismatch(const Selector& selector,
+                                    const Labels& labels) {
+  for (const auto& [key, allowed] : selector) {
+    auto it = labels.find(key);
+    if (it == labels.end() || std::find(allowed.begin(), allowed.end(),
+                                        it->second) == allowed.end()) {
+      return key;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string Describe(const Selector& selector, const std::string& key) {
+  auto it = selector.find(key);
+  return absl::StrCat(
+      key, " in [", it == selector.end() ? "" : absl::StrJoin(it->second, ", "),
+      "]");
+}
+
+std::optional<size_t> Choose(const Worker& worker,
+                             const std::vector<Pending>& pending,
+                             const Running& running, const QuotaTable& quotas) {
+  std::optional<size_t> best;
+  // Smaller is better: (-priority, owner standing, study's running trials,
+  // oldest pending, name).
+  using Key = std::tuple<int32_t, double, int32_t, int64_t, std::string>;
+  Key best_key;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const Pending& p = pending[i];
+    const Quota& quota = quotas.For(p.owner);
+    if (p.gpus > worker.free_gpus || Mismatch(p.selector, worker.labels) ||
+        !OverQuota(running, p.owner, p.gpus, quota).empty()) {
+      continue;
+    }
+    auto study_slots = running.slots_by_study.find(p.study);
+    Key key{
+        -p.priority, Standing(running, p.owner, quota),
+        study_slots == running.slots_by_study.end() ? 0 : study_slots->second,
+        p.oldest_ms, p.study};
+    if (!best || key < best_key) {
+      best = i;
+      best_key = std::move(key);
+    }
+  }
+  return best;
+}
+
+std::string WhyWaiting(const Pending& study, const std::vector<Worker>& workers,
+                       const Running& running, const QuotaTable& quotas) {
+  if (workers.empty()) return "waiting: no worker is registered";
+  // The key most workers fail, for a useful message.
+  std::map<std::string, int> failed;
+  bool matched = false, big_enough = false;
+  for (const Worker& w : workers) {
+    auto key = Mismatch(study.selector, w.labels);
+    if (key) {
+      ++failed[*key];
+      continue;
+    }
+    matched = true;
+    big_enough = big_enough || w.gpus >= study.gpus;
+  }
+  if (!matched) {
+    auto worst = std::max_element(
+        failed.begin(), failed.end(),
+        [](const auto& a, const auto& b) { return a.second < b.second; });
+    return absl::StrCat("waiting: no worker matches ",
+                        Describe(study.selector, worst->first));
+  }
+  if (!big_enough) {
+    return absl::StrCat("waiting: no matching worker has ", study.gpus,
+                        " GPUs");
+  }
+  std::string over =
+      OverQuota(running, study.owner, study.gpus, quotas.For(study.owner));
+  if (!over.empty()) {
+    return absl::StrCat(
+        "waiting: ",
+        study.owner.empty() ? "its owner" : "owner '" + study.owner + "'", " ",
+        over);
+  }
+  return "";
+}
+
+const std::map<std::string, double>& UsageMeter::Advance(
+    absl::Time now, const std::map<std::string, int32_t>& running) {
+  if (last_ != absl::InfinitePast() && now > last_) {
+    // Over [last_, now] each owner ran running_[owner] trials: the average
+    // decays toward that count.
+    const double keep = std::exp2(-absl::FDivDuration(now - last_, half_life_));
+    for (auto& [owner, average] : average_) average *= keep;
+    for (const auto& [owner, count] : running_) {
+      average_[owner] += count * (1 - keep);
+    }
+    for (auto it = average_.begin(); it != average_.end();) {
+      // Forget owners whose usage has decayed to nothing.
+      it = it->second < 1e-6 && !running.count(it->first) ? average_.erase(it)
+                                                          : std::next(it);
+    }
+  }
+  if (now > last_) last_ = now;
+  running_ = running;
+  return average_;
+}
+
+}  // namespace dial::scheduler::placement

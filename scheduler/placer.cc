@@ -1,0 +1,117 @@
+#include "scheduler/placer.h"
+
+#include "google/protobuf/util/time_util.h"
+
+namespace dial::scheduler {
+
+placement::Selector Placer::SelectorOf(const v1::StudySpec& spec) {
+  placement::Selector selector;
+  for (const auto& [key, list] : spec.trial().resources().selector()) {
+    std::vector<std::string>& values = selector[key];
+    for (const auto& v : list.values()) values.push_back(v.string_value());
+  }
+  return selector;
+}
+
+const QuotaTable& Placer::Table() const {
+  static const QuotaTable* const kDefault = new QuotaTable();
+  return table_ ? *table_ : *kDefault;
+}
+
+const v1::Trial* Placer::Startable(const StudyEntry& entry) {
+  // Trials are in number order: the first PENDING is the oldest.
+  for (int64_t number : entry.pending()) {
+    if (!entry.Uploading(number)) return &entry.trials().at(number);
+  }
+  return nullptr;
+}
+
+placement::Pending Placer::PendingOf(const StudyEntry& entry,
+                                     const v1::Trial& oldest) {
+  const v1::StudySpec& spec = entry.study().spec();
+  placement::Pending p;
+  p.study = entry.name();
+  p.owner = entry.study().owner();
+  p.priority = spec.priority();
+  p.gpus = spec.trial().resources().gpus();
+  p.selector = SelectorOf(spec);
+  p.oldest_ms = google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+      oldest.create_time());
+  return p;
+}
+
+placement::Running Placer::RunningNow() const {
+  placement::Running running;
+  for (const auto& [name, entry] : p_.studies->all()) {
+    if (!entry->worker_run()) continue;
+    const int32_t gpus = entry->study().spec().trial().resources().gpus();
+    for (int64_t number : entry->open()) {
+      if (entry->trials().at(number).state() != v1::RUNNING) continue;
+      placement::Running::Held& held = running.by_owner[entry->study().owner()];
+      ++held.slots;
+      held.gpus += gpus;
+      ++running.slots_by_study[name];
+    }
+  }
+  running.recent = recent_;
+  return running;
+}
+
+placement::Worker Placer::WorkerOf(const v1::Worker& worker) const {
+  placement::Worker w;
+  w.id = worker.id();
+  w.gpus = worker.resources().gpus_size();
+  w.free_gpus = w.gpus;
+  for (const auto& [key, value] : worker.resources().labels()) {
+    w.labels[key] = value;
+  }
+  // Every worker has its host, whether or not it says so.
+  w.labels.emplace("host", worker.host());
+  return w;
+}
+
+std::pair<StudyEntry*, const v1::Trial*> Placer::Choose(
+    const std::string& worker_id, int32_t free_gpus) {
+  table_ = p_.quotas ? p_.quotas->table() : nullptr;
+  placement::Worker worker;
+  if (const v1::Worker* known = p_.workers->Find(worker_id)) {
+    worker = WorkerOf(*known);
+  }
+  worker.id = worker_id;
+  worker.free_gpus = free_gpus;
+  std::vector<placement::Pending> pending;
+  std::vector<std::pair<StudyEntry*, const v1::Trial*>> refs;
+  for (const auto& [name, entry] : p_.studies->all()) {
+    if (entry->study().state() != v1::STUDY_ACTIVE || !entry->worker_run()) {
+      continue;
+    }
+    if (const v1::Trial* oldest = Startable(*entry)) {
+      pending.push_back(PendingOf(*entry, *oldest));
+      refs.push_back({entry.get(), oldest});
+    }
+  }
+  placement::Running running = RunningNow();
+  std::map<std::string, int32_t> slots;
+  for (const auto& [owner, held] : running.by_owner) slots[owner] = held.slots;
+  recent_ = usage_.Advance(p_.clock->Now(), slots);
+  running.recent = recent_;
+  auto chosen = placement::Choose(worker, pending, running, Table());
+  if (!chosen) return {nullptr, nullptr};
+  return refs[*chosen];
+}
+
+std::string Placer::WhyWaiting(const StudyEntry& entry) const {
+  if (entry.study().state() != v1::STUDY_ACTIVE || !entry.worker_run()) {
+    return "";
+  }
+  const v1::Trial* oldest = Startable(entry);
+  if (oldest == nullptr) return "";
+  std::vector<placement::Worker> workers;
+  for (const v1::Worker& w : p_.workers->List()) workers.push_back(WorkerOf(w));
+  std::shared_ptr<const QuotaTable> table =
+      p_.quotas ? p_.quotas->table() : nullptr;
+  return placement::WhyWaiting(PendingOf(entry, *oldest), workers, RunningNow(),
+                               table ? *table : QuotaTable{});
+}
+
+}  // namespace dial::scheduler

@@ -1,0 +1,223 @@
+// Placement, the pure dispatch policy (docs/scheduling.md): selectors,
+// GPUs, quotas, priority, weighted fair share, the order within an owner,
+// why a study waits, and the decayed usage meter. Also the quotas file.
+#include "scheduler/placement.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "scheduler/quotas.h"
+
+namespace dial::scheduler::placement {
+namespace {
+
+Pending Study(const std::string& study, const std::string& owner,
+              int32_t priority = 0, int64_t oldest_ms = 0) {
+  Pending p;
+  p.study = study;
+  p.owner = owner;
+  p.priority = priority;
+  p.oldest_ms = oldest_ms;
+  return p;
+}
+
+Worker AWorker(Labels labels = {}, int32_t free_gpus = 0) {
+  Worker w;
+  w.id = "w";
+  w.gpus = free_gpus;
+  w.free_gpus = free_gpus;
+  w.labels = std::move(labels);
+  return w;
+}
+
+// Which study `worker` gets.
+std::string Chosen(const Worker& worker, const std::vector<Pending>& pending,
+                   const Running& running, const QuotaTable& quotas = {}) {
+  auto i = Choose(worker, pending, running, quotas);
+  return i ? pending[*i].study : "(none)";
+}
+
+QuotaTable Table(const std::string& text) {
+  auto table = Quotas::Parse(text);
+  EXPECT_TRUE(table.ok()) << table.status();
+  return table.ok() ? *table : QuotaTable{};
+}
+
+TEST(PlacementTest, ATrialGoesOnlyToAWorkerThatMatchesEveryKey) {
+  Pending a100 = Study("a100", "ann");
+  a100.selector = {{"gpu.model", {"A100", "H100"}}, {"zone", {"eu"}}};
+  EXPECT_EQ(
+      Chosen(AWorker({{"gpu.model", "H100"}, {"zone", "eu"}}), {a100}, {}),
+      "a100");
+  EXPECT_EQ(Chosen(AWorker({{"gpu.model", "T4"}, {"zone", "eu"}}), {a100}, {}),
+            "(none)");
+  EXPECT_EQ(Chosen(AWorker({{"gpu.model", "A100"}}), {a100}, {}), "(none)");
+  EXPECT_EQ(Mismatch(a100.selector, {{"gpu.model", "A100"}}), "zone");
+  // A study without a selector runs anywhere.
+  EXPECT_EQ(
+      Chosen(AWorker({{"gpu.model", "T4"}}), {a100, Study("any", "bo")}, {}),
+      "any");
+}
+
+TEST(PlacementTest, ATrialNeedsItsGpusFree) {
+  Pending two = Study("two", "ann");
+  two.gpus = 2;
+  EXPECT_EQ(Chosen(AWorker({}, 1), {two}, {}), "(none)");
+  EXPECT_EQ(Chosen(AWorker({}, 2), {two}, {}), "two");
+}
+
+TEST(PlacementTest, HigherPriorityGoesFirstWhateverTheShares) {
+  Running running;
+  running.by_owner["ann"] = {10, 0};  // ann holds much more than bo
+  EXPECT_EQ(Chosen(AWorker(), {Study("low", "bo", 0), Study("high", "ann", 5)},
+                   running),
+            "high");
+}
+
+TEST(PlacementTest, EqualPrioritiesGoToTheOwnerWithTheSmallerWeightedShare) {
+  Running running;
+  running.by_owner["ann"] = {4, 0};
+  running.by_owner["bo"] = {3, 0};
+  const std::vector<Pending> both = {Study("a", "ann", 0, 1),
+                                     Study("b", "bo", 0, 2)};
+  EXPECT_EQ(Chosen(AWorker(), both, running), "b");
+  // With weight 2, ann's 4 count as 2: ann is behind now.
+  EXPECT_EQ(Chosen(AWorker(), both, running, Table("ann weight=2\n")), "a");
+  // Recent usage counts as well: bo ran much lately.
+  running.recent["bo"] = 2.5;
+  EXPECT_EQ(Chosen(AWorker(), both, running), "a");
+}
+
+TEST(PlacementTest, WithinAnOwnerTheStudyWithFewerRunningThenTheOldest) {
+  Running running;
+  running.by_owner["ann"] = {3, 0};
+  running.slots_by_study["busy"] = 3;
+  EXPECT_EQ(
+      Chosen(AWorker(),
+             {Study("busy", "ann", 0, 1), Study("idle", "ann", 0, 9)}, running),
+      "idle");
+  EXPECT_EQ(Chosen(AWorker(),
+                   {Study("new", "ann", 0, 9), Study("old", "ann", 0, 1)}, {}),
+            "old");
+}
+
+TEST(PlacementTest, AQuotaIsNeverExceeded) {
+  const QuotaTable quotas =
+      Table("ann max_slots=2 max_gpus=3\ndefault max_slots=1\n");
+  Running running;
+  running.by_owner["ann"] = {2, 0};
+  EXPECT_EQ(Chosen(AWorker(), {Study("a", "ann")}, running, quotas), "(none)");
+  running.by_owner["ann"] = {1, 2};
+  Pending two = Study("a", "ann");
+  two.gpus = 2;  // 2 + 2 > 3
+  EXPECT_EQ(Chosen(AWorker({}, 4), {two}, running, quotas), "(none)");
+  two.gpus = 1;
+  EXPECT_EQ(Chosen(AWorker({}, 4), {two}, running, quotas), "a");
+  // Owners without a line get the default's.
+  running.by_owner["cy"] = {1, 0};
+  EXPECT_EQ(Chosen(AWorker(), {Study("c", "cy")}, running, quotas), "(none)");
+  EXPECT_EQ(Chosen(AWorker(), {Study("d", "dee")}, running, quotas), "d");
+}
+
+TEST(PlacementTest, WhyAStudyWaits) {
+  Pending a100 = Study("a100", "ann");
+  a100.selector = {{"gpu.model", {"A100"}}};
+  EXPECT_EQ(WhyWaiting(a100, {}, {}, {}), "waiting: no worker is registered");
+  const std::vector<Worker> t4s = {AWorker({{"gpu.model", "T4"}}),
+                                   AWorker({{"host", "x"}})};
+  EXPECT_EQ(WhyWaiting(a100, t4s, {}, {}),
+            "waiting: no worker matches gpu.model in [A100]");
+  Pending big = Study("big", "ann");
+  big.gpus = 4;
+  EXPECT_EQ(WhyWaiting(big, {AWorker({}, 2)}, {}, {}),
+            "waiting: no matching worker has 4 GPUs");
+  Running running;
+  running.by_owner["ann"] = {2, 0};
+  EXPECT_EQ(WhyWaiting(Study("s", "ann"), {AWorker()}, running,
+                       Table("ann max_slots=2\n")),
+            "waiting: owner 'ann' runs 2 trials, its quota's max_slots");
+  // Only busy workers: nothing to say.
+  EXPECT_EQ(WhyWaiting(Study("s", "ann"), {AWorker()}, running, {}), "");
+}
+
+TEST(UsageMeterTest, TheAverageApproachesWhatRunsWithTheHalfLife) {
+  UsageMeter meter(absl::Hours(1));
+  const absl::Time t0 = absl::FromUnixSeconds(1000000);
+  EXPECT_TRUE(meter.Advance(t0, {{"ann", 8}}).empty());
+  // After one half-life at 8 running: half way from 0 to 8.
+  EXPECT_NEAR(meter.Advance(t0 + absl::Hours(1), {}).at("ann"), 4.0, 1e-9);
+  // Then one more with none running: half of that.
+  EXPECT_NEAR(meter.Advance(t0 + absl::Hours(2), {}).at("ann"), 2.0, 1e-9);
+  // Time that does not advance changes nothing.
+  EXPECT_NEAR(meter.Advance(t0 + absl::Hours(2), {}).at("ann"), 2.0, 1e-9);
+}
+
+TEST(QuotasTest, LinesFillFromTheDefaultAndTheBuiltIn) {
+  const QuotaTable t = Table(
+      "# shared cluster\n"
+      "default max_slots=4 max_priority=1\n"
+      "\n"
+      "ann weight=2 max_slots=16 max_gpus=8 max_priority=10\n"
+      "bo  weight=0.5\n");
+  EXPECT_EQ(t.For("ann").weight, 2);
+  EXPECT_EQ(t.For("ann").max_slots, 16);
+  EXPECT_EQ(t.For("ann").max_gpus, 8);
+  EXPECT_EQ(t.For("ann").max_priority, 10);
+  EXPECT_EQ(t.For("bo").weight, 0.5);
+  EXPECT_EQ(t.For("bo").max_slots, 4);  // from the default line
+  EXPECT_EQ(t.For("bo").max_priority, 1);
+  EXPECT_EQ(t.For("cy").max_slots, 4);
+  EXPECT_EQ(t.For("cy").weight, 1);
+  EXPECT_EQ(t.For("cy").max_gpus, 0);  // no limit
+}
+
+TEST(QuotasTest, ABadLineIsRefusedWithItsNumber) {
+  for (const auto& [text, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"ann weight=0\n", "quotas line 1: weight: '0'"},
+           {"\nann max_slots=-1\n", "quotas line 2: max_slots: '-1'"},
+           {"ann max_priority=101\n", "quotas line 1: max_priority: '101'"},
+           {"ann cpus=4\n", "quotas line 1: unknown key 'cpus'"},
+           {"ann weight=1 weight=2\n", "quotas line 1: weight: given twice"},
+           {"ann max_slots\n", "quotas line 1: 'max_slots' is not KEY=VALUE"},
+           {"ann\nann\n", "quotas line 2: 'ann' given twice"},
+           {"a/b weight=1\n", "quotas line 1: 'a/b' is not an owner name"},
+       }) {
+    auto parsed = Quotas::Parse(text);
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(parsed.status().message()),
+                ::testing::HasSubstr(message));
+  }
+}
+
+TEST(QuotasTest, AFailedReloadKeepsTheQuotasInForce) {
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() /
+      ("dial-quotas-" + std::to_string(::getpid()));
+  auto write = [&](const std::string& text) {
+    std::ofstream(path, std::ios::trunc) << text;
+  };
+  write("ann max_slots=2\n");
+  auto quotas = Quotas::Load(path.string());
+  ASSERT_TRUE(quotas.ok()) << quotas.status();
+  EXPECT_EQ((*quotas)->table()->For("ann").max_slots, 2);
+  write("ann max_slots=two\n");
+  absl::Status bad = (*quotas)->Reload();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("line 1"));
+  EXPECT_EQ((*quotas)->table()->For("ann").max_slots, 2);
+  write("ann max_slots=5\n");
+  EXPECT_TRUE((*quotas)->Reload().ok());
+  EXPECT_EQ((*quotas)->table()->For("ann").max_slots, 5);
+  std::filesystem::remove(path);
+  EXPECT_EQ((*quotas)->Reload().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*quotas)->table()->For("ann").max_slots, 5);
+}
+
+}  // namespace
+}  // namespace dial::scheduler::placement
