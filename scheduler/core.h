@@ -104,6 +104,11 @@ struct SchedulerCoreOptions {
   const Quotas* quotas = nullptr;
   // Half-life of the owners' recent usage in fair share.
   absl::Duration fair_share_half_life = absl::Hours(24 * 7);
+  // Preemption (docs/scheduling.md): how long a preempted trial has to
+  // pause at a report before it is fenced, and how long an attempt runs
+  // before it may be preempted.
+  absl::Duration preempt_grace = absl::Seconds(30);
+  absl::Duration preempt_min_run = absl::Seconds(60);
   // Observes the seconds of each searcher fit (Suggest, or a rebuild);
   // null: none. Not owned.
   metrics::Histogram* fit_seconds = nullptr;
@@ -370,6 +375,8 @@ class SchedulerCore {
   // The outbox's effects that run under the lock.
   void ApplyEffects() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DispatchNow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Requeues preempted trials whose grace is over, and marks new ones.
+  void PreemptNow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the trial the placer chooses for `worker_id`; nullopt if none.
   absl::StatusOr<std::optional<Assignment>> AssignTo(
       const std::string& worker_id, int32_t free_gpus)
@@ -403,6 +410,7 @@ class SchedulerCore {
   Dispatcher dispatcher_ ABSL_GUARDED_BY(mu_);
   CheckpointRetention retention_ ABSL_GUARDED_BY(mu_);
   CheckpointQuota quota_ ABSL_GUARDED_BY(mu_);
+  Preemptions preemptions_ ABSL_GUARDED_BY(mu_);
   TrialLifecycle lifecycle_ ABSL_GUARDED_BY(mu_);
   Placer placer_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -104,6 +104,8 @@ absl::StatusOr<std::optional<Assignment>> SchedulerCore::AssignTo(
   if (entry == nullptr) return std::optional<Assignment>();
   DIAL_ASSIGN_OR_RETURN(Assignment a,
                         lifecycle_.Start(*entry, *trial, worker_id));
+  preemptions_.Started({a.trial.study(), a.trial.number()}, clock_->Now());
+  preemptions_.Placed(a.trial.study());
   return std::optional<Assignment>(std::move(a));
 }
 
@@ -198,6 +200,10 @@ StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request,
         lifecycle_.Fence(*entry, request.worker_id(), request.trial(),
                          request.attempt(), request.lease_token()));
     v1::Trial trial = *stored;
+    if (stored->state() == v1::PENDING && stored->preemptions_size() > 0 &&
+        stored->preemptions().rbegin()->attempt() == request.attempt()) {
+      return true;  // preempted: it resumes from its checkpoint later
+    }
     if (stored->state() == v1::STOPPED || stored->state() == v1::PAUSED) {
       // Stopped or paused by a decision; the process has now exited.
       *trial.mutable_final_metrics() = request.final_metrics();
@@ -343,6 +349,31 @@ void SchedulerCore::Tick() {
   }
   DispatchNow();
   dispatcher_.Expire(clock_->Now(), outbox_);
+  PreemptNow();
+}
+
+void SchedulerCore::PreemptNow() {
+  // Those not paused in time are fenced and requeued.
+  for (const Preemptions::Key& key : placer_.Overdue()) {
+    auto entry = studies_.Shared(key.first);
+    const v1::Trial* trial = nullptr;
+    if (entry) {
+      auto it = entry->trials().find(key.second);
+      if (it != entry->trials().end()) trial = &it->second;
+    }
+    const Preemptions::Mark* mark =
+        trial != nullptr && trial->state() == v1::RUNNING
+            ? preemptions_.Find(key, trial->attempt())
+            : nullptr;
+    if (mark == nullptr) {
+      preemptions_.Ended(key);
+      continue;
+    }
+    const std::string by = mark->by_study;
+    absl::Status s = lifecycle_.Preempt(*entry, *trial, by, true);
+    if (!s.ok()) spdlog::error("preemption failed: {}", s.ToString());
+  }
+  placer_.MarkPreemptions();
 }
 
 }  // namespace dial::scheduler

@@ -89,6 +89,44 @@ std::optional<size_t> Choose(const Worker& worker,
   return best;
 }
 
+std::vector<std::pair<size_t, size_t>> ChoosePreemptions(
+    const std::vector<Need>& needs, const std::vector<Candidate>& running,
+    const Running& held, const QuotaTable& quotas, absl::Duration min_run) {
+  std::vector<size_t> order(needs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return needs[a].study.priority > needs[b].study.priority;
+  });
+  std::vector<bool> taken(running.size(), false);
+  std::vector<std::pair<size_t, size_t>> out;
+  for (size_t n : order) {
+    const Need& need = needs[n];
+    const Pending& p = need.study;
+    if (!OverQuota(held, p.owner, p.gpus, quotas.For(p.owner)).empty()) {
+      continue;
+    }
+    for (int32_t k = need.preempting; k < need.ready; ++k) {
+      std::optional<size_t> victim;
+      for (size_t i = 0; i < running.size(); ++i) {
+        const Candidate& c = running[i];
+        if (taken[i] || c.priority >= p.priority || c.ran < min_run ||
+            c.gpus < p.gpus || Mismatch(p.selector, c.worker_labels)) {
+          continue;
+        }
+        if (!victim || std::make_pair(c.priority, c.ran) <
+                           std::make_pair(running[*victim].priority,
+                                          running[*victim].ran)) {
+          victim = i;
+        }
+      }
+      if (!victim) break;
+      taken[*victim] = true;
+      out.push_back({*victim, n});
+    }
+  }
+  return out;
+}
+
 std::string WhyWaiting(const Pending& study, const std::vector<Worker>& workers,
                        const Running& running, const QuotaTable& quotas) {
   if (workers.empty()) return "waiting: no worker is registered";

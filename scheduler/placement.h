@@ -76,6 +76,33 @@ std::optional<size_t> Choose(const Worker& worker,
 std::string WhyWaiting(const Pending& study, const std::vector<Worker>& workers,
                        const Running& running, const QuotaTable& quotas);
 
+// A study whose ready trials no free worker takes.
+struct Need {
+  Pending study;
+  int32_t ready = 0;       // trials ready to start
+  int32_t preempting = 0;  // trials already being preempted for it
+};
+// A running trial that could give up its slot.
+struct Candidate {
+  std::string study;
+  int64_t trial = 0;
+  std::string owner;
+  int32_t priority = 0;
+  int32_t gpus = 0;
+  Labels worker_labels;  // of the worker it runs on
+  absl::Duration ran;    // since its attempt started
+};
+// Which running trials to preempt, as (index in `running`, index in
+// `needs`). For each need, highest priority first, at most `ready -
+// preempting` trials, each of a strictly lower priority (so equal
+// priorities never preempt each other), that ran at least `min_run`, on a
+// worker the need's selector matches, holding at least the GPUs it needs;
+// lowest priority first, then the one that ran least (the least work
+// lost). A need whose owner is at a quota preempts nothing.
+std::vector<std::pair<size_t, size_t>> ChoosePreemptions(
+    const std::vector<Need>& needs, const std::vector<Candidate>& running,
+    const Running& held, const QuotaTable& quotas, absl::Duration min_run);
+
 // Owners' recent usage: trials running, averaged with an exponential decay
 // of half-life `half_life` (as Slurm's PriorityDecayHalfLife). Fed with the
 // count of each owner's running trials whenever dispatch looks; the count

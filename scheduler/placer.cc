@@ -100,6 +100,71 @@ std::pair<StudyEntry*, const v1::Trial*> Placer::Choose(
   return refs[*chosen];
 }
 
+int Placer::MarkPreemptions() {
+  const absl::Time now = p_.clock->Now();
+  Preemptions& marks = *p_.preemptions;
+  table_ = p_.quotas ? p_.quotas->table() : nullptr;
+  std::map<std::string, int32_t> preempting;
+  for (const auto& [key, mark] : marks.marks()) ++preempting[mark.by_study];
+  std::vector<placement::Need> needs;
+  std::vector<placement::Candidate> running;
+  std::vector<Preemptions::Key> keys;
+  std::vector<int32_t> attempts;
+  for (const auto& [name, entry] : p_.studies->all()) {
+    if (!entry->worker_run()) continue;
+    const v1::StudySpec& spec = entry->study().spec();
+    int32_t ready = 0;
+    for (int64_t number : entry->pending()) ready += !entry->Uploading(number);
+    const v1::Trial* oldest = Startable(*entry);
+    if (entry->study().state() == v1::STUDY_ACTIVE && oldest != nullptr &&
+        marks.Unplaced(name, now, absl::Seconds(1))) {
+      placement::Need need;
+      need.study = PendingOf(*entry, *oldest);
+      need.ready = ready;
+      need.preempting = preempting[name];
+      needs.push_back(std::move(need));
+    } else if (oldest == nullptr) {
+      marks.Placed(name);
+    }
+    for (int64_t number : entry->open()) {
+      const v1::Trial& t = entry->trials().at(number);
+      if (t.state() != v1::RUNNING || marks.Find({name, number}, t.attempt())) {
+        continue;
+      }
+      placement::Candidate c;
+      c.study = name;
+      c.trial = number;
+      c.owner = entry->study().owner();
+      c.priority = spec.priority();
+      c.gpus = spec.trial().resources().gpus();
+      if (const v1::Worker* w = p_.workers->Find(t.worker_id())) {
+        c.worker_labels = WorkerOf(*w).labels;
+      }
+      c.ran = now - marks.StartedAt({name, number}, now);
+      running.push_back(std::move(c));
+      keys.push_back({name, number});
+      attempts.push_back(t.attempt());
+    }
+  }
+  if (needs.empty()) return 0;
+  const auto chosen = placement::ChoosePreemptions(needs, running, RunningNow(),
+                                                   Table(), p_.preempt_min_run);
+  for (const auto& [victim, need] : chosen) {
+    marks.Add(keys[victim], {needs[need].study.study, attempts[victim],
+                             now + p_.preempt_grace});
+  }
+  return static_cast<int>(chosen.size());
+}
+
+std::vector<Preemptions::Key> Placer::Overdue() const {
+  const absl::Time now = p_.clock->Now();
+  std::vector<Preemptions::Key> out;
+  for (const auto& [key, mark] : p_.preemptions->marks()) {
+    if (mark.deadline <= now) out.push_back(key);
+  }
+  return out;
+}
+
 std::string Placer::WhyWaiting(const StudyEntry& entry) const {
   if (entry.study().state() != v1::STUDY_ACTIVE || !entry.worker_run()) {
     return "";

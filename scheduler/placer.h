@@ -17,6 +17,50 @@
 
 namespace dial::scheduler {
 
+// Trials asked to give up their slot to a higher-priority study, and when
+// each running attempt started (for --preempt-min-run-s). Not thread-safe:
+// the core's lock guards it.
+class Preemptions {
+ public:
+  using Key = std::pair<std::string, int64_t>;  // (study, trial)
+  struct Mark {
+    std::string by_study;
+    int32_t attempt = 0;
+    absl::Time deadline;  // then it is fenced and requeued
+  };
+  void Started(const Key& key, absl::Time now) { started_[key] = now; }
+  // When the running attempt of `key` started; an attempt from before a
+  // restart counts from when it was first seen here.
+  absl::Time StartedAt(const Key& key, absl::Time now) {
+    return started_.emplace(key, now).first->second;
+  }
+  void Add(const Key& key, Mark mark) { marks_[key] = std::move(mark); }
+  // The mark of `key`'s attempt `attempt`; null if it is not being
+  // preempted.
+  const Mark* Find(const Key& key, int32_t attempt) const {
+    auto it = marks_.find(key);
+    return it == marks_.end() || it->second.attempt != attempt ? nullptr
+                                                               : &it->second;
+  }
+  // The attempt ended (however): forget it.
+  void Ended(const Key& key) {
+    marks_.erase(key);
+    started_.erase(key);
+  }
+  const std::map<Key, Mark>& marks() const { return marks_; }
+  // Whether `study` has had ready trials no worker took since at least
+  // `wait` ago (noted now if not yet); Placed forgets it.
+  bool Unplaced(const std::string& study, absl::Time now, absl::Duration wait) {
+    return now - unplaced_.emplace(study, now).first->second >= wait;
+  }
+  void Placed(const std::string& study) { unplaced_.erase(study); }
+
+ private:
+  std::map<Key, Mark> marks_;
+  std::map<Key, absl::Time> started_;
+  std::map<std::string, absl::Time> unplaced_;
+};
+
 class Placer {
  public:
   struct Parts {
@@ -25,6 +69,9 @@ class Placer {
     const Quotas* quotas = nullptr;  // null: everyone gets the default
     const Clock* clock = nullptr;
     absl::Duration half_life = absl::Hours(24 * 7);
+    Preemptions* preemptions = nullptr;  // required
+    absl::Duration preempt_grace = absl::Seconds(30);
+    absl::Duration preempt_min_run = absl::Seconds(60);
   };
   explicit Placer(const Parts& parts) : p_(parts), usage_(parts.half_life) {}
 
@@ -35,6 +82,13 @@ class Placer {
   // Why `entry`'s trials wait (placement::WhyWaiting), for GetStudy; empty
   // when nothing but busy workers holds them back, or it has none ready.
   std::string WhyWaiting(const StudyEntry& entry) const;
+
+  // Marks running trials to give up their slots to higher-priority studies
+  // whose ready trials no free worker has taken for a second (their next
+  // report answers PAUSE); returns how many were marked.
+  int MarkPreemptions();
+  // Marked trials whose grace is over and that still run.
+  std::vector<Preemptions::Key> Overdue() const;
 
   // A study's selector, from its spec.
   static placement::Selector SelectorOf(const v1::StudySpec& spec);

@@ -108,6 +108,12 @@ ABSL_FLAG(std::string, quotas, "",
 ABSL_FLAG(absl::Duration, fair_share_half_life, absl::Hours(24 * 7),
           "Half-life of an owner's recent usage in fair share (as Slurm's "
           "PriorityDecayHalfLife)");
+ABSL_FLAG(int32_t, preempt_grace_s, 30,
+          "Seconds a preempted trial has to pause at a report before its "
+          "attempt is fenced and requeued");
+ABSL_FLAG(int32_t, preempt_min_run_s, 60,
+          "Seconds an attempt runs before a higher-priority study may "
+          "preempt it");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 namespace {
@@ -197,6 +203,14 @@ int main(int argc, char** argv) {
   options.tokens = tokens.get();
   options.quotas = quotas->get();
   options.fair_share_half_life = absl::GetFlag(FLAGS_fair_share_half_life);
+  options.preempt_grace = absl::Seconds(absl::GetFlag(FLAGS_preempt_grace_s));
+  options.preempt_min_run =
+      absl::Seconds(absl::GetFlag(FLAGS_preempt_min_run_s));
+  if (options.preempt_grace < absl::ZeroDuration() ||
+      options.preempt_min_run < absl::ZeroDuration()) {
+    spdlog::error("--preempt-grace-s, --preempt-min-run-s: must be 0 or more");
+    return 1;
+  }
   if (options.fair_share_half_life <= absl::ZeroDuration()) {
     spdlog::error("--fair-share-half-life: must be above 0");
     return 1;

@@ -100,6 +100,8 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
   core_options.suggestion_threads = options.suggestion_threads;
   core_options.quotas = options.quotas;
   core_options.fair_share_half_life = options.fair_share_half_life;
+  core_options.preempt_grace = options.preempt_grace;
+  core_options.preempt_min_run = options.preempt_min_run;
   if (options.metrics != nullptr) {
     core_options.fit_seconds =
         options.metrics

@@ -52,6 +52,8 @@ struct SchedulerServerOptions {
   // Owners' quotas (--quotas); null: the default for everyone. Not owned.
   const Quotas* quotas = nullptr;
   absl::Duration fair_share_half_life = absl::Hours(24 * 7);
+  absl::Duration preempt_grace = absl::Seconds(30);
+  absl::Duration preempt_min_run = absl::Seconds(60);
   // Counts and times every call into it (dial_grpc_server_*), and the
   // core's gauges (studies, trials by state, workers); null: no metrics.
   // Not owned; outlives the server.

@@ -52,6 +52,9 @@ absl::Status TrialLifecycle::SaveTrial(StudyEntry& entry,
   DIAL_ASSIGN_OR_RETURN(Stored<v1::Trial> stored,
                         Save::Trial(*p_.store, trial));
   entry.Mirror(std::move(stored));
+  if (p_.preemptions && trial.state() != v1::RUNNING) {
+    p_.preemptions->Ended({trial.study(), trial.number()});
+  }
   return absl::OkStatus();
 }
 
@@ -191,8 +194,23 @@ absl::StatusOr<v1::Decision> TrialLifecycle::RecordReport(
   } else {
     decision = entry.trial_scheduler().OnReport(trial, step, metrics);
   }
+  // A trial being preempted pauses here, unless told to stop or to copy
+  // another's weights (then it pauses at its next report).
+  std::optional<std::string> preempted_by;
+  if (const Preemptions::Mark* mark =
+          p_.preemptions ? p_.preemptions->Find({entry.name(), trial.number()},
+                                                trial.attempt())
+                         : nullptr;
+      mark != nullptr && decision.action() != v1::Decision::STOP &&
+      decision.action() != v1::Decision::EXPLOIT) {
+    preempted_by = mark->by_study;
+    decision.set_action(v1::Decision::PAUSE);
+    decision.set_reason("preempted by study " + *preempted_by);
+  }
   entry.RememberDecision(trial.number(), step, decision);
-  absl::Status applied = ApplyDecision(entry, trial, step, decision);
+  absl::Status applied = preempted_by
+                             ? Preempt(entry, trial, *preempted_by, false)
+                             : ApplyDecision(entry, trial, step, decision);
   if (!applied.ok()) {
     // The report is on disk (the trial scheduler has seen it and a restart
     // replays it); the decision's effect is not. A retry of this report
@@ -344,6 +362,28 @@ absl::Status TrialLifecycle::Requeue(StudyEntry& entry, v1::Trial trial) {
   }
   trial.set_state(v1::PENDING);
   trial.set_worker_id("");
+  DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
+  p_.workers->Undispatched({trial.study(), trial.number()});
+  Emit(entry, v1::StudyEvent::TRIAL_REPORTED, &trial);
+  p_.outbox->dispatch = true;
+  return absl::OkStatus();
+}
+
+absl::Status TrialLifecycle::Preempt(StudyEntry& entry, v1::Trial trial,
+                                     const std::string& by, bool forced) {
+  v1::Preemption* p = trial.add_preemptions();
+  p->set_by_study(by);
+  *p->mutable_time() = Now();
+  p->set_attempt(trial.attempt());
+  p->set_resume_step(trial.checkpoint().empty() ? 0 : trial.checkpoint_step());
+  p->set_forced(forced);
+  spdlog::info("study {}: trial {} attempt {} preempted by study {}{}",
+               entry.name(), trial.number(), trial.attempt(), by,
+               forced ? " (forced: not paused within the grace)" : "");
+  if (forced) return Requeue(entry, std::move(trial));
+  // Paused by its report's answer: it keeps its worker id, so the worker's
+  // FinishTrial for this attempt is taken (and ignored).
+  trial.set_state(v1::PENDING);
   DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
   p_.workers->Undispatched({trial.study(), trial.number()});
   Emit(entry, v1::StudyEvent::TRIAL_REPORTED, &trial);

@@ -20,6 +20,7 @@
 #include "scheduler/dispatcher.h"
 #include "scheduler/event_hub.h"
 #include "scheduler/outbox.h"
+#include "scheduler/placer.h"
 #include "scheduler/retention.h"
 #include "scheduler/study_entry.h"
 #include "scheduler/study_registry.h"
@@ -43,6 +44,8 @@ class TrialLifecycle {
     CheckpointQuota* quota = nullptr;
     const storage::CheckpointStore* checkpoints = nullptr;
     Outbox* outbox = nullptr;  // the core's, for the call under way
+    // Trials being preempted: their next report answers PAUSE. Null: none.
+    Preemptions* preemptions = nullptr;
   };
   explicit TrialLifecycle(const Parts& parts) : p_(parts) {}
 
@@ -90,6 +93,12 @@ class TrialLifecycle {
   absl::Status Finalize(StudyEntry& entry, v1::Trial trial);
   // Back to PENDING (or STOPPED if the study no longer runs trials).
   absl::Status Requeue(StudyEntry& entry, v1::Trial trial);
+  // RUNNING `trial` gives its slot to study `by`: back to PENDING, to
+  // resume from its latest checkpoint, with the preemption recorded (not a
+  // failure). `forced`: its worker did not pause it in time, so the
+  // attempt is fenced (the worker kills it at its next call).
+  absl::Status Preempt(StudyEntry& entry, v1::Trial trial,
+                       const std::string& by, bool forced);
   // The trial of a worker call, if `attempt` of `worker_id` still owns it
   // and `lease_token` is the one that attempt was given;
   // FAILED_PRECONDITION when the attempt is stale or the token wrong.

@@ -78,6 +78,7 @@ std::string TrialDetail(const v1::Trial& trial) {
   v1::Trial detail;
   *detail.mutable_final_metrics() = trial.final_metrics();
   *detail.mutable_lineage() = trial.lineage();
+  *detail.mutable_preemptions() = trial.preemptions();
   detail.set_checkpoint_step(trial.checkpoint_step());
   detail.set_lease_token(trial.lease_token());
   *detail.mutable_objective_values() = trial.objective_values();

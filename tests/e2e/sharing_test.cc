@@ -120,5 +120,90 @@ TEST_F(QuotaE2eTest, AnOwnerWithMaxSlotsTwoNeverRunsMoreThanTwoTrials) {
   EXPECT_TRUE(said_why);
 }
 
+class PreemptE2eTest : public WorkerE2eTest {
+ protected:
+  std::vector<std::string> SchedulerFlags() const override {
+    return {"--preempt-grace-s=10", "--preempt-min-run-s=1"};
+  }
+  // A study of `trials` built-in trainer trials of `steps` steps that
+  // checkpoint at every evaluation (200 steps).
+  v1::StudySpec TrainerStudy(const std::string& name, int priority, int trials,
+                             int steps) {
+    auto spec = ParseStudySpec(absl::StrCat(
+        "name: ", name, "\npriority: ", priority,
+        "\nobjective: {metric: val_loss, goal: MINIMIZE}\n"
+        "search_space: [{name: lr, float: {min: 0.001, max: 0.01}}]\n"
+        "budget: {max_trials: ",
+        trials, ", max_parallel_trials: ", trials,
+        "}\n"
+        "trial: {trainer: {dataset: synthetic, steps: ",
+        steps, ", eval_every: 200, batch_size: 32}}\n"));
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return *spec;
+  }
+  int Running(const std::string& study) {
+    auto s = client_->GetStudy(study);
+    if (!s.ok()) return -1;
+    auto it = s->trial_counts().find("RUNNING");
+    return it == s->trial_counts().end() ? 0 : it->second;
+  }
+};
+
+// Priority-0 trials fill both slots; a priority-10 study arrives. Its
+// trials start within the grace plus a long poll, the preempted trials
+// resume from their last checkpoint and complete, every step is stored
+// once, and no preempted attempt counts as a failure.
+TEST_F(PreemptE2eTest, AHigherPriorityStudyTakesTheSlotsAndTheOthersResume) {
+  StartWorker("w", 2);
+  ASSERT_TRUE(client_->CreateStudy(TrainerStudy("low", 0, 2, 8000)).ok());
+  // Both low trials run and have checkpointed.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto trials = client_->ListAllTrials("low", {v1::RUNNING});
+        if (!trials.ok() || trials->size() != 2) return false;
+        for (const v1::Trial& t : *trials) {
+          if (t.checkpoint_step() < 400) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(60)));
+  const auto arrived = std::chrono::steady_clock::now();
+  ASSERT_TRUE(client_->CreateStudy(TrainerStudy("high", 10, 2, 2000)).ok());
+  ASSERT_TRUE(WaitUntil([&] { return Running("high") == 2; },
+                        std::chrono::seconds(30)));
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - arrived)
+          .count();
+  // --preempt-grace-s plus one long poll (--acquire-wait-ms=1000), plus
+  // the second a need waits before it preempts.
+  EXPECT_LT(waited, 10 + 1 + 1) << "high's trials waited " << waited << " s";
+  std::printf("high's two trials running %.2f s after it was created\n",
+              waited);
+  EXPECT_EQ(Running("low"), 0);
+  WaitForEnd("high");
+  WaitForEnd("low");
+  auto trials = client_->ListAllTrials("low", {});
+  ASSERT_TRUE(trials.ok());
+  ASSERT_EQ(trials->size(), 2u);
+  for (const v1::Trial& listed : *trials) {
+    auto t = client_->GetTrial("low", listed.number());
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(t->state(), v1::COMPLETED) << t->error();
+    EXPECT_EQ(t->failures(), 0);
+    ASSERT_GE(t->preemptions_size(), 1) << t->number();
+    EXPECT_EQ(t->preemptions(0).by_study(), "high");
+    EXPECT_GE(t->preemptions(0).resume_step(), 400);
+    EXPECT_FALSE(t->preemptions(0).forced());
+    EXPECT_EQ(t->attempt(), t->preemptions_size() + 1);
+    // Each evaluation step once, in order, across the attempts.
+    ASSERT_EQ(t->metric_history_size(), 40);
+    for (int i = 0; i < 40; ++i) {
+      EXPECT_EQ(t->metric_history(i).step(), 200 * (i + 1));
+    }
+  }
+  // The resumed attempts restored the preempted ones' checkpoints.
+  EXPECT_THAT(ReadText(dir_ / "w.log"), HasSubstr(" from checkpoint low/"));
+}
+
 }  // namespace
 }  // namespace dial

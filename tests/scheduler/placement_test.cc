@@ -144,6 +144,68 @@ TEST(PlacementTest, WhyAStudyWaits) {
   EXPECT_EQ(WhyWaiting(Study("s", "ann"), {AWorker()}, running, {}), "");
 }
 
+Candidate Runs(const std::string& study, int64_t trial, int32_t priority,
+               absl::Duration ran, Labels labels = {}) {
+  Candidate c;
+  c.study = study;
+  c.trial = trial;
+  c.owner = "o";
+  c.priority = priority;
+  c.ran = ran;
+  c.worker_labels = std::move(labels);
+  return c;
+}
+
+Need Needs(Pending p, int32_t ready, int32_t preempting = 0) {
+  return {std::move(p), ready, preempting};
+}
+
+TEST(PreemptionPolicyTest, OnlyLowerPrioritiesThatRanLongEnoughLowestFirst) {
+  const absl::Duration min_run = absl::Minutes(1);
+  const std::vector<Candidate> running = {
+      Runs("mid", 0, 5, absl::Hours(1)),
+      Runs("low", 1, 0, absl::Hours(2)),
+      Runs("low", 2, 0, absl::Minutes(5)),      // ran least: goes first
+      Runs("young", 3, -1, absl::Seconds(10)),  // too young
+      Runs("equal", 4, 10, absl::Hours(1)),     // same priority: never
+  };
+  auto chosen = ChoosePreemptions({Needs(Study("urgent", "u", 10), 3)}, running,
+                                  {}, {}, min_run);
+  std::vector<size_t> victims;
+  for (const auto& [victim, need] : chosen) {
+    EXPECT_EQ(need, 0u);
+    victims.push_back(victim);
+  }
+  EXPECT_THAT(victims, ::testing::ElementsAre(2, 1, 0));
+  // Two already being preempted for it: one more at most.
+  EXPECT_EQ(ChoosePreemptions({Needs(Study("urgent", "u", 10), 3, 2)}, running,
+                              {}, {}, min_run)
+                .size(),
+            1u);
+  // Equal priorities never preempt each other.
+  EXPECT_TRUE(ChoosePreemptions({Needs(Study("peer", "u", 5), 1)},
+                                {Runs("mid", 0, 5, absl::Hours(1))}, {}, {},
+                                min_run)
+                  .empty());
+}
+
+TEST(PreemptionPolicyTest, OnlyOnMatchingWorkersAndNotPastAQuota) {
+  Pending a100 = Study("a100", "u", 10);
+  a100.selector = {{"gpu.model", {"A100"}}};
+  const std::vector<Candidate> running = {
+      Runs("t4", 0, 0, absl::Hours(1), {{"gpu.model", "T4"}}),
+      Runs("on-a100", 1, 0, absl::Hours(1), {{"gpu.model", "A100"}})};
+  auto chosen = ChoosePreemptions({Needs(a100, 2)}, running, {}, {},
+                                  absl::ZeroDuration());
+  ASSERT_EQ(chosen.size(), 1u);
+  EXPECT_EQ(chosen[0].first, 1u);
+  Running held;
+  held.by_owner["u"] = {1, 0};
+  EXPECT_TRUE(ChoosePreemptions({Needs(a100, 2)}, running, held,
+                                Table("u max_slots=1\n"), absl::ZeroDuration())
+                  .empty());
+}
+
 TEST(UsageMeterTest, TheAverageApproachesWhatRunsWithTheHalfLife) {
   UsageMeter meter(absl::Hours(1));
   const absl::Time t0 = absl::FromUnixSeconds(1000000);

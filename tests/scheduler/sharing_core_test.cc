@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/spec.h"
@@ -46,7 +47,9 @@ std::string Trial(const std::string& resources = "") {
 
 class SharingCoreTest : public ::testing::Test {
  protected:
-  void Start(const std::string& quotas_text = "") {
+  void Start(const std::string& quotas_text = "",
+             absl::Duration grace = absl::Seconds(30),
+             absl::Duration min_run = absl::Seconds(60)) {
     if (!quotas_text.empty()) {
       std::ofstream(quotas_path_) << quotas_text;
       auto quotas = Quotas::Load(quotas_path_.string());
@@ -58,6 +61,9 @@ class SharingCoreTest : public ::testing::Test {
     options.clock = &clock_;
     options.tick = absl::ZeroDuration();
     options.quotas = quotas_.get();
+    options.preempt_grace = grace;
+    options.preempt_min_run = min_run;
+    options.worker_lease = absl::Minutes(10);  // the clock jumps by minutes
     auto core = SchedulerCore::Create(options);
     ASSERT_TRUE(core.ok());
     core_ = std::move(*core);
@@ -92,6 +98,33 @@ class SharingCoreTest : public ::testing::Test {
         kWorker);
     core_->WaitIdle();  // its top-up
     return study;
+  }
+  // The assignment `worker` gets now.
+  std::optional<Assignment> AcquireOne(const std::string& worker) {
+    std::optional<Assignment> got;
+    core_->AcquireTrial(
+        worker, 0, absl::ZeroDuration(), [] { return true; },
+        [&](absl::StatusOr<std::optional<Assignment>> r) {
+          EXPECT_TRUE(r.ok()) << r.status();
+          if (r.ok()) got = *r;
+        },
+        kWorker);
+    core_->WaitIdle();
+    return got;
+  }
+  Reply<v1::Decision> Report(const std::string& worker, const Assignment& a,
+                             int64_t step) {
+    v1::ReportProgressRequest r;
+    r.set_worker_id(worker);
+    r.set_study(a.trial.study());
+    r.set_trial(a.trial.number());
+    r.set_attempt(a.attempt);
+    r.set_lease_token(a.trial.lease_token());
+    r.set_step(step);
+    (*r.mutable_metrics())["acc"] = 0.1 * step;
+    r.set_checkpoint(
+        absl::StrCat(a.trial.study(), "/", a.trial.number(), "/", step));
+    return core_->ReportProgress(r, kWorker);
   }
   std::string Waiting(const std::string& study) {
     auto s = core_->GetStudy(study);
@@ -220,6 +253,90 @@ TEST_F(SharingCoreTest, EqualOwnersShareTheWorkersAndWeightsTilt) {
   // ann weighs 3: 6 of 8 slots to her, 2 to bo.
   EXPECT_EQ(got["a"], 6);
   EXPECT_EQ(got["b"], 2);
+}
+
+// A priority-10 study arrives while a priority-0 trial holds the only
+// slot: once that attempt has run --preempt-min-run-s, its next report
+// answers PAUSE, it goes back to the queue to resume from that report's
+// checkpoint (recorded, not a failure), and the slot goes to the new study.
+TEST_F(SharingCoreTest, AHigherPriorityStudyPreemptsAtTheNextReport) {
+  Start("", absl::Seconds(30), absl::Seconds(60));
+  Create(Spec("low", Trial(), 1), kAdmin);
+  const std::string w = Register("w");
+  auto low = AcquireOne(w);
+  ASSERT_TRUE(low.has_value());
+  ASSERT_EQ(low->trial.study(), "low");
+  Create(Spec("high", "priority: 10\n" + Trial(), 1), kAdmin);
+  core_->Tick();
+  clock_.Advance(absl::Seconds(30));
+  core_->Tick();  // unplaced for 30 s, but the attempt is too young
+  EXPECT_EQ(Report(w, *low, 1)->action(), v1::Decision::CONTINUE);
+  clock_.Advance(absl::Seconds(31));
+  core_->Tick();
+  auto paused = Report(w, *low, 2);
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  EXPECT_EQ(paused->action(), v1::Decision::PAUSE);
+  EXPECT_EQ(paused->reason(), "preempted by study high");
+  auto trial = core_->GetTrial("low", low->trial.number());
+  ASSERT_TRUE(trial.ok());
+  EXPECT_EQ(trial->state(), v1::PENDING);
+  EXPECT_EQ(trial->failures(), 0);
+  EXPECT_EQ(trial->checkpoint_step(), 2);
+  ASSERT_EQ(trial->preemptions_size(), 1);
+  EXPECT_EQ(trial->preemptions(0).by_study(), "high");
+  EXPECT_EQ(trial->preemptions(0).attempt(), 1);
+  EXPECT_EQ(trial->preemptions(0).resume_step(), 2);
+  EXPECT_FALSE(trial->preemptions(0).forced());
+  // The worker's FinishTrial for the paused attempt is taken.
+  v1::FinishTrialRequest finish;
+  finish.set_worker_id(w);
+  finish.set_study("low");
+  finish.set_trial(low->trial.number());
+  finish.set_attempt(low->attempt);
+  finish.set_lease_token(low->trial.lease_token());
+  EXPECT_TRUE(core_->FinishTrial(finish, kWorker).ok());
+  // The slot goes to the higher priority; the preempted trial waits.
+  EXPECT_EQ(Acquire(w), "high");
+  EXPECT_EQ(core_->GetTrial("low", low->trial.number())->state(), v1::PENDING);
+  // Once a slot frees, it resumes from its checkpoint, as attempt 2.
+  const std::string w2 = Register("w2");
+  auto resumed = AcquireOne(w2);
+  ASSERT_TRUE(resumed.has_value());
+  EXPECT_EQ(resumed->trial.number(), low->trial.number());
+  EXPECT_EQ(resumed->attempt, 2);
+  EXPECT_EQ(resumed->start_step, 2);
+}
+
+TEST_F(SharingCoreTest, APreemptedTrialThatNeverReportsIsFencedAfterTheGrace) {
+  Start("", absl::Seconds(5), absl::ZeroDuration());
+  Create(Spec("low", Trial(), 1), kAdmin);
+  const std::string w = Register("w");
+  auto low = AcquireOne(w);
+  ASSERT_TRUE(low.has_value());
+  Create(Spec("high", "priority: 1\n" + Trial(), 1), kAdmin);
+  core_->Tick();
+  clock_.Advance(absl::Seconds(2));
+  core_->Tick();  // marked; grace until +5 s
+  ASSERT_TRUE(core_
+                  ->Heartbeat(
+                      [&] {
+                        v1::HeartbeatRequest h;
+                        h.set_worker_id(w);
+                        return h;
+                      }(),
+                      kWorker)
+                  .ok());
+  clock_.Advance(absl::Seconds(6));
+  core_->Tick();
+  auto trial = core_->GetTrial("low", low->trial.number());
+  ASSERT_TRUE(trial.ok());
+  EXPECT_EQ(trial->state(), v1::PENDING);
+  ASSERT_EQ(trial->preemptions_size(), 1);
+  EXPECT_TRUE(trial->preemptions(0).forced());
+  EXPECT_EQ(trial->failures(), 0);
+  // The old attempt is fenced: its worker learns at its next report.
+  EXPECT_EQ(Report(w, *low, 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
