@@ -224,7 +224,10 @@ void Worker::HeartbeatLoop() {
           "again and killing the trials it handed to the old id");
       {
         // Their leases are gone and the scheduler has requeued them: they
-        // must not advance in two places.
+        // must not advance in two places. The id is forgotten in the same
+        // step: a slot whose trial dies of this kill must not ask for work
+        // under the old id (a stale long poll; found as a flaky
+        // WorkerTest.RegistersAgainAfterNotFoundAndKillsTheOldIdsTrials).
         absl::MutexLock lock(&mu_);
         for (auto& [slot, r] : running_) {
           if (r.worker_id == id) {
@@ -232,8 +235,8 @@ void Worker::HeartbeatLoop() {
             r.process->Signal(SIGKILL);
           }
         }
+        if (worker_id_ == id) worker_id_.clear();
       }
-      ForgetRegistration(id);
       continue;
     }
     if (!Sleep(period)) {

@@ -26,6 +26,8 @@ export interface StudySpec {
   searcher?: Record<string, unknown>;
   scheduler?: { asha?: RungSchedule; hyperband?: RungSchedule; pbt?: object; [k: string]: unknown };
   budget: { maxTrials: number; maxParallelTrials: number };
+  priority?: number;
+  trial?: { resources?: { gpus?: number; selector?: Record<string, string[]> } };
 }
 
 export interface Study {
@@ -37,6 +39,7 @@ export interface Study {
   trialCounts: Record<string, number>;
   trialsCreated: number;
   owner: string;
+  waiting?: string;  // why its ready trials wait, when not for a free slot
 }
 
 export interface LineageEntry {

@@ -66,7 +66,7 @@ try {
   await h.api('CreateStudy', { spec: PBT }, 'admin');
   await h.api('CreateStudy', { spec: FAIL }, 'admin');
   h.startWorker('worker', args.worker, ['--slots=4', '--cpus=2', `--trainer=${args.trainer}`, '--acquire-wait-ms=1000',
-    '--allow-command=/bin/sh'], h.tokens.worker);
+    '--allow-command=/bin/sh', '--label=pool=dash'], h.tokens.worker);
 
   const context = await h.browser(args['node-modules'], args.chromium);
   page = context.pages()[0] ?? await context.newPage();
@@ -241,10 +241,24 @@ try {
   check(errorText === failed.error && errorText.includes('boom-from-stderr'), `trial page: the error with the stderr tail (${JSON.stringify(errorText.slice(0, 80))})`);
   await shot('trial-failed');
 
+  // A study no worker matches: its page says why it waits, with its
+  // priority and selector (docs/scheduling.md).
+  await h.api('CreateStudy', { spec: { ...FAIL, name: 'dash-waits', priority: 3,
+    trial: { ...FAIL.trial, resources: { selector: { 'gpu.model': ['A100'] } } } } }, 'admin');
+  await page.goto(`${base}/#/study/dash-waits`);
+  await page.getByTestId('study-waiting').filter({ hasText: 'waiting' }).waitFor({ timeout: 15000 });
+  checkEq(await page.getByTestId('study-waiting').textContent(), 'waiting: no worker matches gpu.model in [A100]',
+    'study page: why its trials wait');
+  checkEq(await page.getByTestId('study-priority').textContent(), '3', 'study page: its priority');
+  checkEq(await page.getByTestId('study-selector').textContent(), 'gpu.model in [A100]', 'study page: its selector');
+  await shot('study-waiting');
+
   // Workers page.
   await page.goto(`${base}/#/workers`);
   await page.getByTestId('worker-row').first().waitFor({ timeout: 15000 });
   checkEq(await page.getByTestId('worker-row').count(), (await h.api('ListWorkers', {}, 'admin')).workers.length, 'workers page: one row per worker');
+  const labels = await page.getByTestId('worker-labels').first().textContent();
+  check(labels.includes('pool=dash') && labels.includes('host='), `workers page: labels (${labels})`);
   await shot('workers');
 
   checkEq(errors, [], 'no script errors in the page');

@@ -56,6 +56,7 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
 
   // ---- header ----
   const stateEl = h('span', { 'data-testid': 'study-state' });
+  const waitingEl = h('div', { class: 'waiting', 'data-testid': 'study-waiting' });
   const countsEl = h('span', { class: 'counts', 'data-testid': 'study-counts' });
   const progressEl = h('div');
   const bestEl = h('span', { 'data-testid': 'study-best' });
@@ -93,7 +94,12 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
       h('div', {}, h('b', {}, 'Objective '), `${maximize ? 'maximize' : 'minimize'} ${metric}`),
       h('div', {}, h('b', {}, 'Best '), bestEl),
       h('div', {}, h('b', {}, 'Searcher '), kindOf(spec.searcher), h('b', {}, ' Scheduler '), kindOf(spec.scheduler)),
-      h('div', {}, h('b', {}, 'Owner '), study.owner || '–'),
+      h('div', {}, h('b', {}, 'Owner '), study.owner || '–', h('b', {}, ' Priority '),
+        h('span', { 'data-testid': 'study-priority' }, String(spec.priority ?? 0))),
+      h('div', {}, h('b', {}, 'Selector '), h('span', { 'data-testid': 'study-selector' },
+        Object.entries(spec.trial?.resources?.selector ?? {}).sort(([a], [b]) => a.localeCompare(b))
+          .map(([k, vs]) => `${k} in [${vs.join(', ')}]`).join(', ') || 'any worker')),
+      waitingEl,
       h('div', {}, h('b', {}, 'Live '), liveEl, ' events ', eventsEl),
       h('div', {}, h('b', {}, 'Export '), exportLink('CSV', 'csv', '0'), ' · ', exportLink('JSON lines', 'jsonl', '0'), ' · ',
         exportLink('CSV with history', 'csv', '1'))),
@@ -534,8 +540,18 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
     else if (liveEl.textContent !== 'finished') liveEl.textContent = 'reconnecting';
   };
 
+  // Why ready trials wait is worked out by GetStudy only (events leave it
+  // out): asked again every 5 s while the study is active.
+  const showWaiting = (s: Study) => { waitingEl.textContent = s.waiting ?? ''; };
+  showWaiting(first);
+  const waitingTimer = window.setInterval(() => {
+    if (study.state !== 'STUDY_ACTIVE') { waitingEl.textContent = ''; return; }
+    call<{ study: Study }>('GetStudy', { study: name }).then((r) => showWaiting(r.study)).catch(() => undefined);
+  }, 5000);
+
   return () => {
     closed = true;
+    clearInterval(waitingTimer);
     source.close();
     redraw.cancel();
     refreshDetails.cancel();
