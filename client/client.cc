@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "google/protobuf/util/time_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace dial::client {
@@ -324,6 +325,20 @@ absl::StatusOr<v1::ListAuditEventsResponse> DialClient::ListAuditEvents(
   request.set_page_token(page_token);
   v1::ListAuditEventsResponse response;
   DIAL_CALL(ListAuditEvents, request, response);
+  return response;
+}
+
+absl::StatusOr<v1::GetUsageResponse> DialClient::GetUsage(const std::string& by,
+                                                          absl::Time since) {
+  v1::GetUsageRequest request;
+  request.set_by(by);
+  if (since != absl::InfinitePast()) {
+    *request.mutable_since() =
+        google::protobuf::util::TimeUtil::MillisecondsToTimestamp(
+            absl::ToUnixMillis(since));
+  }
+  v1::GetUsageResponse response;
+  DIAL_CALL(GetUsage, request, response);
   return response;
 }
 

@@ -117,6 +117,9 @@ class DialClient {
 
   // Admins and viewers: the registered workers and their running trials.
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
+  // `by`: "owner" or "study"; `since`: InfinitePast for all.
+  absl::StatusOr<v1::GetUsageResponse> GetUsage(const std::string& by,
+                                                absl::Time since);
 
   // Downloads checkpoint `id` of `study` (CheckpointService) to `dest`, a
   // file or directory path replaced atomically; chunks are checked, and a

@@ -53,6 +53,11 @@ ABSL_FLAG(std::string, token, "",
 ABSL_FLAG(bool, insecure, false,
           "Send the token without TLS to a scheduler not on this host");
 ABSL_FLAG(bool, json, false, "Print JSON instead of tables");
+ABSL_FLAG(std::string, by, "owner", "For usage: owner or study");
+ABSL_FLAG(absl::Duration, since, absl::ZeroDuration(),
+          "For usage: only attempts that ended this long ago or later "
+          "(e.g. 24h; 0: all)");
+ABSL_FLAG(bool, csv, false, "For usage: CSV (seconds) instead of a table");
 ABSL_FLAG(std::string, f, "",
           "Study spec file (YAML or JSON), for study create");
 ABSL_FLAG(std::string, state, "",
@@ -691,6 +696,24 @@ int SchedulerHealth(DialClient& client, const Args& args) {
   return 0;
 }
 
+int UsageCommand(DialClient& client, const Args& args) {
+  const absl::Duration since = absl::GetFlag(FLAGS_since);
+  if (since < absl::ZeroDuration()) {
+    return Fail(absl::InvalidArgumentError("--since: must not be negative"));
+  }
+  auto r = client.GetUsage(absl::GetFlag(FLAGS_by),
+                           since == absl::ZeroDuration() ? absl::InfinitePast()
+                                                         : absl::Now() - since);
+  if (!r.ok()) return Fail(r.status());
+  if (Json()) {
+    std::cout << cli::ToJson(*r) << "\n";
+  } else {
+    std::cout << cli::FormatUsage(*r, absl::GetFlag(FLAGS_by) == "study",
+                                  absl::GetFlag(FLAGS_csv));
+  }
+  return 0;
+}
+
 int SchedulerWorkers(DialClient& client, const Args& args) {
   auto r = client.ListWorkers();
   if (!r.ok()) return Fail(r.status());
@@ -777,6 +800,10 @@ constexpr Command kCommands[] = {
      "the registered workers: slots, GPUs, last\n"
      "heartbeat, running trials (admins, viewers)",
      false, SchedulerWorkers},
+    {"usage", "", "[--by=owner|study] [--since=DURATION] [--csv]",
+     "slot-, GPU- and CPU-hours of worker trials'\n"
+     "attempts, by owner or study (a user: their own)",
+     false, UsageCommand},
     {"admin", "audit", "[--study=S] [--limit=N]",
      "the audit log, newest first (admins; --limit=0\n"
      "for every event)",
@@ -819,7 +846,10 @@ std::string UsageText() {
   return text;
 }
 
-int Run(const Args& args) {
+int Run(const Args& given) {
+  Args args = given;
+  // The one command of one word.
+  if (args.size() == 1 && args[0] == "usage") args.push_back("");
   if (args.size() < 2) return Usage("missing command");
   const std::string& group = args[0];
   const std::string& verb = args[1];

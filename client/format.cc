@@ -508,6 +508,55 @@ std::string FormatWorkers(const std::vector<v1::Worker>& workers) {
                      rows);
 }
 
+namespace {
+
+// A CSV field: quoted when it holds a comma, quote or line break.
+std::string CsvCell(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string FormatUsage(const v1::GetUsageResponse& usage, bool by_study,
+                        bool csv) {
+  if (csv) {
+    std::string out = by_study ? "study,owner," : "owner,";
+    out += "slot_seconds,gpu_seconds,cpu_seconds,attempts\n";
+    for (const auto& t : usage.totals()) {
+      absl::StrAppend(&out, CsvCell(t.key()), ",",
+                      by_study ? CsvCell(t.owner()) + "," : "",
+                      absl::StrFormat("%.3f,%.3f,%.3f,", t.slot_seconds(),
+                                      t.gpu_seconds(), t.cpu_seconds()),
+                      t.attempts(), "\n");
+    }
+    return out;
+  }
+  auto hours = [](double s) { return absl::StrFormat("%.2f", s / 3600); };
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& t : usage.totals()) {
+    std::vector<std::string> row = {Cell(t.key())};
+    if (by_study) row.push_back(Cell(t.owner()));
+    for (std::string h : {hours(t.slot_seconds()), hours(t.gpu_seconds()),
+                          hours(t.cpu_seconds())}) {
+      row.push_back(std::move(h));
+    }
+    row.push_back(absl::StrCat(t.attempts()));
+    rows.push_back(std::move(row));
+  }
+  std::vector<std::string> header = {by_study ? "STUDY" : "OWNER"};
+  if (by_study) header.push_back("OWNER");
+  for (const char* h : {"SLOT-HOURS", "GPU-HOURS", "CPU-HOURS", "ATTEMPTS"}) {
+    header.push_back(h);
+  }
+  return FormatTable(header, rows);
+}
+
 std::string FormatImportance(const v1::GetParameterImportanceResponse& r) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& p : r.params()) {

@@ -109,6 +109,10 @@ std::string FormatEvaluation(int64_t number, const std::string& checkpoint,
 std::string FormatAuditEvents(const std::vector<v1::AuditEvent>& events);
 // ID, HOST, SLOTS, GPUS, LAST SEEN, RUNNING (study/number, ...).
 std::string FormatWorkers(const std::vector<v1::Worker>& workers);
+// Usage totals (GetUsage) as a table in hours, or as CSV in seconds;
+// `by_study` adds the owner column.
+std::string FormatUsage(const v1::GetUsageResponse& usage, bool by_study,
+                        bool csv);
 
 // `study importance`: a line naming the method and the trials used, then
 // PARAM IMPORTANCE (percent) and a bar of up to 40 '#'.

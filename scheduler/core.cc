@@ -1,10 +1,13 @@
 #include "scheduler/core.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/status.h"
 #include "scheduler/access_checks.h"
 #include "scheduler/request_checks.h"
+#include "scheduler/usage.h"
 #include "spdlog/spdlog.h"
 
 namespace dial::scheduler {
@@ -82,7 +85,7 @@ SchedulerCore::SchedulerCore(const SchedulerCoreOptions& options)
       lifecycle_({store_, clock_, &events_, &workers_,
                   checkpoints_ ? &retention_ : nullptr,
                   checkpoints_ ? &quota_ : nullptr, checkpoints_, &outbox_,
-                  &preemptions_}),
+                  &preemptions_, options.on_usage}),
       placer_({&studies_, &workers_, options.quotas, clock_,
                options.fair_share_half_life, &preemptions_,
                options.preempt_grace, options.preempt_min_run}),
@@ -249,7 +252,29 @@ absl::Status SchedulerCore::Load() {
     outbox_.fills.insert(entry->name());
     studies_.Add(std::move(entry));
   }
+  // Fair share's recent usage, from the records of the last ten
+  // half-lives (older ones add under 0.1 %).
+  DIAL_ASSIGN_OR_RETURN(
+      auto usage, store_->ListUsage(absl::ToUnixMillis(
+                      clock_->Now() - 10 * options_.fair_share_half_life)));
+  placer_.RestoreUsage(usage);
   return absl::OkStatus();
+}
+
+Reply<v1::GetUsageResponse> SchedulerCore::GetUsage(
+    const std::string& by, absl::Time since, const auth::Principal& who) {
+  if (who.role == auth::Role::kWorker) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker '", who.name, "' may not read usage"));
+  }
+  std::optional<std::string> owner;
+  if (!who.can_read_all()) owner = who.name;
+  // The store is read without the core's lock: records are only appended.
+  DIAL_ASSIGN_OR_RETURN(
+      auto records, store_->ListUsage(since == absl::InfinitePast()
+                                          ? std::numeric_limits<int64_t>::min()
+                                          : absl::ToUnixMillis(since)));
+  return SumUsage(records, by, owner);
 }
 
 absl::StatusOr<StudyEntry*> SchedulerCore::FindFor(const auth::Principal& who,

@@ -109,6 +109,9 @@ struct SchedulerCoreOptions {
   // before it may be preempted.
   absl::Duration preempt_grace = absl::Seconds(30);
   absl::Duration preempt_min_run = absl::Seconds(60);
+  // Told of each usage record once written (e.g. /metrics counters); called
+  // under the core's lock, so it must be quick. Null: nobody.
+  std::function<void(const v1::UsageRecord&)> on_usage = nullptr;
   // Observes the seconds of each searcher fit (Suggest, or a rebuild);
   // null: none. Not owned.
   metrics::Histogram* fit_seconds = nullptr;
@@ -192,6 +195,12 @@ class SchedulerCore {
       const auth::Principal& who = auth::Anonymous(),
       int32_t* max_trials = nullptr);
   static constexpr int64_t kMaxQueuedTrials = StudyLifecycle::kMaxQueuedTrials;
+  // Resources used by worker trials' attempts that ended at or after
+  // `since` (InfinitePast: all), summed `by` owner or study. A user sees
+  // their own; admins and viewers everyone's; workers nothing.
+  Reply<v1::GetUsageResponse> GetUsage(
+      const std::string& by, absl::Time since,
+      const auth::Principal& who = auth::Anonymous());
   // What /metrics shows of the core, read under the lock.
   struct Gauges {
     // Per study: trials by state.

@@ -200,6 +200,9 @@ StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request,
         lifecycle_.Fence(*entry, request.worker_id(), request.trial(),
                          request.attempt(), request.lease_token()));
     v1::Trial trial = *stored;
+    if (request.has_cpu_seconds()) {
+      trial.set_attempt_cpu_seconds(request.cpu_seconds());
+    }
     if (stored->state() == v1::PENDING && stored->preemptions_size() > 0 &&
         stored->preemptions().rbegin()->attempt() == request.attempt()) {
       return true;  // preempted: it resumes from its checkpoint later

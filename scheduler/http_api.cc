@@ -150,6 +150,7 @@ const std::map<std::string, Unary>& Routes() {
       {"BackupDatabase", Route(&Stub::BackupDatabase)},
       {"ListAuditEvents", Route(&Stub::ListAuditEvents)},
       {"ListWorkers", Route(&Stub::ListWorkers)},
+      {"GetUsage", Route(&Stub::GetUsage)},
   };
   return *routes;
 }

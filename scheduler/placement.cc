@@ -164,6 +164,19 @@ std::string WhyWaiting(const Pending& study, const std::vector<Worker>& workers,
   return "";
 }
 
+void UsageMeter::AddPast(const std::string& owner, absl::Time start,
+                         absl::Time end, absl::Time now) {
+  if (end < start) return;
+  // One trial running over [start, end] adds 2^-(now-end)/H - 2^-(now-start)/H
+  // to the decayed average at `now`.
+  auto decay = [&](absl::Time t) {
+    return std::exp2(-absl::FDivDuration(
+        std::max(now - t, absl::ZeroDuration()), half_life_));
+  };
+  average_[owner] += decay(end) - decay(start);
+  if (now > last_) last_ = now;
+}
+
 const std::map<std::string, double>& UsageMeter::Advance(
     absl::Time now, const std::map<std::string, int32_t>& running) {
   if (last_ != absl::InfinitePast() && now > last_) {

@@ -114,6 +114,10 @@ class UsageMeter {
   // run none), and returns each owner's recent average.
   const std::map<std::string, double>& Advance(
       absl::Time now, const std::map<std::string, int32_t>& running);
+  // Adds an attempt of `owner` that ran over [start, end], as seen at `now`
+  // (rebuilding the averages from usage records after a restart).
+  void AddPast(const std::string& owner, absl::Time start, absl::Time end,
+               absl::Time now);
 
  private:
   absl::Duration half_life_;

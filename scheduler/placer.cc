@@ -156,6 +156,19 @@ int Placer::MarkPreemptions() {
   return static_cast<int>(chosen.size());
 }
 
+void Placer::RestoreUsage(const std::vector<v1::UsageRecord>& records) {
+  using google::protobuf::util::TimeUtil;
+  const absl::Time now = p_.clock->Now();
+  for (const v1::UsageRecord& r : records) {
+    usage_.AddPast(
+        r.owner(),
+        absl::FromUnixMillis(TimeUtil::TimestampToMilliseconds(r.start_time())),
+        absl::FromUnixMillis(TimeUtil::TimestampToMilliseconds(r.end_time())),
+        now);
+  }
+  recent_ = usage_.Advance(now, {});
+}
+
 std::vector<Preemptions::Key> Placer::Overdue() const {
   const absl::Time now = p_.clock->Now();
   std::vector<Preemptions::Key> out;

@@ -90,6 +90,9 @@ class Placer {
   // Marked trials whose grace is over and that still run.
   std::vector<Preemptions::Key> Overdue() const;
 
+  // Rebuilds the owners' recent usage from usage records (at start-up).
+  void RestoreUsage(const std::vector<v1::UsageRecord>& records);
+
   // A study's selector, from its spec.
   static placement::Selector SelectorOf(const v1::StudySpec& spec);
 

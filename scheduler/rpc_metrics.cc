@@ -1,11 +1,14 @@
 #include "scheduler/rpc_metrics.h"
 
 #include <chrono>
+#include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "scheduler/core.h"
 
 namespace dial::scheduler {
@@ -92,6 +95,35 @@ NewRpcMetricsInterceptorFactory(metrics::Registry* registry) {
       "Time from a call's arrival to its status, by service and method.",
       {"grpc_service", "grpc_method"}, metrics::LatencyBuckets());
   return std::make_unique<Factory>(f);
+}
+
+std::function<void(const v1::UsageRecord&)> NewUsageCounters(
+    metrics::Registry* registry, size_t max_owners) {
+  auto* slots = registry->AddCounter(
+      "dial_usage_slot_seconds_total",
+      "Slot-seconds used by worker trials' ended attempts, by owner.",
+      {"owner"});
+  auto* gpus = registry->AddCounter(
+      "dial_usage_gpu_seconds_total",
+      "GPU-seconds used by worker trials' ended attempts, by owner.",
+      {"owner"});
+  auto owners = std::make_shared<std::set<std::string>>();
+  auto mu = std::make_shared<absl::Mutex>();
+  return [slots, gpus, owners, mu, max_owners](const v1::UsageRecord& r) {
+    std::string label = r.owner();
+    {
+      absl::MutexLock lock(mu.get());
+      if (!owners->count(label)) {
+        if (owners->size() < max_owners) {
+          owners->insert(label);
+        } else {
+          label = "other";
+        }
+      }
+    }
+    slots->With({label})->Add(r.slot_seconds());
+    gpus->With({label})->Add(r.gpu_seconds());
+  };
 }
 
 void RegisterCoreGauges(SchedulerCore* core, metrics::Registry* registry) {

@@ -8,9 +8,11 @@
 
 #include <grpcpp/support/server_interceptor.h>
 
+#include <functional>
 #include <memory>
 
 #include "common/metrics.h"
+#include "dial/v1/study.pb.h"
 
 namespace dial::scheduler {
 
@@ -18,6 +20,13 @@ namespace dial::scheduler {
 // factory and every call).
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 NewRpcMetricsInterceptorFactory(metrics::Registry* registry);
+
+// Counts usage records by owner: dial_usage_slot_seconds_total{owner} and
+// dial_usage_gpu_seconds_total{owner}. The first `max_owners` owners get
+// series of their own and later ones share owner="other" (a counter
+// cannot move to another series), so the label count stays bounded.
+std::function<void(const v1::UsageRecord&)> NewUsageCounters(
+    metrics::Registry* registry, size_t max_owners = 20);
 
 class SchedulerCore;
 // Gauges read from the core at each scrape: dial_studies{state},

@@ -103,6 +103,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
   core_options.preempt_grace = options.preempt_grace;
   core_options.preempt_min_run = options.preempt_min_run;
   if (options.metrics != nullptr) {
+    core_options.on_usage = NewUsageCounters(options.metrics);
     core_options.fit_seconds =
         options.metrics
             ->AddHistogram("dial_searcher_fit_seconds",

@@ -8,6 +8,7 @@
 #include "absl/strings/strip.h"
 #include "common/grpc_status.h"
 #include "common/status.h"
+#include "google/protobuf/util/time_util.h"
 #include "scheduler/limits.h"
 
 namespace dial::scheduler {
@@ -504,6 +505,21 @@ grpc::ServerUnaryReactor* StudyServiceImpl::ListWorkers(
                       *response->add_workers() = std::move(w);
                     }
                   });
+  });
+}
+
+grpc::ServerUnaryReactor* StudyServiceImpl::GetUsage(
+    grpc::CallbackServerContext* ctx, const v1::GetUsageRequest* request,
+    v1::GetUsageResponse* response) {
+  return AsPrincipal(tokens_, ctx, [&](const auth::Principal& who) {
+    const absl::Time since =
+        request->has_since()
+            ? absl::FromUnixMillis(
+                  google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+                      request->since()))
+            : absl::InfinitePast();
+    return Answer(core_, ctx, core_->GetUsage(request->by(), since, who),
+                  [&](v1::GetUsageResponse& r) { *response = std::move(r); });
   });
 }
 

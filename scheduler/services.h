@@ -66,6 +66,9 @@ class StudyServiceImpl final : public v1::StudyService::CallbackService {
       grpc::CallbackServerContext* ctx,
       const v1::ReevaluateTrialsRequest* request,
       v1::ReevaluateTrialsResponse* response) override;
+  grpc::ServerUnaryReactor* GetUsage(grpc::CallbackServerContext* ctx,
+                                     const v1::GetUsageRequest* request,
+                                     v1::GetUsageResponse* response) override;
   grpc::ServerUnaryReactor* ListWorkers(
       grpc::CallbackServerContext* ctx, const v1::ListWorkersRequest* request,
       v1::ListWorkersResponse* response) override;

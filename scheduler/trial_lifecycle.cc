@@ -1,5 +1,6 @@
 #include "scheduler/trial_lifecycle.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -47,11 +48,58 @@ google::protobuf::Timestamp TrialLifecycle::Now() const {
       absl::ToUnixMillis(p_.clock->Now()));
 }
 
+v1::UsageRecord TrialLifecycle::UsageOf(const StudyEntry& entry,
+                                        const v1::Trial& trial) const {
+  v1::UsageRecord r;
+  r.set_study(entry.name());
+  r.set_owner(entry.study().owner());
+  r.set_trial(trial.number());
+  r.set_attempt(trial.attempt());
+  r.set_worker_id(trial.worker_id());
+  *r.mutable_start_time() = trial.has_attempt_start_time()
+                                ? trial.attempt_start_time()
+                                : trial.start_time();
+  *r.mutable_end_time() = Now();
+  using google::protobuf::util::TimeUtil;
+  const double wall =
+      std::max<double>(0, (TimeUtil::TimestampToMilliseconds(r.end_time()) -
+                           TimeUtil::TimestampToMilliseconds(r.start_time())) /
+                              1000.0);
+  r.set_slot_seconds(wall);
+  r.set_gpu_seconds(wall * entry.study().spec().trial().resources().gpus());
+  r.set_cpu_seconds(trial.attempt_cpu_seconds());
+  const bool preempted =
+      trial.state() == v1::PENDING && trial.preemptions_size() > 0 &&
+      trial.preemptions().rbegin()->attempt() == trial.attempt();
+  r.set_outcome(preempted ? "PREEMPTED"
+                : trial.state() == v1::PENDING
+                    ? "REQUEUED"
+                    : v1::TrialState_Name(trial.state()));
+  return r;
+}
+
 absl::Status TrialLifecycle::SaveTrial(StudyEntry& entry,
                                        const v1::Trial& trial) {
+  auto before = entry.trials().find(trial.number());
+  std::optional<v1::UsageRecord> usage;
+  if (entry.worker_run() && before != entry.trials().end() &&
+      before->second.state() == v1::RUNNING && trial.state() != v1::RUNNING) {
+    usage = UsageOf(entry, trial);
+  }
   DIAL_ASSIGN_OR_RETURN(Stored<v1::Trial> stored,
                         Save::Trial(*p_.store, trial));
   entry.Mirror(std::move(stored));
+  if (usage) {
+    // In the same commit as the trial's change. A record that cannot be
+    // written is logged, not retried: the change it describes stands.
+    absl::Status written = p_.store->AppendUsage(*usage);
+    if (!written.ok()) {
+      spdlog::error("study {}: trial {}: usage not recorded: {}", entry.name(),
+                    trial.number(), written.ToString());
+    } else if (p_.on_usage) {
+      p_.on_usage(*usage);
+    }
+  }
   if (p_.preemptions && trial.state() != v1::RUNNING) {
     p_.preemptions->Ended({trial.study(), trial.number()});
   }
@@ -488,6 +536,8 @@ absl::StatusOr<Assignment> TrialLifecycle::Start(StudyEntry& entry,
   trial.set_worker_id(worker_id);
   trial.set_lease_token(NewLeaseToken());
   if (!trial.has_start_time()) *trial.mutable_start_time() = Now();
+  *trial.mutable_attempt_start_time() = Now();
+  trial.clear_attempt_cpu_seconds();
   DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
   p_.workers->Dispatched({trial.study(), trial.number()});
   // The PENDING queue is kept only a few trials deep: top it up.

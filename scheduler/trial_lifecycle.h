@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -46,11 +47,15 @@ class TrialLifecycle {
     Outbox* outbox = nullptr;  // the core's, for the call under way
     // Trials being preempted: their next report answers PAUSE. Null: none.
     Preemptions* preemptions = nullptr;
+    // Told of each usage record once it is written (the /metrics counters);
+    // null: nobody. Called under the core's lock.
+    std::function<void(const v1::UsageRecord&)> on_usage;
   };
   explicit TrialLifecycle(const Parts& parts) : p_(parts) {}
 
   google::protobuf::Timestamp Now() const;
-  // Persists `trial` and mirrors it in memory.
+  // Persists `trial` and mirrors it in memory. A worker trial's attempt
+  // that ends here (RUNNING to anything else) gets its usage record.
   absl::Status SaveTrial(StudyEntry& entry, const v1::Trial& trial);
   absl::Status SaveStudyState(StudyEntry& entry, v1::StudyState state);
   // Publishes an event of `entry` (with `trial`, if any) to its watchers.
@@ -124,6 +129,9 @@ class TrialLifecycle {
                                    const std::string& worker_id);
 
  private:
+  // The usage record of `trial`'s attempt, ending now in `trial`'s state.
+  v1::UsageRecord UsageOf(const StudyEntry& entry,
+                          const v1::Trial& trial) const;
   absl::Status ApplyDecision(StudyEntry& entry, v1::Trial trial, int64_t step,
                              const v1::Decision& decision);
   void Doom(std::vector<DoomedCheckpoint> doomed);

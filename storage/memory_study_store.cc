@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/util/time_util.h"
 
 namespace dial::storage {
 
@@ -185,6 +186,25 @@ absl::Status MemoryStudyStore::PutWorker(const v1::Worker& worker) {
   absl::MutexLock lock(&mu_);
   workers_[worker.id()] = worker;
   return absl::OkStatus();
+}
+
+absl::Status MemoryStudyStore::AppendUsage(const v1::UsageRecord& record) {
+  absl::MutexLock lock(&mu_);
+  usage_.push_back(record);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::UsageRecord>> MemoryStudyStore::ListUsage(
+    int64_t since_ms) {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::UsageRecord> out;
+  for (const v1::UsageRecord& r : usage_) {
+    if (google::protobuf::util::TimeUtil::TimestampToMilliseconds(
+            r.end_time()) >= since_ms) {
+      out.push_back(r);
+    }
+  }
+  return out;
 }
 
 absl::Status MemoryStudyStore::AppendAudit(const v1::AuditEvent& event) {

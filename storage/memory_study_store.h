@@ -41,6 +41,9 @@ class MemoryStudyStore : public StudyStore {
                                 int64_t step) override;
   absl::Status PutWorker(const v1::Worker& worker) override;
   absl::Status AppendAudit(const v1::AuditEvent& event) override;
+  absl::Status AppendUsage(const v1::UsageRecord& record) override;
+  absl::StatusOr<std::vector<v1::UsageRecord>> ListUsage(
+      int64_t since_ms) override;
   absl::StatusOr<std::vector<v1::AuditEvent>> ListAudit(
       const std::string& study, int64_t before_id, int limit) override;
 
@@ -63,6 +66,7 @@ class MemoryStudyStore : public StudyStore {
   std::map<std::string, StudyData> studies_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, v1::Worker> workers_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::AuditEvent> audit_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::UsageRecord> usage_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dial::storage

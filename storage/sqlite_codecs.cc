@@ -79,6 +79,12 @@ std::string TrialDetail(const v1::Trial& trial) {
   *detail.mutable_final_metrics() = trial.final_metrics();
   *detail.mutable_lineage() = trial.lineage();
   *detail.mutable_preemptions() = trial.preemptions();
+  if (trial.has_attempt_start_time()) {
+    *detail.mutable_attempt_start_time() = trial.attempt_start_time();
+  }
+  if (trial.has_attempt_cpu_seconds()) {
+    detail.set_attempt_cpu_seconds(trial.attempt_cpu_seconds());
+  }
   detail.set_checkpoint_step(trial.checkpoint_step());
   detail.set_lease_token(trial.lease_token());
   *detail.mutable_objective_values() = trial.objective_values();

@@ -94,6 +94,17 @@ CREATE INDEX audit_by_study ON audit(study, id);
 ALTER TABLE studies ADD COLUMN extra BLOB NOT NULL DEFAULT x'';
 ALTER TABLE studies ADD COLUMN prior BLOB NOT NULL DEFAULT x'';
 )sql",
+    // 5: usage records, one per ended attempt of a worker trial (a
+    // UsageRecord), kept when their study is deleted.
+    R"sql(
+CREATE TABLE usage(
+  id INTEGER PRIMARY KEY,
+  end_ms INTEGER NOT NULL,
+  owner TEXT NOT NULL,
+  study TEXT NOT NULL,
+  record BLOB NOT NULL);
+CREATE INDEX usage_by_end ON usage(end_ms);
+)sql",
 };
 constexpr int kSchemaVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 

@@ -754,6 +754,36 @@ absl::Status SqliteStudyStore::PutWorker(const v1::Worker& worker) {
   });
 }
 
+absl::Status SqliteStudyStore::AppendUsage(const v1::UsageRecord& record) {
+  absl::MutexLock lock(&mu_);
+  return Transaction([&]() -> absl::Status {
+    DIAL_PREPARE(stmt,
+                 "INSERT INTO usage(end_ms, owner, study, record) VALUES "
+                 "(?, ?, ?, ?)");
+    return stmt.Bind(1, ToMs(record.end_time()))
+        .Bind(2, record.owner())
+        .Bind(3, record.study())
+        .BindBlob(4, record.SerializeAsString())
+        .Run();
+  });
+}
+
+absl::StatusOr<std::vector<v1::UsageRecord>> SqliteStudyStore::ListUsage(
+    int64_t since_ms) {
+  absl::MutexLock lock(&mu_);
+  DIAL_PREPARE(stmt, "SELECT record FROM usage WHERE end_ms >= ? ORDER BY id");
+  stmt.Bind(1, since_ms);
+  std::vector<v1::UsageRecord> out;
+  while (true) {
+    DIAL_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    if (!out.emplace_back().ParseFromString(stmt.Text(0))) {
+      return absl::DataLossError("usage: a record cannot be read");
+    }
+  }
+  return out;
+}
+
 absl::Status SqliteStudyStore::AppendAudit(const v1::AuditEvent& event) {
   absl::MutexLock lock(&mu_);
   return Transaction([&]() -> absl::Status {

@@ -158,6 +158,14 @@ class StudyStore {
   virtual absl::StatusOr<std::vector<v1::AuditEvent>> ListAudit(
       const std::string& study, int64_t before_id, int limit) = 0;
 
+  // Usage records (one per ended attempt of a worker trial), in the same
+  // durability as trial writes; they outlive the studies they name.
+  virtual absl::Status AppendUsage(const v1::UsageRecord& record) = 0;
+  // Records whose attempt ended at or after `since_ms` (Unix ms), oldest
+  // first.
+  virtual absl::StatusOr<std::vector<v1::UsageRecord>> ListUsage(
+      int64_t since_ms) = 0;
+
   // Writes a consistent copy of everything committed to the file `path`
   // (absolute, on this machine) while the store stays in use, and returns
   // its size in bytes. The copy is written under a temporary name in the

@@ -218,6 +218,18 @@ std::vector<pid_t> CgroupScope::Pids() const {
   return pids;
 }
 
+std::optional<double> CgroupScope::CpuSeconds() const {
+  for (absl::string_view line :
+       absl::StrSplit(ReadText(path_ + "/cpu.stat"), '\n')) {
+    int64_t usec = 0;
+    if (absl::ConsumePrefix(&line, "usage_usec ") &&
+        absl::SimpleAtoi(line, &usec)) {
+      return usec / 1e6;
+    }
+  }
+  return std::nullopt;
+}
+
 bool CgroupScope::KillAll(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   const std::string events = path_ + "/cgroup.events";

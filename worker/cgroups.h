@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,9 @@ class CgroupScope {
   int procs_fd() const { return procs_.get(); }
   // The processes in it now.
   std::vector<pid_t> Pids() const;
+  // CPU time used by everything that ran in it (cpu.stat's usage_usec);
+  // nullopt when the kernel does not say.
+  std::optional<double> CpuSeconds() const;
   // SIGKILLs every process in it (cgroup.kill where the kernel has it) and
   // waits, up to `timeout`, until none is left. Whether it is empty.
   bool KillAll(absl::Duration timeout = absl::Seconds(5));

@@ -276,6 +276,9 @@ int TrialAttempt::Stop(bool kill, absl::Duration grace) {
 
 void TrialAttempt::DescribeOutcome(const AttemptEnd& end, int wait_status,
                                    v1::FinishTrialRequest* finish) const {
+  if (const CgroupScope* cgroup = process_->cgroup()) {
+    if (auto cpu = cgroup->CpuSeconds()) finish->set_cpu_seconds(*cpu);
+  }
   if (!end.rejected.empty()) {
     finish->set_error(end.rejected);
     finish->set_stderr_tail(process_->StderrTail(20));

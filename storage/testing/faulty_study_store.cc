@@ -161,6 +161,15 @@ absl::Status FaultyStudyStore::PurgeDeleted() {
   return inner_->PurgeDeleted();
 }
 
+absl::Status FaultyStudyStore::AppendUsage(const v1::UsageRecord& record) {
+  return Write([&] { return inner_->AppendUsage(record); });
+}
+
+absl::StatusOr<std::vector<v1::UsageRecord>> FaultyStudyStore::ListUsage(
+    int64_t since_ms) {
+  return inner_->ListUsage(since_ms);
+}
+
 absl::Status FaultyStudyStore::AppendAudit(const v1::AuditEvent& event) {
   return Write([&] { return inner_->AppendAudit(event); });
 }

@@ -91,6 +91,9 @@ class FaultyStudyStore : public StudyStore, public Durability {
   absl::Status PurgeDeleted() override;
   absl::Status PutWorker(const v1::Worker& worker) override;
   absl::Status AppendAudit(const v1::AuditEvent& event) override;
+  absl::Status AppendUsage(const v1::UsageRecord& record) override;
+  absl::StatusOr<std::vector<v1::UsageRecord>> ListUsage(
+      int64_t since_ms) override;
   absl::StatusOr<std::vector<v1::AuditEvent>> ListAudit(
       const std::string& study, int64_t before_id, int limit) override;
   absl::StatusOr<int64_t> Backup(const std::string& path) override;

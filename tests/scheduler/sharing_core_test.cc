@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/spec.h"
 #include "scheduler/core.h"
+#include "scheduler/rpc_metrics.h"
 #include "storage/memory_study_store.h"
 #include "tests/scheduler/test_util.h"
 
@@ -64,6 +65,7 @@ class SharingCoreTest : public ::testing::Test {
     options.preempt_grace = grace;
     options.preempt_min_run = min_run;
     options.worker_lease = absl::Minutes(10);  // the clock jumps by minutes
+    options.on_usage = on_usage_;
     auto core = SchedulerCore::Create(options);
     ASSERT_TRUE(core.ok());
     core_ = std::move(*core);
@@ -100,10 +102,11 @@ class SharingCoreTest : public ::testing::Test {
     return study;
   }
   // The assignment `worker` gets now.
-  std::optional<Assignment> AcquireOne(const std::string& worker) {
+  std::optional<Assignment> AcquireOne(const std::string& worker,
+                                       int free_gpus = 0) {
     std::optional<Assignment> got;
     core_->AcquireTrial(
-        worker, 0, absl::ZeroDuration(), [] { return true; },
+        worker, free_gpus, absl::ZeroDuration(), [] { return true; },
         [&](absl::StatusOr<std::optional<Assignment>> r) {
           EXPECT_TRUE(r.ok()) << r.status();
           if (r.ok()) got = *r;
@@ -139,6 +142,7 @@ class SharingCoreTest : public ::testing::Test {
   std::unique_ptr<storage::MemoryStudyStore> store_ =
       storage::MemoryStudyStore::Create();
   std::unique_ptr<Quotas> quotas_;
+  std::function<void(const v1::UsageRecord&)> on_usage_;
   std::unique_ptr<SchedulerCore> core_;
 };
 
@@ -337,6 +341,111 @@ TEST_F(SharingCoreTest, APreemptedTrialThatNeverReportsIsFencedAfterTheGrace) {
   // The old attempt is fenced: its worker learns at its next report.
   EXPECT_EQ(Report(w, *low, 1).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// Each ended attempt of a worker trial leaves a usage record: slot- and
+// GPU-seconds from its wall time, CPU seconds from its worker; GetUsage sums
+// them by owner or study, a user sees only their own, and /metrics counts
+// them by owner with the label count bounded.
+TEST_F(SharingCoreTest, EndedAttemptsLeaveUsageRecordsThatGetUsageSums) {
+  std::vector<v1::UsageRecord> seen;
+  on_usage_ = [&](const v1::UsageRecord& r) { seen.push_back(r); };
+  Start("", absl::Seconds(30), absl::ZeroDuration());
+  Create(Spec("a", Trial("{gpus: 2}"), 1), User("ann"));
+  Create(Spec("b", Trial(), 1), User("bo"));
+  const std::string w = Register("w", {}, 2);
+  const std::string w2 = Register("w2");
+  auto a = AcquireOne(w, 2);
+  auto b = AcquireOne(w2);
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  ASSERT_EQ(a->trial.study(), "a");
+  clock_.Advance(absl::Seconds(100));
+  v1::FinishTrialRequest finish;
+  finish.set_worker_id(w);
+  finish.set_study("a");
+  finish.set_trial(a->trial.number());
+  finish.set_attempt(a->attempt);
+  finish.set_lease_token(a->trial.lease_token());
+  (*finish.mutable_final_metrics())["acc"] = 0.5;
+  finish.set_cpu_seconds(42);
+  ASSERT_TRUE(core_->FinishTrial(finish, kWorker).ok());
+  clock_.Advance(absl::Seconds(50));
+  // b's attempt ends by a STOP decision (its study is stopped).
+  ASSERT_TRUE(core_->StopStudy("b", User("bo")).ok());
+  EXPECT_EQ(Report(w2, *b, 1)->action(), v1::Decision::STOP);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].outcome(), "COMPLETED");
+  EXPECT_EQ(seen[1].outcome(), "STOPPED");
+
+  auto by_owner = core_->GetUsage("owner", absl::InfinitePast(), kAdmin);
+  ASSERT_TRUE(by_owner.ok()) << by_owner.status();
+  ASSERT_EQ(by_owner->totals_size(), 2);
+  EXPECT_EQ(by_owner->totals(0).key(), "bo");  // most slot-seconds first
+  EXPECT_DOUBLE_EQ(by_owner->totals(0).slot_seconds(), 150);
+  EXPECT_DOUBLE_EQ(by_owner->totals(0).gpu_seconds(), 0);
+  EXPECT_EQ(by_owner->totals(1).key(), "ann");
+  EXPECT_DOUBLE_EQ(by_owner->totals(1).slot_seconds(), 100);
+  EXPECT_DOUBLE_EQ(by_owner->totals(1).gpu_seconds(), 200);
+  EXPECT_DOUBLE_EQ(by_owner->totals(1).cpu_seconds(), 42);
+  EXPECT_EQ(by_owner->totals(1).attempts(), 1);
+  // A user sees their own; a window leaves out what ended before it.
+  auto own = core_->GetUsage("study", absl::InfinitePast(), User("ann"));
+  ASSERT_TRUE(own.ok());
+  ASSERT_EQ(own->totals_size(), 1);
+  EXPECT_EQ(own->totals(0).key(), "a");
+  EXPECT_EQ(own->totals(0).owner(), "ann");
+  auto recent =
+      core_->GetUsage("owner", clock_.Now() - absl::Seconds(10), kAdmin);
+  ASSERT_TRUE(recent.ok());
+  ASSERT_EQ(recent->totals_size(), 1);
+  EXPECT_EQ(recent->totals(0).key(), "bo");
+  EXPECT_EQ(
+      core_->GetUsage("owner", absl::InfinitePast(), kWorker).status().code(),
+      absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(
+      core_->GetUsage("zone", absl::InfinitePast(), kAdmin).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  // The records are the store's.
+  EXPECT_EQ(store_->ListUsage(0)->size(), 2u);
+}
+
+TEST_F(SharingCoreTest, APreemptedAttemptIsRecordedAsPreempted) {
+  Start("", absl::Seconds(30), absl::ZeroDuration());
+  Create(Spec("low", Trial(), 1), kAdmin);
+  const std::string w = Register("w");
+  auto low = AcquireOne(w);
+  ASSERT_TRUE(low.has_value());
+  Create(Spec("high", "priority: 1\n" + Trial(), 1), kAdmin);
+  core_->Tick();
+  clock_.Advance(absl::Seconds(2));
+  core_->Tick();
+  EXPECT_EQ(Report(w, *low, 1)->action(), v1::Decision::PAUSE);
+  auto records = store_->ListUsage(0);
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 1u);
+  EXPECT_EQ((*records)[0].outcome(), "PREEMPTED");
+  EXPECT_DOUBLE_EQ((*records)[0].slot_seconds(), 2);
+}
+
+TEST(UsageCountersTest, OwnersPastTheBoundShareOther) {
+  metrics::Registry registry;
+  auto count = NewUsageCounters(&registry, 2);
+  for (const char* owner : {"ann", "bo", "cy", "dee", "ann"}) {
+    v1::UsageRecord r;
+    r.set_owner(owner);
+    r.set_slot_seconds(10);
+    r.set_gpu_seconds(1);
+    count(r);
+  }
+  const std::string text = registry.Render();
+  EXPECT_THAT(text,
+              HasSubstr("dial_usage_slot_seconds_total{owner=\"ann\"} 20"));
+  EXPECT_THAT(text,
+              HasSubstr("dial_usage_slot_seconds_total{owner=\"bo\"} 10"));
+  EXPECT_THAT(text,
+              HasSubstr("dial_usage_slot_seconds_total{owner=\"other\"} 20"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("owner=\"cy\"")));
+  EXPECT_THAT(text, HasSubstr("dial_usage_gpu_seconds_total{owner=\"ann\"} 2"));
 }
 
 }  // namespace

@@ -112,8 +112,8 @@ struct CoreParts {
   CheckpointRetention retention;
   CheckpointQuota quota{0};
   StudyLoader loader;
-  TrialLifecycle lifecycle{
-      {store, &clock, &events, &workers, nullptr, nullptr, nullptr, &outbox}};
+  TrialLifecycle lifecycle{{store, &clock, &events, &workers, nullptr, nullptr,
+                            nullptr, &outbox, nullptr, nullptr}};
 };
 
 // A spec of about `filler_bytes` (long categorical values no event needs).

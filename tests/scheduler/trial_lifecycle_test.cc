@@ -63,7 +63,8 @@ class TrialLifecycleTest : public ::testing::Test {
   WorkerRegistry workers_{&clock_, absl::Seconds(10)};
   Outbox outbox_;
   TrialLifecycle lifecycle_{{store_.get(), &clock_, &events_, &workers_,
-                             nullptr, nullptr, nullptr, &outbox_}};
+                             nullptr, nullptr, nullptr, &outbox_, nullptr,
+                             nullptr}};
   StudyLoader loader_{
       store_.get(),
       [](const v1::StudySpec& s) { return searchers::CreateSearcher(s); },

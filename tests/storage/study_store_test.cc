@@ -263,6 +263,13 @@ TEST_P(StudyStoreContract, TrialsRoundTripWithParamsAndDetail) {
   auto* lineage = t.add_lineage();
   lineage->set_step(10);
   lineage->set_source_trial(3);
+  // Issue 34: preemptions and the attempt's start and CPU seconds.
+  auto* preempted = t.add_preemptions();
+  preempted->set_by_study("urgent");
+  preempted->set_attempt(1);
+  preempted->set_resume_step(200);
+  *t.mutable_attempt_start_time() = TimeUtil::MillisecondsToTimestamp(2500);
+  t.set_attempt_cpu_seconds(1.5);
   (*t.mutable_params())["opt"].set_string_value("sgd");
   t.mutable_params()->erase("units");
   ASSERT_TRUE(store_->PutTrial(t).ok());
@@ -549,6 +556,34 @@ TEST_P(StudyStoreContract, WritesBecomeDurable) {
   EXPECT_TRUE(WaitDurable(*durability, seq).ok());
   ASSERT_TRUE(store_->PutTrial(MakeTrial("s", 0)).ok());
   EXPECT_GT(durability->WrittenSeq(), seq);
+}
+
+// Usage records: appended, read back oldest first from a time on, and kept
+// when their study is deleted.
+TEST_P(StudyStoreContract, UsageRecordsOutliveTheirStudy) {
+  ASSERT_TRUE(store_->CreateStudy(MakeStudy("s")).ok());
+  for (int i = 0; i < 3; ++i) {
+    v1::UsageRecord r;
+    r.set_study("s");
+    r.set_owner("ann");
+    r.set_trial(i);
+    r.set_attempt(1);
+    *r.mutable_start_time() = TimeUtil::MillisecondsToTimestamp(1000 * i);
+    *r.mutable_end_time() = TimeUtil::MillisecondsToTimestamp(1000 * i + 500);
+    r.set_slot_seconds(0.5);
+    r.set_outcome("COMPLETED");
+    ASSERT_TRUE(store_->AppendUsage(r).ok());
+  }
+  ASSERT_TRUE(store_->DeleteStudy("s").ok());
+  auto all = store_->ListUsage(0);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ((*all)[i].trial(), i);
+  auto later = store_->ListUsage(2000);
+  ASSERT_TRUE(later.ok());
+  ASSERT_EQ(later->size(), 1u);
+  EXPECT_EQ((*later)[0].trial(), 2);
+  EXPECT_EQ((*later)[0].outcome(), "COMPLETED");
 }
 
 TEST_P(StudyStoreContract, DeleteStudyRemovesEverything) {

@@ -227,6 +227,29 @@ TEST_F(SafetyTest, ClosingTheLifelineKillsTheTrialAndItsDaemons) {
   EXPECT_FALSE(Alive(session));
 }
 
+// A scope's CPU seconds count what ran in it: a shell loop of about a
+// third of a second of CPU.
+TEST_F(SafetyTest, AScopeCountsTheCpuSecondsOfWhatRanInIt) {
+  auto cgroups = Cgroups::Create({});
+  if (!cgroups.ok()) GTEST_SKIP() << cgroups.status();
+  auto scope = (*cgroups)->NewScope(0);
+  ASSERT_TRUE(scope.ok()) << scope.status();
+  TrialProcessOptions o =
+      Shell("i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo done >&3");
+  o.cgroup = std::move(*scope);
+  auto p = TrialProcess::Start(std::move(o));
+  ASSERT_TRUE(p.ok()) << p.status();
+  const auto wall_start = std::chrono::steady_clock::now();
+  EXPECT_EQ((*p)->WaitOrKill(absl::Seconds(60)), 0);
+  const double wall = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - wall_start)
+                          .count();
+  auto cpu = (*p)->cgroup()->CpuSeconds();
+  ASSERT_TRUE(cpu.has_value());
+  EXPECT_GT(*cpu, 0.05);
+  EXPECT_LE(*cpu, wall + 0.05);  // one thread: no more CPU than wall time
+}
+
 // A child that cannot join its cgroup never runs (it would be uncontained).
 TEST_F(SafetyTest, AChildThatCannotJoinItsCgroupDoesNotStart) {
   ScopedFd read_only(open("/dev/null", O_RDONLY | O_CLOEXEC));
@@ -264,6 +287,10 @@ TEST_F(SafetyTest, ATrialAndItsDaemonsLiveInItsCgroup) {
   EXPECT_EQ((*p)->WaitOrKill(absl::Seconds(20)), 0);
   EXPECT_TRUE((*p)->cgroup()->Pids().empty());
   EXPECT_FALSE(Alive(session));
+  // What ran in it is measured (the usage record's CPU seconds).
+  auto cpu = (*p)->cgroup()->CpuSeconds();
+  ASSERT_TRUE(cpu.has_value());
+  EXPECT_GT(*cpu, 0);
   p->reset();
   EXPECT_FALSE(fs::exists(path)) << "the scope was not removed";
 
