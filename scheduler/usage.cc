@@ -9,8 +9,8 @@ absl::StatusOr<v1::GetUsageResponse> SumUsage(
     const std::vector<v1::UsageRecord>& records, const std::string& by,
     const std::optional<std::string>& owner) {
   if (!by.empty() && by != "owner" && by != "study") {
-    return absl::InvalidArgumentError("by: must be owner or study, not '" +
-                                      by + "'");
+    return absl::InvalidArgumentError("by: must be owner or study, not '" + by +
+                                      "'");
   }
   const bool by_study = by == "study";
   std::map<std::string, v1::UsageTotal> totals;
@@ -26,9 +26,10 @@ absl::StatusOr<v1::GetUsageResponse> SumUsage(
   }
   std::vector<v1::UsageTotal> sorted;
   for (auto& [key, t] : totals) sorted.push_back(std::move(t));
-  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
-    return a.slot_seconds() > b.slot_seconds();
-  });
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) {
+                     return a.slot_seconds() > b.slot_seconds();
+                   });
   v1::GetUsageResponse out;
   for (auto& t : sorted) *out.add_totals() = std::move(t);
   return out;

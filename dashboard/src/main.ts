@@ -1,9 +1,10 @@
-// Dial's dashboard: a hash router over four pages (docs/dashboard.md).
+// Dial's dashboard: a hash router over five pages (docs/dashboard.md).
 // Only `/` and `/assets/*` are ever fetched from the server besides the API:
 //   #/                          studies
 //   #/study/NAME                one study
 //   #/study/NAME/trial/N        one trial
 //   #/workers                   workers
+//   #/usage                     usage by owner or study
 import './style.css';
 import { ApiError, Whoami, call, get, setSessionKey } from './api';
 import { disposeAll } from './charts';
@@ -11,6 +12,7 @@ import { append, h } from './dom';
 import { renderStudies } from './pages/studies';
 import { renderStudy } from './pages/study';
 import { renderTrial } from './pages/trial';
+import { renderUsage } from './pages/usage';
 import { renderWorkers } from './pages/workers';
 
 // A page draws into `root` and returns what to do when it is left.
@@ -44,6 +46,8 @@ async function route(): Promise<void> {
       done = await renderStudy(root, parts[1]);
     } else if (parts[0] === 'workers') {
       done = await renderWorkers(root);
+    } else if (parts[0] === 'usage') {
+      done = await renderUsage(root);
     } else {
       done = await renderStudies(root);
     }
@@ -65,7 +69,8 @@ function header(me: Whoami): void {
   top.replaceChildren();
   append(top,
     h('a', { href: '#/', class: 'brand' }, 'Dial'),
-    h('nav', {}, h('a', { href: '#/' }, 'Studies'), h('a', { href: '#/workers' }, 'Workers')),
+    h('nav', {}, h('a', { href: '#/' }, 'Studies'), h('a', { href: '#/workers' }, 'Workers'),
+      h('a', { href: '#/usage' }, 'Usage')),
     h('span', { class: 'who', 'data-testid': 'whoami' },
       me.anonymous ? `anonymous (${me.role})` : `${me.name} (${me.role})`),
     me.anonymous ? null : h('a', {

@@ -261,6 +261,17 @@ try {
   check(labels.includes('pool=dash') && labels.includes('host='), `workers page: labels (${labels})`);
   await shot('workers');
 
+  // Usage page: every owner's ended attempts (here the admin's studies),
+  // the same totals as GetUsage.
+  await page.goto(`${base}/#/usage`);
+  await page.getByTestId('usage-row').first().waitFor({ timeout: 15000 });
+  const usage = (await h.api('GetUsage', {}, 'admin')).totals;
+  checkEq(await page.getByTestId('usage-row').count(), usage.length, 'usage page: one row per owner');
+  check(Number(usage[0].attempts) > 0, `usage: attempts recorded (${JSON.stringify(usage[0])})`);
+  await page.getByTestId('usage-by').selectOption('study');
+  await page.getByTestId('usage-row').filter({ hasText: 'dash-asha' }).waitFor({ timeout: 15000 });
+  await shot('usage');
+
   checkEq(errors, [], 'no script errors in the page');
   ok = true;
 } catch (e) {

@@ -88,7 +88,7 @@ class QuotaE2eTest : public WorkerE2eTest {
   }
 };
 
-TEST_F(QuotaE2eTest, AnOwnerWithMaxSlotsTwoNeverRunsMoreThanTwoTrials) {
+TEST_F(QuotaE2eTest, MaxSlotsHoldsAndUsageAndPrioritiesOutliveARestart) {
   StartWorker("big", 4);
   ASSERT_TRUE(client_->CreateStudy(SlowStudy("q", 8, 4, 10)).ok());
   std::set<int64_t> running;
@@ -118,6 +118,43 @@ TEST_F(QuotaE2eTest, AnOwnerWithMaxSlotsTwoNeverRunsMoreThanTwoTrials) {
   }
   // While two ran, with PENDING trials and free slots, GetStudy said why.
   EXPECT_TRUE(said_why);
+
+  // Each attempt left a usage record; they, the quota and the studies'
+  // priorities outlive a restart of the scheduler.
+  auto usage = client_->GetUsage("owner", absl::InfinitePast());
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  ASSERT_EQ(usage->totals_size(), 1);
+  EXPECT_EQ(usage->totals(0).attempts(), 8);
+  EXPECT_GT(usage->totals(0).slot_seconds(), 0);
+  ASSERT_TRUE(client_->CreateStudy(SlowStudy("later", 1, 1, 1)).ok());
+  ASSERT_TRUE(client_->UpdateStudy("later", 0, 0, -7).ok());
+  ASSERT_NO_FATAL_FAILURE(RestartScheduler());
+  auto again = client_->GetUsage("owner", absl::InfinitePast());
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->totals_size(), 1);
+  EXPECT_EQ(again->totals(0).attempts(), 8);
+  EXPECT_DOUBLE_EQ(again->totals(0).slot_seconds(),
+                   usage->totals(0).slot_seconds());
+  EXPECT_EQ(client_->GetStudy("later")->spec().priority(), -7);
+  const std::string table = Dialctl("usage --by=study");
+  EXPECT_THAT(table, HasSubstr("SLOT-HOURS"));
+  EXPECT_THAT(table, HasSubstr("q "));
+  EXPECT_THAT(Dialctl("usage --csv"), StartsWith("owner,slot_seconds,"));
+  // The quota still holds after the restart: "later" runs once "q" is
+  // done, and a new study of the same owner runs at most two at once.
+  ASSERT_TRUE(client_->CreateStudy(SlowStudy("q2", 6, 4, 10)).ok());
+  std::set<int64_t> running2;
+  size_t most2 = 0;
+  WaitForEnd("q2", [&](const v1::StudyEvent& e) {
+    if (!e.has_trial()) return;
+    if (e.trial().state() == v1::RUNNING) {
+      running2.insert(e.trial().number());
+    } else {
+      running2.erase(e.trial().number());
+    }
+    most2 = std::max(most2, running2.size());
+  });
+  EXPECT_LE(most2, 2u);
 }
 
 class PreemptE2eTest : public WorkerE2eTest {
