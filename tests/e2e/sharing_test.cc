@@ -2,9 +2,12 @@
 // workers and study selectors (no trial runs on a worker that does not
 // match; a study no worker matches waits and says why, in GetStudy and in
 // dialctl), and an owner's max_slots quota from --quotas.
+#include <sys/stat.h>
+
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "auth/token_table.h"
 #include "common/spec.h"
 #include "tests/e2e/worker_fixture.h"
 
@@ -240,6 +243,75 @@ TEST_F(PreemptE2eTest, AHigherPriorityStudyTakesTheSlotsAndTheOthersResume) {
   }
   // The resumed attempts restored the preempted ones' checkpoints.
   EXPECT_THAT(ReadText(dir_ / "w.log"), HasSubstr(" from checkpoint low/"));
+}
+
+// Two owners with equal weights (authenticated principals).
+class FairShareE2eTest : public WorkerE2eTest {
+ protected:
+  std::vector<std::string> SchedulerFlags() const override {
+    const fs::path tokens = dir_ / "tokens";
+    std::ofstream(tokens) << "admin root " << auth::Sha256Hex("root-token")
+                          << "\nuser ann " << auth::Sha256Hex("ann-token")
+                          << "\nuser bo " << auth::Sha256Hex("bo-token")
+                          << "\nworker fleet " << auth::Sha256Hex("fleet-token")
+                          << "\n";
+    return {"--auth-tokens=" + tokens.string()};
+  }
+  std::unique_ptr<client::DialClient> As(const std::string& token) {
+    client::DialClientOptions o;
+    o.target = address_;
+    o.timeout = absl::Seconds(20);
+    o.token = token;
+    auto c = client::DialClient::Create(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+};
+
+// Owner ann fills all ten slots first; owner bo's study arrives later.
+// Freed slots go to bo until both hold half (50 % +- 10 %: 4 to 6 of 10),
+// within a minute, and it stays so.
+TEST_F(FairShareE2eTest, TwoEqualOwnersEndUpWithHalfTheSlotsEach) {
+  client_ = As("root-token");  // the fixture's watch and reads
+  const fs::path worker_token = dir_ / "fleet.token";
+  std::ofstream(worker_token) << "fleet-token\n";
+  ::chmod(worker_token.c_str(), 0600);
+  StartWorker("w", 10, {"--token-file=" + worker_token.string()});
+  auto ann = As("ann-token");
+  auto bo = As("bo-token");
+  ASSERT_TRUE(ann->CreateStudy(SlowStudy("a", 400, 10, 40)).ok());
+  auto running = [&](const std::string& study) {
+    auto t = client_->ListAllTrials(study, {v1::RUNNING});
+    return t.ok() ? static_cast<int>(t->size()) : -1;
+  };
+  ASSERT_TRUE(
+      WaitUntil([&] { return running("a") == 10; }, std::chrono::seconds(60)));
+  const auto arrived = std::chrono::steady_clock::now();
+  ASSERT_TRUE(bo->CreateStudy(SlowStudy("b", 400, 10, 40)).ok());
+  auto balanced = [&] {
+    const int a = running("a"), b = running("b");
+    return a >= 4 && a <= 6 && b >= 4 && b <= 6;
+  };
+  ASSERT_TRUE(WaitUntil(balanced, std::chrono::seconds(60)))
+      << "a runs " << running("a") << ", b " << running("b");
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - arrived)
+          .count();
+  std::printf("two owners at 50 %% +- 10 %% %.2f s after the second arrived\n",
+              took);
+  // It holds: over the next 10 s, nearly every sample is within the band
+  // (a sample may fall between a trial's end and its slot's next start).
+  int inside = 0, samples = 0;
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < until) {
+    inside += balanced();
+    ++samples;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GE(inside, samples * 9 / 10) << inside << " of " << samples;
+  ASSERT_TRUE(client_->StopStudy("a").ok());
+  ASSERT_TRUE(client_->StopStudy("b").ok());
 }
 
 }  // namespace
