@@ -37,6 +37,8 @@ PACKAGES=(
   python3 python3-grpcio python3-protobuf python3-optuna python3-torch
   # the parameter-importance peer (Optuna's fANOVA needs scikit-learn)
   python3-sklearn
+  # plots in bench/README.md (bench/fairness/run.sh)
+  python3-matplotlib
   # the Python SDK (python/): installed into a virtualenv that sees these
   # (build/python-venv), tested with pytest; pandas for to_dataframe()
   python3-venv python3-yaml python3-pytest python3-pandas python3-setuptools

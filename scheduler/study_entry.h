@@ -190,6 +190,9 @@ class StudyEntry {
   void RememberDecision(int64_t trial, int64_t step,
                         const v1::Decision& decision);
   const Decided* LastDecision(int64_t trial) const;
+  // A new attempt starts: what an earlier attempt's reports were answered
+  // is not the answer to the same steps reported again.
+  void ForgetDecision(int64_t trial) { last_decision_.erase(trial); }
   // A decision whose report is recorded but whose effect (STOP, PAUSE,
   // EXPLOIT) failed to save; the report's retry saves it.
   void LeaveUnsaved(int64_t trial, int64_t step, const v1::Decision& decision);

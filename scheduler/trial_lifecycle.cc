@@ -538,6 +538,10 @@ absl::StatusOr<Assignment> TrialLifecycle::Start(StudyEntry& entry,
   if (!trial.has_start_time()) *trial.mutable_start_time() = Now();
   *trial.mutable_attempt_start_time() = Now();
   trial.clear_attempt_cpu_seconds();
+  // Found by the fairness bench: a trial preempted at step 130 and resumed
+  // from its checkpoint at 120 reported 130 again and got the earlier
+  // attempt's PAUSE, with nothing applied.
+  entry.ForgetDecision(trial.number());
   DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
   p_.workers->Dispatched({trial.study(), trial.number()});
   // The PENDING queue is kept only a few trials deep: top it up.

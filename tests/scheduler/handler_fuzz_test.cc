@@ -126,6 +126,7 @@ const std::map<std::string, std::string>& BaseRequests() {
       {"ReevaluateTrials", R"(study: "$STUDY" top: 2 seeds: 2)"},
       {"GetParameterImportance", R"(study: "$STUDY" top_quantile: 0.2)"},
       {"ListWorkers", ""},
+      {"GetUsage", R"(by: "study" since { seconds: 1 })"},
       {"WatchStudy", R"(study: "$STUDY")"},
       {"SuggestTrials", R"(study: "$STUDY" count: 2 client_id: "fz")"},
       {"ReportIntermediate",

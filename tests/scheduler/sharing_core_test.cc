@@ -116,7 +116,7 @@ class SharingCoreTest : public ::testing::Test {
     return got;
   }
   Reply<v1::Decision> Report(const std::string& worker, const Assignment& a,
-                             int64_t step) {
+                             int64_t step, bool checkpoint = true) {
     v1::ReportProgressRequest r;
     r.set_worker_id(worker);
     r.set_study(a.trial.study());
@@ -125,8 +125,10 @@ class SharingCoreTest : public ::testing::Test {
     r.set_lease_token(a.trial.lease_token());
     r.set_step(step);
     (*r.mutable_metrics())["acc"] = 0.1 * step;
-    r.set_checkpoint(
-        absl::StrCat(a.trial.study(), "/", a.trial.number(), "/", step));
+    if (checkpoint) {
+      r.set_checkpoint(
+          absl::StrCat(a.trial.study(), "/", a.trial.number(), "/", step));
+    }
     return core_->ReportProgress(r, kWorker);
   }
   std::string Waiting(const std::string& study) {
@@ -425,6 +427,36 @@ TEST_F(SharingCoreTest, APreemptedAttemptIsRecordedAsPreempted) {
   ASSERT_EQ(records->size(), 1u);
   EXPECT_EQ((*records)[0].outcome(), "PREEMPTED");
   EXPECT_DOUBLE_EQ((*records)[0].slot_seconds(), 2);
+}
+
+// Regression (found by bench/fairness): a trial preempted at a report
+// after its last checkpoint resumes from that checkpoint and reports the
+// same step again; the new attempt must get its own answer, not the
+// earlier attempt's PAUSE (which left it RUNNING with nobody running it).
+TEST_F(SharingCoreTest, AResumedAttemptReportingThePausedStepAgainGoesOn) {
+  Start("", absl::Seconds(30), absl::ZeroDuration());
+  Create(Spec("low", Trial(), 1), kAdmin);
+  const std::string w = Register("w");
+  auto low = AcquireOne(w);
+  ASSERT_TRUE(low.has_value());
+  ASSERT_EQ(Report(w, *low, 1)->action(), v1::Decision::CONTINUE);
+  Create(Spec("high", "priority: 1\n" + Trial(), 1), kAdmin);
+  core_->Tick();
+  clock_.Advance(absl::Seconds(2));
+  core_->Tick();
+  // Paused at step 2, whose report carries no checkpoint: it resumes from 1.
+  EXPECT_EQ(Report(w, *low, 2, false)->action(), v1::Decision::PAUSE);
+  EXPECT_EQ(Acquire(w), "high");
+  const std::string w2 = Register("w2");
+  auto resumed = AcquireOne(w2);
+  ASSERT_TRUE(resumed.has_value());
+  ASSERT_EQ(resumed->trial.number(), low->trial.number());
+  EXPECT_EQ(resumed->start_step, 1);
+  auto again = Report(w2, *resumed, 2, false);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->action(), v1::Decision::CONTINUE);
+  EXPECT_EQ(core_->GetTrial("low", low->trial.number())->state(), v1::RUNNING);
+  EXPECT_EQ(Report(w2, *resumed, 3)->action(), v1::Decision::CONTINUE);
 }
 
 TEST(UsageCountersTest, OwnersPastTheBoundShareOther) {
