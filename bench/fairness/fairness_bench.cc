@@ -50,20 +50,20 @@ struct Arrival {
 struct Running {
   Assignment a;
   std::string worker;
-  int64_t step = 0;       // last reported
-  int64_t ckpt = 0;       // last checkpoint step
-  int64_t duration = 0;   // steps (= simulated seconds) in all
+  int64_t step = 0;      // last reported
+  int64_t ckpt = 0;      // last checkpoint step
+  int64_t duration = 0;  // steps (= simulated seconds) in all
   int64_t next_report = 0;
 };
 
 v1::StudySpec Spec(const Arrival& a) {
-  auto spec = ParseStudySpec(absl::StrCat(
-      "name: ", a.study, "\npriority: ", a.priority,
-      "\nobjective: {metric: acc, goal: MAXIMIZE}\n"
-      "search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]\n"
-      "budget: {max_trials: ",
-      a.trials, ", max_parallel_trials: ", a.parallel,
-      "}\ntrial: {trainer: {dataset: synthetic}}\n"));
+  auto spec = ParseStudySpec(
+      absl::StrCat("name: ", a.study, "\npriority: ", a.priority,
+                   "\nobjective: {metric: acc, goal: MAXIMIZE}\n"
+                   "search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]\n"
+                   "budget: {max_trials: ",
+                   a.trials, ", max_parallel_trials: ", a.parallel,
+                   "}\ntrial: {trainer: {dataset: synthetic}}\n"));
   if (!spec.ok()) {
     std::fprintf(stderr, "%s\n", spec.status().ToString().c_str());
     std::exit(1);
@@ -216,8 +216,8 @@ int Run() {
     for (const auto& t : running->trials) {
       bool held = false;
       for (const auto& [w, r] : busy) {
-        held |= r.a.trial.study() == a.study &&
-                r.a.trial.number() == t.number();
+        held |=
+            r.a.trial.study() == a.study && r.a.trial.number() == t.number();
       }
       stale += !held;
     }
@@ -265,8 +265,8 @@ int Run() {
     double sum = 0, sq = 0;
     int n = 0;
     for (const auto& [owner, target] : targets(s.t)) {
-      const double x = (s.held.count(owner) ? s.held.at(owner) : 0) /
-                       (fleet * target);
+      const double x =
+          (s.held.count(owner) ? s.held.at(owner) : 0) / (fleet * target);
       sum += x;
       sq += x * x;
       ++n;
@@ -298,8 +298,9 @@ int Run() {
   std::printf(
       "cy-deadline (priority 10, 16 trials) all running %s s after it "
       "arrived\n",
-      deadline_all_running ? std::to_string(*deadline_all_running - 2400).c_str()
-                           : "never");
+      deadline_all_running
+          ? std::to_string(*deadline_all_running - 2400).c_str()
+          : "never");
   std::printf(
       "preempted attempts %lld, work lost %lld steps (%.1f per preemption; "
       "checkpoints every 60 steps)\n",
@@ -324,8 +325,7 @@ int Run() {
       << ", \"jain\": " << jain << ", \"deadline_all_running_s\": "
       << (deadline_all_running ? *deadline_all_running - 2400 : -1)
       << ", \"preempted\": " << preempted << ", \"lost_steps\": " << lost_steps
-      << ", \"stale_running\": " << stale
-      << ", \"settle_s\": {";
+      << ", \"stale_running\": " << stale << ", \"settle_s\": {";
     for (size_t i = 0; i < settle.size(); ++i) {
       f << (i ? ", " : "") << "\"" << settle[i].first
         << "\": " << settle[i].second;
