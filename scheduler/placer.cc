@@ -13,11 +13,6 @@ placement::Selector Placer::SelectorOf(const v1::StudySpec& spec) {
   return selector;
 }
 
-const QuotaTable& Placer::Table() const {
-  static const QuotaTable* const kDefault = new QuotaTable();
-  return table_ ? *table_ : *kDefault;
-}
-
 const v1::Trial* Placer::Startable(const StudyEntry& entry) {
   // Trials are in number order: the first PENDING is the oldest.
   for (int64_t number : entry.pending()) {
@@ -72,7 +67,6 @@ placement::Worker Placer::WorkerOf(const v1::Worker& worker) const {
 
 std::pair<StudyEntry*, const v1::Trial*> Placer::Choose(
     const std::string& worker_id, int32_t free_gpus) {
-  table_ = p_.quotas ? p_.quotas->table() : nullptr;
   placement::Worker worker;
   if (const v1::Worker* known = p_.workers->Find(worker_id)) {
     worker = WorkerOf(*known);
@@ -95,7 +89,8 @@ std::pair<StudyEntry*, const v1::Trial*> Placer::Choose(
   for (const auto& [owner, held] : running.by_owner) slots[owner] = held.slots;
   recent_ = usage_.Advance(p_.clock->Now(), slots);
   running.recent = recent_;
-  auto chosen = placement::Choose(worker, pending, running, Table());
+  auto chosen =
+      placement::Choose(worker, pending, running, *TableOf(p_.quotas));
   if (!chosen) return {nullptr, nullptr};
   return refs[*chosen];
 }
@@ -103,7 +98,6 @@ std::pair<StudyEntry*, const v1::Trial*> Placer::Choose(
 int Placer::MarkPreemptions() {
   const absl::Time now = p_.clock->Now();
   Preemptions& marks = *p_.preemptions;
-  table_ = p_.quotas ? p_.quotas->table() : nullptr;
   std::map<std::string, int32_t> preempting;
   for (const auto& [key, mark] : marks.marks()) ++preempting[mark.by_study];
   std::vector<placement::Need> needs;
@@ -147,8 +141,8 @@ int Placer::MarkPreemptions() {
     }
   }
   if (needs.empty()) return 0;
-  const auto chosen = placement::ChoosePreemptions(needs, running, RunningNow(),
-                                                   Table(), p_.preempt_min_run);
+  const auto chosen = placement::ChoosePreemptions(
+      needs, running, RunningNow(), *TableOf(p_.quotas), p_.preempt_min_run);
   for (const auto& [victim, need] : chosen) {
     marks.Add(keys[victim], {needs[need].study.study, attempts[victim],
                              now + p_.preempt_grace});
@@ -159,6 +153,9 @@ int Placer::MarkPreemptions() {
 void Placer::RestoreUsage(const std::vector<v1::UsageRecord>& records) {
   using google::protobuf::util::TimeUtil;
   const absl::Time now = p_.clock->Now();
+  // Replaces what the meter held: a reload after a lost commit reads the
+  // same records again, which must not count twice.
+  usage_ = placement::UsageMeter(p_.half_life);
   for (const v1::UsageRecord& r : records) {
     usage_.AddPast(
         r.owner(),
@@ -186,10 +183,8 @@ std::string Placer::WhyWaiting(const StudyEntry& entry) const {
   if (oldest == nullptr) return "";
   std::vector<placement::Worker> workers;
   for (const v1::Worker& w : p_.workers->List()) workers.push_back(WorkerOf(w));
-  std::shared_ptr<const QuotaTable> table =
-      p_.quotas ? p_.quotas->table() : nullptr;
   return placement::WhyWaiting(PendingOf(entry, *oldest), workers, RunningNow(),
-                               table ? *table : QuotaTable{});
+                               *TableOf(p_.quotas));
 }
 
 }  // namespace dial::scheduler

@@ -90,14 +90,16 @@ class Placer {
   // Marked trials whose grace is over and that still run.
   std::vector<Preemptions::Key> Overdue() const;
 
-  // Rebuilds the owners' recent usage from usage records (at start-up).
+  // Rebuilds the owners' recent usage from usage records (at start-up and
+  // at a reload), replacing what it held.
   void RestoreUsage(const std::vector<v1::UsageRecord>& records);
+  // Each owner's recent average of trials running, as last seen.
+  const std::map<std::string, double>& recent() const { return recent_; }
 
   // A study's selector, from its spec.
   static placement::Selector SelectorOf(const v1::StudySpec& spec);
 
  private:
-  const QuotaTable& Table() const;
   // Its oldest PENDING trial whose checkpoint is not still uploading.
   static const v1::Trial* Startable(const StudyEntry& entry);
   static placement::Pending PendingOf(const StudyEntry& entry,
@@ -107,8 +109,7 @@ class Placer {
 
   Parts p_;
   placement::UsageMeter usage_;
-  std::map<std::string, double> recent_;     // the meter's last reading
-  std::shared_ptr<const QuotaTable> table_;  // held while in use
+  std::map<std::string, double> recent_;  // the meter's last reading
 };
 
 }  // namespace dial::scheduler

@@ -142,6 +142,12 @@ absl::StatusOr<std::unique_ptr<Quotas>> Quotas::Load(const std::string& path) {
   return quotas;
 }
 
+std::shared_ptr<const QuotaTable> TableOf(const Quotas* quotas) {
+  static const auto* const kDefault =
+      new std::shared_ptr<const QuotaTable>(std::make_shared<QuotaTable>());
+  return quotas ? quotas->table() : *kDefault;
+}
+
 std::shared_ptr<const QuotaTable> Quotas::table() const {
   absl::MutexLock lock(&mu_);
   return table_;

@@ -61,4 +61,8 @@ class Quotas {
       std::make_shared<QuotaTable>();
 };
 
+// The table in force, or the built-in default's when there is no Quotas
+// (no --quotas); never null.
+std::shared_ptr<const QuotaTable> TableOf(const Quotas* quotas);
+
 }  // namespace dial::scheduler

@@ -107,10 +107,7 @@ absl::StatusOr<v1::Study> StudyLifecycle::Create(Draft draft,
 absl::Status StudyLifecycle::CheckPriority(int32_t priority,
                                            const auth::Principal& who) const {
   if (who.is_admin()) return absl::OkStatus();
-  std::shared_ptr<const QuotaTable> table =
-      p_.quotas ? p_.quotas->table() : nullptr;
-  const int32_t most =
-      table ? table->For(who.name).max_priority : Quota{}.max_priority;
+  const int32_t most = TableOf(p_.quotas)->For(who.name).max_priority;
   if (priority <= most) return absl::OkStatus();
   return absl::PermissionDeniedError(
       absl::StrCat("priority: '", who.name, "' may set at most ", most,

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "google/protobuf/util/time_util.h"
+#include "scheduler/placer.h"
 #include "scheduler/quotas.h"
 
 namespace dial::scheduler::placement {
@@ -283,3 +285,31 @@ TEST(QuotasTest, AFailedReloadKeepsTheQuotasInForce) {
 
 }  // namespace
 }  // namespace dial::scheduler::placement
+
+namespace dial::scheduler {
+namespace {
+
+// Regression: a reload after a lost commit loads the usage records again;
+// the owners' recent averages must be rebuilt, not counted twice.
+TEST(PlacerTest, RestoringUsageTwiceCountsItOnce) {
+  FakeClock clock;
+  StudyRegistry studies;
+  WorkerRegistry workers(&clock, absl::Seconds(10));
+  Preemptions preemptions;
+  Placer placer(
+      {&studies, &workers, nullptr, &clock, absl::Hours(1), &preemptions});
+  v1::UsageRecord r;
+  r.set_owner("ann");
+  using google::protobuf::util::TimeUtil;
+  const int64_t now_ms = absl::ToUnixMillis(clock.Now());
+  *r.mutable_start_time() = TimeUtil::MillisecondsToTimestamp(now_ms - 3600000);
+  *r.mutable_end_time() = TimeUtil::MillisecondsToTimestamp(now_ms);
+  placer.RestoreUsage({r});
+  // One trial over the last half-life: half way from 0 to 1.
+  EXPECT_NEAR(placer.recent().at("ann"), 0.5, 1e-9);
+  placer.RestoreUsage({r});
+  EXPECT_NEAR(placer.recent().at("ann"), 0.5, 1e-9);
+}
+
+}  // namespace
+}  // namespace dial::scheduler

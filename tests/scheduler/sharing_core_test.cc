@@ -90,16 +90,8 @@ class SharingCoreTest : public ::testing::Test {
   }
   // The study of the trial `worker` gets now ("" for none).
   std::string Acquire(const std::string& worker, int free_gpus = 0) {
-    std::string study;
-    core_->AcquireTrial(
-        worker, free_gpus, absl::ZeroDuration(), [] { return true; },
-        [&](absl::StatusOr<std::optional<Assignment>> r) {
-          EXPECT_TRUE(r.ok()) << r.status();
-          if (r.ok() && r->has_value()) study = (*r)->trial.study();
-        },
-        kWorker);
-    core_->WaitIdle();  // its top-up
-    return study;
+    auto a = AcquireOne(worker, free_gpus);
+    return a ? a->trial.study() : "";
   }
   // The assignment `worker` gets now.
   std::optional<Assignment> AcquireOne(const std::string& worker,
@@ -117,19 +109,24 @@ class SharingCoreTest : public ::testing::Test {
   }
   Reply<v1::Decision> Report(const std::string& worker, const Assignment& a,
                              int64_t step, bool checkpoint = true) {
-    v1::ReportProgressRequest r;
-    r.set_worker_id(worker);
-    r.set_study(a.trial.study());
-    r.set_trial(a.trial.number());
-    r.set_attempt(a.attempt);
-    r.set_lease_token(a.trial.lease_token());
-    r.set_step(step);
-    (*r.mutable_metrics())["acc"] = 0.1 * step;
-    if (checkpoint) {
-      r.set_checkpoint(
-          absl::StrCat(a.trial.study(), "/", a.trial.number(), "/", step));
-    }
-    return core_->ReportProgress(r, kWorker);
+    return core_->ReportProgress(
+        ReportRequest(worker, a, step,
+                      checkpoint ? absl::StrCat(a.trial.study(), "/",
+                                                a.trial.number(), "/", step)
+                                 : ""),
+        kWorker);
+  }
+  // A low-priority trial runs on a new worker `w`, and a priority-1 study
+  // has waited two seconds: the trial is marked for preemption.
+  std::optional<Assignment> StarvedBehind(const std::string& w) {
+    Create(Spec("low", Trial(), 1), kAdmin);
+    auto low = AcquireOne(w);
+    EXPECT_TRUE(low.has_value());
+    Create(Spec("high", "priority: 1\n" + Trial(), 1), kAdmin);
+    core_->Tick();
+    clock_.Advance(absl::Seconds(2));
+    core_->Tick();
+    return low;
   }
   std::string Waiting(const std::string& study) {
     auto s = core_->GetStudy(study);
@@ -294,12 +291,7 @@ TEST_F(SharingCoreTest, AHigherPriorityStudyPreemptsAtTheNextReport) {
   EXPECT_EQ(trial->preemptions(0).resume_step(), 2);
   EXPECT_FALSE(trial->preemptions(0).forced());
   // The worker's FinishTrial for the paused attempt is taken.
-  v1::FinishTrialRequest finish;
-  finish.set_worker_id(w);
-  finish.set_study("low");
-  finish.set_trial(low->trial.number());
-  finish.set_attempt(low->attempt);
-  finish.set_lease_token(low->trial.lease_token());
+  const v1::FinishTrialRequest finish = FinishRequest(w, *low);
   EXPECT_TRUE(core_->FinishTrial(finish, kWorker).ok());
   // The slot goes to the higher priority; the preempted trial waits.
   EXPECT_EQ(Acquire(w), "high");
@@ -315,14 +307,9 @@ TEST_F(SharingCoreTest, AHigherPriorityStudyPreemptsAtTheNextReport) {
 
 TEST_F(SharingCoreTest, APreemptedTrialThatNeverReportsIsFencedAfterTheGrace) {
   Start("", absl::Seconds(5), absl::ZeroDuration());
-  Create(Spec("low", Trial(), 1), kAdmin);
   const std::string w = Register("w");
-  auto low = AcquireOne(w);
+  auto low = StarvedBehind(w);  // marked; grace until +5 s
   ASSERT_TRUE(low.has_value());
-  Create(Spec("high", "priority: 1\n" + Trial(), 1), kAdmin);
-  core_->Tick();
-  clock_.Advance(absl::Seconds(2));
-  core_->Tick();  // marked; grace until +5 s
   ASSERT_TRUE(core_
                   ->Heartbeat(
                       [&] {
@@ -362,12 +349,7 @@ TEST_F(SharingCoreTest, EndedAttemptsLeaveUsageRecordsThatGetUsageSums) {
   ASSERT_TRUE(a.has_value() && b.has_value());
   ASSERT_EQ(a->trial.study(), "a");
   clock_.Advance(absl::Seconds(100));
-  v1::FinishTrialRequest finish;
-  finish.set_worker_id(w);
-  finish.set_study("a");
-  finish.set_trial(a->trial.number());
-  finish.set_attempt(a->attempt);
-  finish.set_lease_token(a->trial.lease_token());
+  v1::FinishTrialRequest finish = FinishRequest(w, *a);
   (*finish.mutable_final_metrics())["acc"] = 0.5;
   finish.set_cpu_seconds(42);
   ASSERT_TRUE(core_->FinishTrial(finish, kWorker).ok());
@@ -413,14 +395,9 @@ TEST_F(SharingCoreTest, EndedAttemptsLeaveUsageRecordsThatGetUsageSums) {
 
 TEST_F(SharingCoreTest, APreemptedAttemptIsRecordedAsPreempted) {
   Start("", absl::Seconds(30), absl::ZeroDuration());
-  Create(Spec("low", Trial(), 1), kAdmin);
   const std::string w = Register("w");
-  auto low = AcquireOne(w);
+  auto low = StarvedBehind(w);
   ASSERT_TRUE(low.has_value());
-  Create(Spec("high", "priority: 1\n" + Trial(), 1), kAdmin);
-  core_->Tick();
-  clock_.Advance(absl::Seconds(2));
-  core_->Tick();
   EXPECT_EQ(Report(w, *low, 1)->action(), v1::Decision::PAUSE);
   auto records = store_->ListUsage(0);
   ASSERT_TRUE(records.ok());

@@ -147,4 +147,33 @@ class DbDirTest : public ::testing::Test {
   const std::string path_ = temp_.File("dial.db");
 };
 
+// A worker's report of `a` at `step` (metric acc = 0.1 * step), with
+// `checkpoint` if not empty.
+inline v1::ReportProgressRequest ReportRequest(const std::string& worker,
+                                               const Assignment& a,
+                                               int64_t step,
+                                               const std::string& checkpoint) {
+  v1::ReportProgressRequest r;
+  r.set_worker_id(worker);
+  r.set_study(a.trial.study());
+  r.set_trial(a.trial.number());
+  r.set_attempt(a.attempt);
+  r.set_lease_token(a.trial.lease_token());
+  r.set_step(step);
+  (*r.mutable_metrics())["acc"] = 0.1 * step;
+  r.set_checkpoint(checkpoint);
+  return r;
+}
+// A worker's FinishTrial of `a`, without metrics or error.
+inline v1::FinishTrialRequest FinishRequest(const std::string& worker,
+                                            const Assignment& a) {
+  v1::FinishTrialRequest r;
+  r.set_worker_id(worker);
+  r.set_study(a.trial.study());
+  r.set_trial(a.trial.number());
+  r.set_attempt(a.attempt);
+  r.set_lease_token(a.trial.lease_token());
+  return r;
+}
+
 }  // namespace dial::scheduler

@@ -14,6 +14,7 @@
 #include "scheduler/core.h"
 #include "storage/checkpoint_store.h"
 #include "storage/memory_study_store.h"
+#include "tests/scheduler/test_util.h"
 
 namespace dial::scheduler {
 namespace {
@@ -75,25 +76,11 @@ class WorkerCoreTest : public ::testing::Test {
   v1::ReportProgressRequest Report(const std::string& worker,
                                    const Assignment& a, int64_t step,
                                    const std::string& checkpoint = "") {
-    v1::ReportProgressRequest r;
-    r.set_worker_id(worker);
-    r.set_study(a.trial.study());
-    r.set_trial(a.trial.number());
-    r.set_attempt(a.attempt);
-    r.set_lease_token(a.trial.lease_token());
-    r.set_step(step);
-    (*r.mutable_metrics())["acc"] = 0.1 * step;
-    r.set_checkpoint(checkpoint);
-    return r;
+    return ReportRequest(worker, a, step, checkpoint);
   }
   v1::FinishTrialRequest Finish(const std::string& worker, const Assignment& a,
                                 double acc, const std::string& error = "") {
-    v1::FinishTrialRequest r;
-    r.set_worker_id(worker);
-    r.set_study(a.trial.study());
-    r.set_trial(a.trial.number());
-    r.set_attempt(a.attempt);
-    r.set_lease_token(a.trial.lease_token());
+    v1::FinishTrialRequest r = FinishRequest(worker, a);
     if (error.empty()) (*r.mutable_final_metrics())["acc"] = acc;
     r.set_error(error);
     return r;
