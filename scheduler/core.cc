@@ -185,7 +185,7 @@ void SchedulerCore::DispatchNow() {
           ABSL_NO_THREAD_SAFETY_ANALYSIS {
             return AssignTo(worker_id, free_gpus);
           },
-      outbox_);
+      outbox_, placer_.ShapesDecide());
 }
 
 void SchedulerCore::StopWaiting() {
@@ -235,6 +235,8 @@ absl::Status SchedulerCore::Load() {
     for (const auto& [number, trial] : entry->trials()) {
       if (trial.state() != v1::RUNNING || trial.worker_id().empty()) continue;
       workers_.Adopt(trial.worker_id(), {trial.study(), trial.number()});
+      // For --preempt-min-run-s its attempt counts from now.
+      preemptions_.StartedAt({trial.study(), trial.number()}, clock_->Now());
     }
     if (checkpoints_) {
       // Checkpoints written before the restart are reclaimed too. What a

@@ -79,7 +79,8 @@ Reply<v1::HeartbeatResponse> SchedulerCore::Heartbeat(
         // reply to its long poll was lost) go back to the queue after a
         // lease of grace.
         std::vector<std::pair<StudyEntry*, v1::Trial>> lost;
-        for (const auto& [study, number] : workers_.Unacknowledged(running)) {
+        for (const auto& [study, number] :
+             workers_.Unacknowledged(request.worker_id(), running)) {
           auto entry = studies_.Shared(study);
           if (!entry) continue;
           auto trial = entry->trials().find(number);
@@ -141,7 +142,8 @@ void SchedulerCore::AcquireTrial(const std::string& worker_id,
   }
   dispatcher_.Park({worker_id, free_gpus,
                     clock_->Now() + std::min(wait, absl::Seconds(30)),
-                    std::move(alive), std::move(done), who.name});
+                    std::move(alive), std::move(done), who.name,
+                    placer_.ShapeOf(worker_id, free_gpus)});
 }
 
 Reply<v1::Decision> SchedulerCore::ReportProgress(

@@ -136,7 +136,7 @@ std::string WhyWaiting(const Pending& study, const std::vector<Worker>& workers,
   for (const Worker& w : workers) {
     auto key = Mismatch(study.selector, w.labels);
     if (key) {
-      ++failed[*key];
+      failed[*key] += w.count;
       continue;
     }
     matched = true;

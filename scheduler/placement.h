@@ -39,6 +39,7 @@ struct Worker {
   int32_t gpus = 0;       // GPUs it registered
   int32_t free_gpus = 0;  // GPUs free now (for the worker asking)
   Labels labels;
+  int32_t count = 1;  // workers alike (WhyWaiting's list of kinds)
 };
 
 // A study with a trial ready to start.
@@ -72,7 +73,7 @@ std::optional<size_t> Choose(const Worker& worker,
 // Why `study`'s trials wait although it has some ready, when it is not
 // only that every matching worker is busy: no worker at all, none whose
 // labels match, none with enough GPUs, or its owner at a quota. Empty
-// otherwise.
+// otherwise. `workers` may list each kind of worker once, with its count.
 std::string WhyWaiting(const Pending& study, const std::vector<Worker>& workers,
                        const Running& running, const QuotaTable& quotas);
 

@@ -1,5 +1,9 @@
 #include "scheduler/placer.h"
 
+#include <algorithm>
+#include <climits>
+
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace dial::scheduler {
@@ -39,14 +43,13 @@ placement::Running Placer::RunningNow() const {
   placement::Running running;
   for (const auto& [name, entry] : p_.studies->all()) {
     if (!entry->worker_run()) continue;
-    const int32_t gpus = entry->study().spec().trial().resources().gpus();
-    for (int64_t number : entry->open()) {
-      if (entry->trials().at(number).state() != v1::RUNNING) continue;
-      placement::Running::Held& held = running.by_owner[entry->study().owner()];
-      ++held.slots;
-      held.gpus += gpus;
-      ++running.slots_by_study[name];
-    }
+    auto count = entry->state_counts().find(v1::RUNNING);
+    if (count == entry->state_counts().end() || count->second == 0) continue;
+    const int32_t n = static_cast<int32_t>(count->second);
+    placement::Running::Held& held = running.by_owner[entry->study().owner()];
+    held.slots += n;
+    held.gpus += n * entry->study().spec().trial().resources().gpus();
+    running.slots_by_study[name] = n;
   }
   running.recent = recent_;
   return running;
@@ -100,26 +103,37 @@ int Placer::MarkPreemptions() {
   Preemptions& marks = *p_.preemptions;
   std::map<std::string, int32_t> preempting;
   for (const auto& [key, mark] : marks.marks()) ++preempting[mark.by_study];
+  // Studies whose ready trials no worker has taken for a second.
   std::vector<placement::Need> needs;
+  int32_t top = INT32_MIN;  // the highest priority among them
+  for (const auto& [name, entry] : p_.studies->all()) {
+    if (!entry->worker_run()) continue;
+    const v1::Trial* oldest = Startable(*entry);
+    if (oldest == nullptr) {
+      marks.Placed(name);
+      continue;
+    }
+    if (entry->study().state() != v1::STUDY_ACTIVE ||
+        !marks.Unplaced(name, now, absl::Seconds(1))) {
+      continue;
+    }
+    placement::Need need;
+    need.study = PendingOf(*entry, *oldest);
+    for (int64_t number : entry->pending()) {
+      need.ready += !entry->Uploading(number);
+    }
+    need.preempting = preempting[name];
+    top = std::max(top, need.study.priority);
+    needs.push_back(std::move(need));
+  }
+  if (needs.empty()) return 0;
+  // Only trials of a lower priority than some need can be preempted.
   std::vector<placement::Candidate> running;
   std::vector<Preemptions::Key> keys;
   std::vector<int32_t> attempts;
   for (const auto& [name, entry] : p_.studies->all()) {
-    if (!entry->worker_run()) continue;
     const v1::StudySpec& spec = entry->study().spec();
-    int32_t ready = 0;
-    for (int64_t number : entry->pending()) ready += !entry->Uploading(number);
-    const v1::Trial* oldest = Startable(*entry);
-    if (entry->study().state() == v1::STUDY_ACTIVE && oldest != nullptr &&
-        marks.Unplaced(name, now, absl::Seconds(1))) {
-      placement::Need need;
-      need.study = PendingOf(*entry, *oldest);
-      need.ready = ready;
-      need.preempting = preempting[name];
-      needs.push_back(std::move(need));
-    } else if (oldest == nullptr) {
-      marks.Placed(name);
-    }
+    if (!entry->worker_run() || spec.priority() >= top) continue;
     for (int64_t number : entry->open()) {
       const v1::Trial& t = entry->trials().at(number);
       if (t.state() != v1::RUNNING || marks.Find({name, number}, t.attempt())) {
@@ -140,7 +154,7 @@ int Placer::MarkPreemptions() {
       attempts.push_back(t.attempt());
     }
   }
-  if (needs.empty()) return 0;
+  if (running.empty()) return 0;
   const auto chosen = placement::ChoosePreemptions(
       needs, running, RunningNow(), *TableOf(p_.quotas), p_.preempt_min_run);
   for (const auto& [victim, need] : chosen) {
@@ -181,10 +195,60 @@ std::string Placer::WhyWaiting(const StudyEntry& entry) const {
   }
   const v1::Trial* oldest = Startable(entry);
   if (oldest == nullptr) return "";
-  std::vector<placement::Worker> workers;
-  for (const v1::Worker& w : p_.workers->List()) workers.push_back(WorkerOf(w));
-  return placement::WhyWaiting(PendingOf(entry, *oldest), workers, RunningNow(),
-                               *TableOf(p_.quotas));
+  const placement::Pending pending = PendingOf(entry, *oldest);
+  return placement::WhyWaiting(pending, Kinds(pending.selector.count("host")),
+                               RunningNow(), *TableOf(p_.quotas));
+}
+
+const std::vector<placement::Worker>& Placer::Kinds(bool with_host) const {
+  if (with_host) {  // rare: a study that selects by host
+    each_.clear();
+    p_.workers->ForEach(
+        [&](const v1::Worker& w) { each_.push_back(WorkerOf(w)); });
+    return each_;
+  }
+  if (kinds_of_ != p_.workers->generation()) {
+    kinds_of_ = p_.workers->generation();
+    std::map<std::pair<int32_t, placement::Labels>, int32_t> count;
+    p_.workers->ForEach([&](const v1::Worker& w) {
+      placement::Worker kind = WorkerOf(w);
+      if (w.resources().labels().count("host") == 0) kind.labels.erase("host");
+      ++count[{kind.gpus, std::move(kind.labels)}];
+    });
+    kinds_.clear();
+    for (auto& [key, n] : count) {
+      placement::Worker kind;
+      kind.gpus = kind.free_gpus = key.first;
+      kind.labels = key.second;
+      kind.count = n;
+      kinds_.push_back(std::move(kind));
+    }
+  }
+  return kinds_;
+}
+
+std::string Placer::ShapeOf(const std::string& worker_id,
+                            int32_t free_gpus) const {
+  std::string shape = absl::StrCat(free_gpus);
+  if (const v1::Worker* w = p_.workers->Find(worker_id)) {
+    const placement::Labels labels(w->resources().labels().begin(),
+                                   w->resources().labels().end());
+    for (const auto& [key, value] : labels) {
+      absl::StrAppend(&shape, " ", key.size(), ":", key, value.size(), ":",
+                      value);
+    }
+  }
+  return shape;
+}
+
+bool Placer::ShapesDecide() const {
+  for (const auto& [name, entry] : p_.studies->all()) {
+    if (entry->worker_run() && !entry->pending().empty() &&
+        entry->study().spec().trial().resources().selector().count("host")) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace dial::scheduler

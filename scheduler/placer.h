@@ -83,6 +83,13 @@ class Placer {
   // when nothing but busy workers holds them back, or it has none ready.
   std::string WhyWaiting(const StudyEntry& entry) const;
 
+  // What Choose sees of a worker, as a string: its free GPUs and labels
+  // (all but its host). Workers of one shape are offered the same trials.
+  std::string ShapeOf(const std::string& worker_id, int32_t free_gpus) const;
+  // Whether shapes decide alone: false while a study with trials ready
+  // selects workers by host, which shapes leave out.
+  bool ShapesDecide() const;
+
   // Marks running trials to give up their slots to higher-priority studies
   // whose ready trials no free worker has taken for a second (their next
   // report answers PAUSE); returns how many were marked.
@@ -106,10 +113,16 @@ class Placer {
                                       const v1::Trial& oldest);
   placement::Running RunningNow() const;
   placement::Worker WorkerOf(const v1::Worker& worker) const;
+  // The registered workers for WhyWaiting: one entry per kind (labels but
+  // the host, and GPUs) with its count, kept until a worker comes or goes;
+  // every worker on its own when `with_host`.
+  const std::vector<placement::Worker>& Kinds(bool with_host) const;
 
   Parts p_;
   placement::UsageMeter usage_;
   std::map<std::string, double> recent_;  // the meter's last reading
+  mutable std::vector<placement::Worker> kinds_, each_;
+  mutable uint64_t kinds_of_ = ~uint64_t{0};  // the registry's generation
 };
 
 }  // namespace dial::scheduler

@@ -543,7 +543,7 @@ absl::StatusOr<Assignment> TrialLifecycle::Start(StudyEntry& entry,
   // attempt's PAUSE, with nothing applied.
   entry.ForgetDecision(trial.number());
   DIAL_RETURN_IF_ERROR(SaveTrial(entry, trial));
-  p_.workers->Dispatched({trial.study(), trial.number()});
+  p_.workers->Dispatched(worker_id, {trial.study(), trial.number()});
   // The PENDING queue is kept only a few trials deep: top it up.
   p_.outbox->fills.insert(entry.name());
   Emit(entry, v1::StudyEvent::TRIAL_REPORTED, &trial);

@@ -194,7 +194,7 @@ absl::StatusOr<std::optional<v1::Trial>> TrialMaker::NewTrial(
   auto params = queued ? absl::StatusOr<searchers::Params>(queued->params())
                        : searcher.Suggest(number, pending);
   if (!queued) Fitted(start);
-  return Locked(ticket, [&]() -> Result {
+  Result made = Locked(ticket, [&]() -> Result {
     if (absl::IsOutOfRange(params.status())) {
       entry->MarkExhausted();
       return std::optional<v1::Trial>();
@@ -225,6 +225,9 @@ absl::StatusOr<std::optional<v1::Trial>> TrialMaker::NewTrial(
     if (state == v1::PENDING) p_.outbox->dispatch = true;
     return std::optional<v1::Trial>(std::move(trial));
   });
+  // Still this study's executor: nothing else uses the searcher.
+  if (made.ok() && made->has_value()) searcher.Made((*made)->params());
+  return made;
 }
 
 void TrialMaker::FillPending(const std::shared_ptr<StudyEntry>& entry) {

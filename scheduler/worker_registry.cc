@@ -24,8 +24,19 @@ v1::Worker WorkerRegistry::Make(const std::string& host,
   return worker;
 }
 
+void WorkerRegistry::Count(const v1::Worker& worker, int delta) {
+  if (worker.principal().empty()) return;
+  int& n = principals_[worker.principal()];
+  n += delta;
+  if (n == 0) principals_.erase(worker.principal());
+}
+
 void WorkerRegistry::Add(const v1::Worker& worker) {
-  workers_[worker.id()] = {worker, clock_->Now()};
+  auto [it, added] = workers_.try_emplace(worker.id());
+  if (!added) Count(it->second.worker, -1);
+  it->second = {worker, clock_->Now()};
+  Count(worker, 1);
+  ++generation_;
 }
 
 std::vector<v1::Worker> WorkerRegistry::List() const {
@@ -62,7 +73,11 @@ std::vector<std::string> WorkerRegistry::Expired() const {
 }
 
 void WorkerRegistry::Forget(const std::string& worker_id) {
-  workers_.erase(worker_id);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return;
+  Count(it->second.worker, -1);
+  workers_.erase(it);
+  ++generation_;
 }
 
 absl::Status WorkerRegistry::CheckOwner(const std::string& worker_id,
@@ -71,44 +86,51 @@ absl::Status WorkerRegistry::CheckOwner(const std::string& worker_id,
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return Touch(worker_id);
   v1::Worker& worker = it->second.worker;
-  if (worker.principal().empty()) worker.set_principal(principal);
+  if (worker.principal().empty()) {
+    worker.set_principal(principal);
+    Count(worker, 1);
+  }
   if (admin || worker.principal() == principal) return absl::OkStatus();
   return absl::PermissionDeniedError(
       absl::StrCat("worker '", worker_id, "' was registered by '",
                    worker.principal(), "', not by '", principal, "'"));
 }
 
-int WorkerRegistry::CountOf(const std::string& principal) const {
-  int n = 0;
-  for (const auto& [id, entry] : workers_) {
-    n += entry.worker.principal() == principal;
-  }
-  return n;
-}
-
 void WorkerRegistry::Adopt(const std::string& worker_id,
                            const TrialKey& trial) {
-  Entry& w = workers_[worker_id];
+  auto [it, added] = workers_.try_emplace(worker_id);
+  Entry& w = it->second;
   w.worker.set_id(worker_id);
+  if (added) ++generation_;
   // Time to notice the restart and reconnect: at least 30 s (a gRPC
   // channel can take ~10 s to reconnect), or two leases.
   w.last_seen = clock_->Now() + std::max(lease_, absl::Seconds(30) - lease_);
-  dispatched_[trial] = clock_->Now();
+  Dispatched(worker_id, trial);
 }
 
-void WorkerRegistry::Dispatched(const TrialKey& trial) {
-  dispatched_[trial] = clock_->Now();
+void WorkerRegistry::Dispatched(const std::string& worker_id,
+                                const TrialKey& trial) {
+  Undispatched(trial);
+  dispatched_[worker_id][trial] = clock_->Now();
+  dispatched_to_[trial] = worker_id;
 }
 
 void WorkerRegistry::Undispatched(const TrialKey& trial) {
-  dispatched_.erase(trial);
+  auto to = dispatched_to_.find(trial);
+  if (to == dispatched_to_.end()) return;
+  auto of = dispatched_.find(to->second);
+  of->second.erase(trial);
+  if (of->second.empty()) dispatched_.erase(of);
+  dispatched_to_.erase(to);
 }
 
 std::vector<WorkerRegistry::TrialKey> WorkerRegistry::Unacknowledged(
-    const std::set<TrialKey>& running) const {
+    const std::string& worker_id, const std::set<TrialKey>& running) const {
   const absl::Time now = clock_->Now();
   std::vector<TrialKey> out;
-  for (const auto& [key, when] : dispatched_) {
+  auto of = dispatched_.find(worker_id);
+  if (of == dispatched_.end()) return out;
+  for (const auto& [key, when] : of->second) {
     if (running.count(key) || now - when < lease_) continue;
     out.push_back(key);
   }

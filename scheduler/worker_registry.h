@@ -40,7 +40,10 @@ class WorkerRegistry {
   absl::Status CheckOwner(const std::string& worker_id,
                           const std::string& principal, bool admin);
   // How many registered workers `principal` has.
-  int CountOf(const std::string& principal) const;
+  int CountOf(const std::string& principal) const {
+    auto it = principals_.find(principal);
+    return it == principals_.end() ? 0 : it->second;
+  }
   // Workers whose lease has run out.
   std::vector<std::string> Expired() const;
   // Registered workers (not yet lost).
@@ -52,17 +55,30 @@ class WorkerRegistry {
     auto it = workers_.find(worker_id);
     return it == workers_.end() ? nullptr : &it->second.worker;
   }
+  // Calls `fn` with every registered worker's record (last_seen as
+  // registered), without copying them.
+  template <typename Fn>
+  void ForEach(Fn fn) const {
+    for (const auto& [id, entry] : workers_) fn(entry.worker);
+  }
+  // Changes whenever a worker is added or forgotten.
+  uint64_t generation() const { return generation_; }
   void Forget(const std::string& worker_id);
   // After a restart: `worker_id` runs `trial` as recorded, and gets time to
   // come back (at least 30 s, or two leases) before it is lost.
   void Adopt(const std::string& worker_id, const TrialKey& trial);
 
-  void Dispatched(const TrialKey& trial);
+  // `trial` was handed to `worker_id` now (no longer to whom it was before).
+  void Dispatched(const std::string& worker_id, const TrialKey& trial);
   void Undispatched(const TrialKey& trial);
-  void ClearDispatched() { dispatched_.clear(); }
-  // Trials handed out a lease or more ago that are not in `running`; the
-  // caller checks which of them `running`'s worker owns.
-  std::vector<TrialKey> Unacknowledged(const std::set<TrialKey>& running) const;
+  void ClearDispatched() {
+    dispatched_.clear();
+    dispatched_to_.clear();
+  }
+  // Trials handed to `worker_id` a lease or more ago that are not in
+  // `running` (what it says it runs).
+  std::vector<TrialKey> Unacknowledged(const std::string& worker_id,
+                                       const std::set<TrialKey>& running) const;
 
  private:
   struct Entry {
@@ -71,8 +87,16 @@ class WorkerRegistry {
   };
   const Clock* clock_;
   const absl::Duration lease_;
+  // A worker's principal counts once set (at registration, or when an
+  // adopted worker is first spoken for).
+  void Count(const v1::Worker& worker, int delta);
+
   std::map<std::string, Entry> workers_;
-  std::map<TrialKey, absl::Time> dispatched_;
+  std::map<std::string, int> principals_;  // principal -> workers
+  uint64_t generation_ = 0;
+  // Hand-overs not yet acknowledged, by worker, and each one's worker.
+  std::map<std::string, std::map<TrialKey, absl::Time>> dispatched_;
+  std::map<TrialKey, std::string> dispatched_to_;
 };
 
 }  // namespace dial::scheduler

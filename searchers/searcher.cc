@@ -414,6 +414,7 @@ void UniqueSearcher::ObserveReport(
 absl::StatusOr<Params> UniqueSearcher::Suggest(
     int64_t number, const std::vector<Params>& pending) {
   for (const auto& p : pending) Remember(p);
+  primed_ = true;
   if (grid_ && int64_t(seen_.size()) >= grid_->grid_size()) {
     return absl::OutOfRangeError(
         absl::StrCat("search space exhausted: all ", grid_->grid_size(),
@@ -441,7 +442,7 @@ absl::StatusOr<Params> UniqueSearcher::Suggest(
     }
   }
   // Not remembered here: the caller may drop it (a study stopped
-  // meanwhile). A trial made of it comes back as pending or observed.
+  // meanwhile). A trial made of it comes back through Made.
   return params;
 }
 

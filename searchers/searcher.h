@@ -30,6 +30,9 @@ class Searcher {
   // False for searchers that ignore `pending`: the caller may pass none,
   // sparing a copy of every open trial's params per suggestion.
   virtual bool UsesPending() const { return true; }
+  // A trial with `params` now exists (saved), whether this searcher
+  // suggested them or they came from the study's queue.
+  virtual void Made(const Params& params) {}
 
   // A trial reached a final state. Called in trial-finish order, and again
   // for every finished trial when a restarted scheduler rebuilds the
@@ -179,6 +182,13 @@ class UniqueSearcher : public Searcher {
   using Searcher::Suggest;
   absl::StatusOr<Params> Suggest(int64_t number,
                                  const std::vector<Params>& pending) override;
+  // Pending trials are needed once, to learn those made before it (a
+  // restart, a rebuild); after that Made tells it of each new one, so only
+  // an inner searcher that uses them needs them.
+  bool UsesPending() const override {
+    return !primed_ || inner_->UsesPending();
+  }
+  void Made(const Params& params) override { Remember(params); }
   void Observe(const v1::Trial& trial) override;
   void ObservePrior(const v1::Trial& trial) override {
     inner_->ObservePrior(trial);
@@ -199,6 +209,7 @@ class UniqueSearcher : public Searcher {
   std::unique_ptr<Searcher> inner_;
   std::unique_ptr<GridSearcher> grid_;  // finite spaces only
   std::set<std::string> seen_;
+  bool primed_ = false;  // given the pending trials once
 };
 
 // The seed of the study's searcher (whichever kind it is).

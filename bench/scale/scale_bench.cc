@@ -91,6 +91,14 @@ ABSL_FLAG(double, rate, 0,
 ABSL_FLAG(double, seconds, 10, "measured time (mode load)");
 ABSL_FLAG(double, warmup, 2, "seconds before measuring (mode load)");
 ABSL_FLAG(int32_t, steps, 27, "reports per trial at most (mode load)");
+ABSL_FLAG(int32_t, heartbeat_ms, 0,
+          "simulated workers heartbeat this often, listing the trial they "
+          "run (0: never; dial-worker beats every quarter lease)");
+ABSL_FLAG(int32_t, studies, 1,
+          "studies the simulated workers' trials come from, each allowed an "
+          "equal part of the workers in parallel (mode load)");
+ABSL_FLAG(int32_t, wait_ms, 500,
+          "AcquireTrial long-poll wait of the simulated workers");
 ABSL_FLAG(int32_t, trials, 10000, "trivial trials in all (mode asktell)");
 ABSL_FLAG(std::string, trial_scheduler, "asha", "fifo | asha | pbt");
 ABSL_FLAG(bool, json, false, "also print one JSON line of results");
@@ -279,6 +287,10 @@ struct Shared {
   InFlight in_flight;
   std::atomic<bool> stopping{false};
   std::atomic<int64_t> trials_done{0};
+  // Heartbeats answered NOT_FOUND and reports fenced: leases the scheduler
+  // took away from a worker that was alive.
+  std::atomic<int64_t> lost_leases{0}, fenced{0};
+  int heartbeat_ms = 0, wait_ms = 500;
   Clock::duration interval{};  // between one simulator's reports; 0: none
   // The gap before a simulator's next report: exponential with mean
   // `interval` (Poisson arrivals), so simulators do not report in lockstep
@@ -291,7 +303,7 @@ struct Shared {
   std::mutex gap_mu;
   std::mt19937_64 gap_rng{7};
   int steps = 27;
-  std::string worker_study, asktell_study;
+  std::string asktell_study;
 };
 
 // A cost-free learning curve: trial q in (0, 1) approaches q as it trains,
@@ -360,7 +372,7 @@ class SimWorker : public Paced<SimWorker> {
         Call<v1::AcquireTrialRequest, v1::AcquireTrialResponse>>();
     c->req.set_worker_id(id_);
     c->req.set_free_slots(1);
-    c->req.set_wait_ms(500);
+    c->req.set_wait_ms(s_.wait_ms);
     auto self = shared_from_this();
     Send<v1::AcquireTrialRequest, v1::AcquireTrialResponse>(
         s_, "AcquireTrial", c,
@@ -372,10 +384,14 @@ class SimWorker : public Paced<SimWorker> {
             self->Later(20, [self] { self->Acquire(); });
             return;
           }
-          self->study_ = resp.trial().study();
-          self->trial_ = resp.trial().number();
-          self->attempt_ = resp.attempt();
-          self->lease_token_ = resp.lease_token();
+          {
+            std::lock_guard<std::mutex> lock(self->mu_);
+            self->study_ = resp.trial().study();
+            self->trial_ = resp.trial().number();
+            self->attempt_ = resp.attempt();
+            self->lease_token_ = resp.lease_token();
+            self->running_ = true;
+          }
           self->step_ = resp.start_step();
           self->due_ = Clock::now();
           self->Next();
@@ -405,7 +421,11 @@ class SimWorker : public Paced<SimWorker> {
           if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
             return self->Later(20, [self] { self->Report(); });
           }
-          if (!st.ok()) return self->Acquire();  // fenced: drop the trial
+          if (!st.ok()) {  // fenced: drop the trial
+            ++self->s_.fenced;
+            self->Stopped();
+            return self->Acquire();
+          }
           ++self->step_;
           const auto action = resp.decision().action();
           if ((action == v1::Decision::CONTINUE ||
@@ -437,7 +457,55 @@ class SimWorker : public Paced<SimWorker> {
             return self->Later(20, [self] { self->Finish(); });
           }
           ++self->s_.trials_done;
+          self->Stopped();
           self->Acquire();
+        });
+  }
+  void Stopped() {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+  }
+
+ public:
+  // Heartbeats every --heartbeat_ms from now on, listing the trial it runs
+  // (as dial-worker does); the first after a random part of the period, so
+  // the fleet's beats spread out.
+  void StartBeating(std::mt19937_64& rng) {
+    if (s_.heartbeat_ms <= 0) return;
+    auto self = shared_from_this();
+    Later(std::uniform_int_distribution<int>(0, s_.heartbeat_ms - 1)(rng),
+          [self] { self->Beat(); });
+  }
+
+ private:
+  void Beat() {
+    if (s_.stopping) return;
+    auto c =
+        std::make_shared<Call<v1::HeartbeatRequest, v1::HeartbeatResponse>>();
+    c->req.set_worker_id(id_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (running_) {
+        v1::RunningTrial* r = c->req.add_running();
+        r->set_study(study_);
+        r->set_trial(trial_);
+        r->set_attempt(attempt_);
+        r->set_lease_token(lease_token_);
+      }
+    }
+    auto self = shared_from_this();
+    Send<v1::HeartbeatRequest, v1::HeartbeatResponse>(
+        s_, "Heartbeat", c,
+        [this](auto* ctx, auto* req, auto* resp, auto cb) {
+          s_.worker->async()->Heartbeat(ctx, req, resp, std::move(cb));
+        },
+        [self](const grpc::Status& st, v1::HeartbeatResponse&) {
+          if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
+            // Lost for good: it does not register again.
+            ++self->s_.lost_leases;
+            return;
+          }
+          self->Later(self->s_.heartbeat_ms, [self] { self->Beat(); });
         });
   }
 
@@ -447,6 +515,10 @@ class SimWorker : public Paced<SimWorker> {
   int32_t attempt_ = 0;
   std::string lease_token_;
   int64_t step_ = 0;
+  // Guards the trial's identity (above), which heartbeats read from
+  // another thread, and whether it runs one.
+  std::mutex mu_;
+  bool running_ = false;
 };
 
 // An ask/tell client: one trial at a time, `steps` reports each.
@@ -1137,6 +1209,8 @@ int Main() {
   s.study_token = user.token;
   s.worker_token = worker.token;
   s.steps = absl::GetFlag(FLAGS_steps);
+  s.heartbeat_ms = absl::GetFlag(FLAGS_heartbeat_ms);
+  s.wait_ms = absl::GetFlag(FLAGS_wait_ms);
   const int workers = mode == "load" ? absl::GetFlag(FLAGS_workers) : 0;
   const int clients = absl::GetFlag(FLAGS_clients);
   const double rate = absl::GetFlag(FLAGS_rate);
@@ -1145,13 +1219,18 @@ int Main() {
         std::chrono::duration<double>((workers + clients) / rate));
   }
   const std::string kind = absl::GetFlag(FLAGS_trial_scheduler);
-  s.worker_study = "scale-workers";
   s.asktell_study = absl::GetFlag(FLAGS_asktell_study);
   const int64_t big = 1000000;
-  if (workers > 0 &&
-      !CreateStudy(*study_stub, s.study_token,
-                   Spec(s.worker_study, true, kind, s.steps, big, workers))) {
-    return 1;
+  // The workers' studies share them out: each may run its part of them.
+  const int studies = std::max(1, absl::GetFlag(FLAGS_studies));
+  for (int i = 0; workers > 0 && i < studies; ++i) {
+    const std::string name =
+        studies == 1 ? "scale-workers" : absl::StrCat("scale-workers-", i);
+    if (!CreateStudy(*study_stub, s.study_token,
+                     Spec(name, true, kind, s.steps, big,
+                          (workers + studies - 1) / studies))) {
+      return 1;
+    }
   }
   const bool asktell = mode == "asktell";
   if (clients > 0 &&
@@ -1164,6 +1243,7 @@ int Main() {
   }
 
   std::vector<std::shared_ptr<SimWorker>> sim_workers;
+  std::mt19937_64 beat_rng(11);
   for (int i = 0; i < workers; ++i) {
     grpc::ClientContext ctx;
     Authorize(ctx, s.worker_token);
@@ -1177,6 +1257,8 @@ int Main() {
       return 1;
     }
     sim_workers.push_back(std::make_shared<SimWorker>(s, resp.worker_id()));
+    // Its lease runs from now: it beats while the others register.
+    sim_workers.back()->StartBeating(beat_rng);
   }
   std::atomic<int64_t> quota(absl::GetFlag(FLAGS_trials));
   std::vector<std::shared_ptr<SimClient>> sim_clients;
@@ -1198,6 +1280,7 @@ int Main() {
   };
   double cpu0 = scheduler_cpu(), cpu1 = 0;
   double elapsed = 0;
+  int64_t finished = 0;  // trials, in the measured window
   if (asktell) {
     s.stats.Start();
     const auto t0 = Clock::now();
@@ -1229,9 +1312,16 @@ int Main() {
     std::printf(
         "%.1f s: %" PRId64 " reports (%.0f/s), %" PRId64 " trials finished\n",
         elapsed, reports, reports / elapsed, int64_t(s.trials_done - done0));
+    finished = s.trials_done - done0;
     absl::StrAppend(&json, ",\"seconds\":", elapsed, ",\"reports\":", reports,
                     ",\"reports_per_s\":", reports / elapsed,
-                    ",\"trials_finished\":", s.trials_done - done0);
+                    ",\"trials_finished\":", finished,
+                    ",\"lost_leases\":", s.lost_leases.load(),
+                    ",\"fenced\":", s.fenced.load());
+    if (s.heartbeat_ms > 0) {
+      std::printf("leases lost: %" PRId64 ", reports fenced: %" PRId64 "\n",
+                  s.lost_leases.load(), s.fenced.load());
+    }
     s.in_flight.WaitZero();
   }
   absl::StrAppend(&json, s.stats.Report(elapsed));
@@ -1240,6 +1330,12 @@ int Main() {
     std::printf(
         "scheduler: %.1f CPU s (%.0f%% of one core), peak RSS %.0f MB\n",
         cpu1 - cpu0, 100 * (cpu1 - cpu0) / elapsed, peak_mb);
+    if (finished > 0) {
+      std::printf("scheduler CPU per finished trial: %.3f ms\n",
+                  1000 * (cpu1 - cpu0) / finished);
+      absl::StrAppend(
+          &json, ",\"cpu_ms_per_trial\":", 1000 * (cpu1 - cpu0) / finished);
+    }
     absl::StrAppend(&json, ",\"scheduler_cpu_s\":", cpu1 - cpu0,
                     ",\"scheduler_peak_mb\":", peak_mb);
     scheduler.Kill(SIGTERM);

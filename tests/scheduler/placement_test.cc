@@ -144,6 +144,14 @@ TEST(PlacementTest, WhyAStudyWaits) {
             "waiting: owner 'ann' runs 2 trials, its quota's max_slots");
   // Only busy workers: nothing to say.
   EXPECT_EQ(WhyWaiting(Study("s", "ann"), {AWorker()}, running, {}), "");
+  // Kinds of worker with their counts weigh as that many workers: the
+  // key most workers fail is named.
+  Pending eu_a100 = Study("eu", "ann");
+  eu_a100.selector = {{"gpu.model", {"A100"}}, {"zone", {"eu"}}};
+  Worker us_a100s = AWorker({{"gpu.model", "A100"}, {"zone", "us"}});
+  us_a100s.count = 5;
+  EXPECT_EQ(WhyWaiting(eu_a100, {AWorker({{"zone", "eu"}}), us_a100s}, {}, {}),
+            "waiting: no worker matches zone in [eu]");
 }
 
 Candidate Runs(const std::string& study, int64_t trial, int32_t priority,
@@ -309,6 +317,36 @@ TEST(PlacerTest, RestoringUsageTwiceCountsItOnce) {
   EXPECT_NEAR(placer.recent().at("ann"), 0.5, 1e-9);
   placer.RestoreUsage({r});
   EXPECT_NEAR(placer.recent().at("ann"), 0.5, 1e-9);
+}
+
+// Workers alike but for their host share a shape: dispatch offers them the
+// same trials. A study that selects by host makes shapes not enough.
+TEST(PlacerTest, WorkersAlikeButForTheirHostShareAShape) {
+  FakeClock clock;
+  StudyRegistry studies;
+  WorkerRegistry workers(&clock, absl::Seconds(10));
+  Preemptions preemptions;
+  Placer placer(
+      {&studies, &workers, nullptr, &clock, absl::Hours(1), &preemptions});
+  auto add = [&](const std::string& host,
+                 std::map<std::string, std::string> labels) {
+    v1::WorkerResources r;
+    for (const auto& [k, v] : labels) (*r.mutable_labels())[k] = v;
+    v1::Worker w = workers.Make(host, r);
+    workers.Add(w);
+    return w.id();
+  };
+  const std::string a = add("a", {{"zone", "eu"}, {"gpu.model", "A100"}});
+  const std::string b = add("b", {{"gpu.model", "A100"}, {"zone", "eu"}});
+  const std::string c = add("c", {{"zone", "us"}, {"gpu.model", "A100"}});
+  EXPECT_EQ(placer.ShapeOf(a, 1), placer.ShapeOf(b, 1));
+  EXPECT_NE(placer.ShapeOf(a, 1), placer.ShapeOf(a, 0));
+  EXPECT_NE(placer.ShapeOf(a, 1), placer.ShapeOf(c, 1));
+  // Labels cannot run into each other: {ab: c} is not {a: bc}.
+  const std::string d = add("d", {{"ab", "c"}});
+  const std::string e = add("e", {{"a", "bc"}});
+  EXPECT_NE(placer.ShapeOf(d, 0), placer.ShapeOf(e, 0));
+  EXPECT_TRUE(placer.ShapesDecide());
 }
 
 }  // namespace

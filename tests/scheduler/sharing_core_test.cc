@@ -158,6 +158,38 @@ TEST_F(SharingCoreTest, ATrialRunsOnlyOnAWorkerItsSelectorMatches) {
   EXPECT_EQ(Acquire(us), "pinned");
 }
 
+// Parked calls of workers alike but for their host are offered a trial
+// once per shape; a study pinned to a host must still reach its worker
+// when an older call of the same shape got nothing.
+TEST_F(SharingCoreTest, AParkedWorkerPinnedByHostGetsItsTrial) {
+  Start();
+  const std::string a = Register("a1");
+  const std::string b = Register("b1");
+  std::map<std::string, std::optional<Assignment>> got;
+  for (const std::string& w : {a, b}) {
+    core_->AcquireTrial(
+        w, 0, absl::Seconds(30), [] { return true; },
+        [&got, w](absl::StatusOr<std::optional<Assignment>> r) {
+          ASSERT_TRUE(r.ok()) << r.status();
+          got[w] = *r;
+        },
+        kWorker);
+  }
+  core_->WaitIdle();
+  EXPECT_TRUE(got.empty()) << "no study yet: both wait";
+  Create(Spec("pinned", Trial("{selector: {host: [b1]}}"), 1), kAdmin);
+  ASSERT_EQ(got.count(b), 1u) << "b1's call was skipped behind a1's";
+  ASSERT_TRUE(got.at(b).has_value());
+  EXPECT_EQ(got.at(b)->trial.study(), "pinned");
+  EXPECT_EQ(got.count(a), 0u);
+  // a1's call ends empty when its wait is over (before `got` goes).
+  clock_.Advance(absl::Seconds(31));
+  core_->Tick();
+  core_->WaitIdle();
+  ASSERT_EQ(got.count(a), 1u);
+  EXPECT_FALSE(got.at(a).has_value());
+}
+
 TEST_F(SharingCoreTest, AStudyNoWorkerMatchesSaysWhyItWaits) {
   Start();
   Create(Spec("a100", Trial("{selector: {gpu.model: [A100, H100]}}")), kAdmin);

@@ -41,6 +41,8 @@ TEST_F(WorkerRegistryTest, ALeaseRunsOutUnlessRenewed) {
   clock_.Advance(absl::Seconds(3));
   EXPECT_THAT(registry_.Expired(), ElementsAre(a.id()));
   EXPECT_EQ(registry_.CountOf("alice"), 1);
+  registry_.Forget(a.id());
+  EXPECT_EQ(registry_.CountOf("alice"), 0);
 }
 
 TEST_F(WorkerRegistryTest, OnlyItsPrincipalOrAnAdminSpeaksForAWorker) {
@@ -72,27 +74,38 @@ TEST_F(WorkerRegistryTest, AnAdoptedWorkerGetsTimeToComeBack) {
   EXPECT_THAT(long_lease.Expired(), ElementsAre("w2"));
 
   registry_.Adopt("w3", {"s", 5});
+  EXPECT_EQ(registry_.CountOf("bob"), 0);
   EXPECT_TRUE(registry_.CheckOwner("w3", "bob", false).ok());
+  EXPECT_EQ(registry_.CountOf("bob"), 1);
   EXPECT_EQ(registry_.CheckOwner("w3", "carol", false).code(),
             absl::StatusCode::kPermissionDenied);
 }
 
 TEST_F(WorkerRegistryTest, HandOversNotAcknowledgedWithinALeaseComeBack) {
-  registry_.Dispatched({"s", 1});
-  registry_.Dispatched({"s", 2});
+  registry_.Dispatched("w1", {"s", 1});
+  registry_.Dispatched("w1", {"s", 2});
+  registry_.Dispatched("w2", {"s", 4});
   clock_.Advance(absl::Seconds(5));
-  registry_.Dispatched({"s", 3});
-  EXPECT_THAT(registry_.Unacknowledged({}), IsEmpty());
-  clock_.Advance(absl::Seconds(6));  // 1 and 2: 11 s; 3: 6 s
-  // 2 is running on its worker; 1 was never seen by one.
+  registry_.Dispatched("w1", {"s", 3});
+  EXPECT_THAT(registry_.Unacknowledged("w1", {}), IsEmpty());
+  clock_.Advance(absl::Seconds(6));  // 1, 2 and 4: 11 s; 3: 6 s
+  // 2 is running on its worker; 1 was never seen by one; 4 is another
+  // worker's.
   using Key = WorkerRegistry::TrialKey;
-  EXPECT_THAT(registry_.Unacknowledged({Key{"s", 2}}),
+  EXPECT_THAT(registry_.Unacknowledged("w1", {Key{"s", 2}}),
               ElementsAre(Key{"s", 1}));
+  EXPECT_THAT(registry_.Unacknowledged("w2", {}), ElementsAre(Key{"s", 4}));
   registry_.Undispatched({"s", 1});
-  EXPECT_THAT(registry_.Unacknowledged({Key{"s", 2}}), IsEmpty());
+  EXPECT_THAT(registry_.Unacknowledged("w1", {Key{"s", 2}}), IsEmpty());
+  // Handed again, to another worker: the first no longer answers for it.
+  registry_.Dispatched("w3", {"s", 4});
+  EXPECT_THAT(registry_.Unacknowledged("w2", {}), IsEmpty());
+  clock_.Advance(absl::Seconds(11));
+  EXPECT_THAT(registry_.Unacknowledged("w3", {}), ElementsAre(Key{"s", 4}));
   registry_.ClearDispatched();
   clock_.Advance(absl::Seconds(60));
-  EXPECT_THAT(registry_.Unacknowledged({}), IsEmpty());
+  EXPECT_THAT(registry_.Unacknowledged("w1", {}), IsEmpty());
+  EXPECT_THAT(registry_.Unacknowledged("w3", {}), IsEmpty());
 }
 
 }  // namespace

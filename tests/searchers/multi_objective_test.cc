@@ -328,6 +328,49 @@ TEST(UniqueSearcherTest, PendingAndStoppedTrialsAreNotSuggestedAgain) {
             absl::StatusCode::kOutOfRange);
 }
 
+// Issue 34's fleet bench: every new trial of a random study copied the
+// params of all its open trials (1,000 with 10,000 workers) for
+// UniqueSearcher. Now it needs them once; after that Made() tells it of
+// each trial made, queued configurations included.
+TEST(UniqueSearcherTest, PendingTrialsAreNeededOnceThenMadeTellsOfEach) {
+  const auto spec = Spec(
+      "objective: {metric: y, goal: MINIMIZE}\n"
+      "search_space: [{name: a, int: {min: 1, max: 6}}]\n"
+      "searcher: {random: {seed: 3}}\n");
+  auto s = CreateSearcher(spec);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE((*s)->UsesPending()) << "it must learn what exists first";
+  Params before;
+  before["a"].set_int_value(1);  // made before a restart, still running
+  auto first = (*s)->Suggest(0, {before});
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE((*s)->UsesPending());
+  (*s)->Made(*first);
+  Params queued;
+  queued["a"].set_int_value(first->at("a").int_value() == 2 ? 3 : 2);
+  (*s)->Made(queued);  // from the study's queue, never suggested
+  std::set<int64_t> seen = {1, first->at("a").int_value(),
+                            queued.at("a").int_value()};
+  for (int n = 1; n <= 3; ++n) {
+    auto p = (*s)->Suggest(n, {});
+    ASSERT_TRUE(p.ok()) << n << ": " << p.status();
+    EXPECT_TRUE(seen.insert(p->at("a").int_value()).second)
+        << "suggested " << p->at("a").int_value() << " again";
+    (*s)->Made(*p);
+  }
+  EXPECT_EQ((*s)->Suggest(4, {}).status().code(),
+            absl::StatusCode::kOutOfRange);
+
+  // A searcher that spreads suggestions over pending ones still gets them.
+  auto gp =
+      CreateSearcher(Spec("objective: {metric: y, goal: MINIMIZE}\n"
+                          "search_space: [{name: a, float: {min: 0, max: 1}}]\n"
+                          "searcher: {bayesian: {seed: 3}}\n"));
+  ASSERT_TRUE(gp.ok());
+  ASSERT_TRUE((*gp)->Suggest(0, {}).ok());
+  EXPECT_TRUE((*gp)->UsesPending());
+}
+
 // Issue 20's defect: a Bayesian + ASHA study suggested dropout=0 lr=0.1
 // units=215 three times in a row, each stopped at the first rung. Here
 // the rung above favours a corner of the space and every new trial is
