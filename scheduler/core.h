@@ -109,6 +109,9 @@ struct SchedulerCoreOptions {
   // before it may be preempted.
   absl::Duration preempt_grace = absl::Seconds(30);
   absl::Duration preempt_min_run = absl::Seconds(60);
+  // Whether an owner below its fair share may preempt trials of an owner
+  // above it (equal priorities); otherwise fair share only orders dispatch.
+  bool fair_share_preempt = false;
   // Told of each usage record once written (e.g. /metrics counters); called
   // under the core's lock, so it must be quick. Null: nobody.
   std::function<void(const v1::UsageRecord&)> on_usage = nullptr;

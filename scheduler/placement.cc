@@ -91,37 +91,62 @@ std::optional<size_t> Choose(const Worker& worker,
 
 std::vector<std::pair<size_t, size_t>> ChoosePreemptions(
     const std::vector<Need>& needs, const std::vector<Candidate>& running,
-    const Running& held, const QuotaTable& quotas, absl::Duration min_run) {
+    const Running& held, const QuotaTable& quotas, absl::Duration min_run,
+    bool fair_share) {
   std::vector<size_t> order(needs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return needs[a].study.priority > needs[b].study.priority;
   });
+  // What runs once the moves chosen so far are made.
+  Running after = held;
+  auto move = [&](const std::string& owner, int32_t slots, int32_t gpus) {
+    Running::Held& h = after.by_owner[owner];
+    h.slots += slots;
+    h.gpus += gpus;
+  };
   std::vector<bool> taken(running.size(), false);
   std::vector<std::pair<size_t, size_t>> out;
   for (size_t n : order) {
     const Need& need = needs[n];
     const Pending& p = need.study;
-    if (!OverQuota(held, p.owner, p.gpus, quotas.For(p.owner)).empty()) {
-      continue;
-    }
     for (int32_t k = need.preempting; k < need.ready; ++k) {
+      const Quota& quota = quotas.For(p.owner);
+      if (!OverQuota(after, p.owner, p.gpus, quota).empty()) break;
+      // The need's owner's standing with one more slot.
+      move(p.owner, 1, p.gpus);
+      const double gainer = Standing(after, p.owner, quota);
+      move(p.owner, -1, -p.gpus);
+      // Smaller is better: (priority, minus the owner's standing after
+      // the move at equal priority, time run).
+      using Key = std::tuple<int32_t, double, absl::Duration>;
       std::optional<size_t> victim;
+      Key best;
       for (size_t i = 0; i < running.size(); ++i) {
         const Candidate& c = running[i];
-        if (taken[i] || c.priority >= p.priority || c.ran < min_run ||
+        if (taken[i] || c.priority > p.priority || c.ran < min_run ||
             c.gpus < p.gpus || Mismatch(p.selector, c.worker_labels)) {
           continue;
         }
-        if (!victim || std::make_pair(c.priority, c.ran) <
-                           std::make_pair(running[*victim].priority,
-                                          running[*victim].ran)) {
+        double loser = 0;
+        if (c.priority == p.priority) {
+          if (!fair_share || c.owner == p.owner) continue;
+          move(c.owner, -1, -c.gpus);
+          loser = Standing(after, c.owner, quotas.For(c.owner));
+          move(c.owner, 1, c.gpus);
+          if (loser < gainer) continue;
+        }
+        Key key{c.priority, -loser, c.ran};
+        if (!victim || key < best) {
           victim = i;
+          best = key;
         }
       }
       if (!victim) break;
       taken[*victim] = true;
       out.push_back({*victim, n});
+      move(running[*victim].owner, -1, -running[*victim].gpus);
+      move(p.owner, 1, p.gpus);
     }
   }
   return out;

@@ -95,14 +95,21 @@ struct Candidate {
 };
 // Which running trials to preempt, as (index in `running`, index in
 // `needs`). For each need, highest priority first, at most `ready -
-// preempting` trials, each of a strictly lower priority (so equal
-// priorities never preempt each other), that ran at least `min_run`, on a
-// worker the need's selector matches, holding at least the GPUs it needs;
-// lowest priority first, then the one that ran least (the least work
-// lost). A need whose owner is at a quota preempts nothing.
+// preempting` trials, each of a strictly lower priority, that ran at least
+// `min_run`, on a worker the need's selector matches, holding at least the
+// GPUs it needs; lowest priority first, then the one that ran least (the
+// least work lost). A need whose owner is at a quota preempts nothing.
+//
+// With `fair_share`, a trial of the same priority may go too, when it is
+// another owner's whose standing (see Choose) would still be at or above
+// the need's owner's after the slot moved: the owner furthest above first.
+// The move cannot be undone by the same rule, so equal priorities never
+// preempt each other back and forth. Without it, equal priorities never
+// preempt each other at all.
 std::vector<std::pair<size_t, size_t>> ChoosePreemptions(
     const std::vector<Need>& needs, const std::vector<Candidate>& running,
-    const Running& held, const QuotaTable& quotas, absl::Duration min_run);
+    const Running& held, const QuotaTable& quotas, absl::Duration min_run,
+    bool fair_share = false);
 
 // Owners' recent usage: trials running, averaged with an exponential decay
 // of half-life `half_life` (as Slurm's PriorityDecayHalfLife). Fed with the

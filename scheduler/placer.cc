@@ -127,13 +127,17 @@ int Placer::MarkPreemptions() {
     needs.push_back(std::move(need));
   }
   if (needs.empty()) return 0;
-  // Only trials of a lower priority than some need can be preempted.
+  // Only trials of a lower priority than some need can be preempted, or of
+  // the same with --fair-share-preempt.
   std::vector<placement::Candidate> running;
   std::vector<Preemptions::Key> keys;
   std::vector<int32_t> attempts;
   for (const auto& [name, entry] : p_.studies->all()) {
     const v1::StudySpec& spec = entry->study().spec();
-    if (!entry->worker_run() || spec.priority() >= top) continue;
+    if (!entry->worker_run() || spec.priority() > top ||
+        (spec.priority() == top && !p_.fair_share_preempt)) {
+      continue;
+    }
     for (int64_t number : entry->open()) {
       const v1::Trial& t = entry->trials().at(number);
       if (t.state() != v1::RUNNING || marks.Find({name, number}, t.attempt())) {
@@ -155,8 +159,25 @@ int Placer::MarkPreemptions() {
     }
   }
   if (running.empty()) return 0;
-  const auto chosen = placement::ChoosePreemptions(
-      needs, running, RunningNow(), *TableOf(p_.quotas), p_.preempt_min_run);
+  // What runs once the preemptions under way are done: each marked trial's
+  // slot already counts as its starved study's, or later ticks would mark
+  // again for slots already on their way (and past quotas and shares).
+  placement::Running held = RunningNow();
+  for (const auto& [key, mark] : marks.marks()) {
+    auto victim = p_.studies->Shared(key.first);
+    auto gainer = p_.studies->Shared(mark.by_study);
+    if (!victim || !gainer) continue;
+    auto move = [&](const StudyEntry& entry, int32_t sign) {
+      placement::Running::Held& h = held.by_owner[entry.study().owner()];
+      h.slots += sign;
+      h.gpus += sign * entry.study().spec().trial().resources().gpus();
+    };
+    move(*victim, -1);
+    move(*gainer, 1);
+  }
+  const auto chosen =
+      placement::ChoosePreemptions(needs, running, held, *TableOf(p_.quotas),
+                                   p_.preempt_min_run, p_.fair_share_preempt);
   for (const auto& [victim, need] : chosen) {
     marks.Add(keys[victim], {needs[need].study.study, attempts[victim],
                              now + p_.preempt_grace});

@@ -72,6 +72,7 @@ class Placer {
     Preemptions* preemptions = nullptr;  // required
     absl::Duration preempt_grace = absl::Seconds(30);
     absl::Duration preempt_min_run = absl::Seconds(60);
+    bool fair_share_preempt = false;  // see placement::ChoosePreemptions
   };
   explicit Placer(const Parts& parts) : p_(parts), usage_(parts.half_life) {}
 

@@ -114,6 +114,9 @@ ABSL_FLAG(int32_t, preempt_grace_s, 30,
 ABSL_FLAG(int32_t, preempt_min_run_s, 60,
           "Seconds an attempt runs before a higher-priority study may "
           "preempt it");
+ABSL_FLAG(bool, fair_share_preempt, false,
+          "Let an owner below its fair share preempt trials of an owner above "
+          "it at equal priority (otherwise fair share only orders dispatch)");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 namespace {
@@ -206,6 +209,7 @@ int main(int argc, char** argv) {
   options.preempt_grace = absl::Seconds(absl::GetFlag(FLAGS_preempt_grace_s));
   options.preempt_min_run =
       absl::Seconds(absl::GetFlag(FLAGS_preempt_min_run_s));
+  options.fair_share_preempt = absl::GetFlag(FLAGS_fair_share_preempt);
   if (options.preempt_grace < absl::ZeroDuration() ||
       options.preempt_min_run < absl::ZeroDuration()) {
     spdlog::error("--preempt-grace-s, --preempt-min-run-s: must be 0 or more");

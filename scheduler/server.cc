@@ -102,6 +102,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
   core_options.fair_share_half_life = options.fair_share_half_life;
   core_options.preempt_grace = options.preempt_grace;
   core_options.preempt_min_run = options.preempt_min_run;
+  core_options.fair_share_preempt = options.fair_share_preempt;
   if (options.metrics != nullptr) {
     core_options.on_usage = NewUsageCounters(options.metrics);
     core_options.fit_seconds =

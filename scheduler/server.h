@@ -54,6 +54,7 @@ struct SchedulerServerOptions {
   absl::Duration fair_share_half_life = absl::Hours(24 * 7);
   absl::Duration preempt_grace = absl::Seconds(30);
   absl::Duration preempt_min_run = absl::Seconds(60);
+  bool fair_share_preempt = false;
   // Counts and times every call into it (dial_grpc_server_*), and the
   // core's gauges (studies, trials by state, workers); null: no metrics.
   // Not owned; outlives the server.

@@ -29,6 +29,9 @@
 
 ABSL_FLAG(int, workers, 64, "One-slot workers in the fleet");
 ABSL_FLAG(int, seconds, 3600, "Simulated seconds");
+ABSL_FLAG(bool, fair_share_preempt, false,
+          "The scheduler's --fair-share-preempt: owners below their share "
+          "preempt those above it");
 ABSL_FLAG(std::string, out, "", "Append a JSON line to this file");
 ABSL_FLAG(std::string, shares_csv, "",
           "Write each owner's running trials every 10 s to this CSV");
@@ -93,6 +96,7 @@ int Run() {
   options.quotas = quotas->get();
   options.preempt_grace = absl::Seconds(30);
   options.preempt_min_run = absl::Seconds(60);
+  options.fair_share_preempt = absl::GetFlag(FLAGS_fair_share_preempt);
   auto created = SchedulerCore::Create(options);
   if (!created.ok()) return 1;
   SchedulerCore& core = **created;
@@ -322,6 +326,8 @@ int Run() {
   if (const std::string out = absl::GetFlag(FLAGS_out); !out.empty()) {
     std::ofstream f(out, std::ios::app);
     f << "{\"workers\": " << fleet << ", \"seconds\": " << seconds
+      << ", \"fair_share_preempt\": "
+      << (absl::GetFlag(FLAGS_fair_share_preempt) ? "true" : "false")
       << ", \"jain\": " << jain << ", \"deadline_all_running_s\": "
       << (deadline_all_running ? *deadline_all_running - 2400 : -1)
       << ", \"preempted\": " << preempted << ", \"lost_steps\": " << lost_steps

@@ -2,7 +2,8 @@
 # Fairness on a shared fleet (issue 34): bench/fairness/fairness_bench.cc
 # on a simulated fleet (64 one-slot workers, owners weighted 2:1:1, a
 # priority-10 study at 40 min), then a plot of each owner's share over
-# time (python3-matplotlib). Appends a JSON line to
+# time (python3-matplotlib); then the same run with --fair-share-preempt
+# (printed and recorded, not plotted). Appends a JSON line per run to
 # bench/fairness/results/<date>.jsonl and writes bench/fairness/shares.png.
 #
 #   bench/fairness/run.sh [BUILD_DIR]   # default: build; about 30 s
@@ -18,6 +19,10 @@ csv=$(mktemp)
 trap 'rm -f "$csv"' EXIT
 "$bench" --out="bench/fairness/results/$(date +%Y-%m-%d).jsonl" \
   --shares_csv="$csv"
+echo
+echo "=== the same with --fair-share-preempt"
+"$bench" --out="bench/fairness/results/$(date +%Y-%m-%d).jsonl" \
+  --fair_share_preempt
 /usr/bin/python3 - "$csv" bench/fairness/shares.png <<'PY'
 import csv, sys
 import matplotlib

@@ -199,6 +199,73 @@ TEST(PreemptionPolicyTest, OnlyLowerPrioritiesThatRanLongEnoughLowestFirst) {
                   .empty());
 }
 
+// --fair-share-preempt: an owner below its share takes slots from owners
+// above it at equal priority until the standings meet, never past them,
+// so the moves cannot go back and forth.
+TEST(PreemptionPolicyTest, FairShareMovesSlotsUntilTheStandingsMeet) {
+  std::vector<Candidate> running;
+  for (int i = 0; i < 8; ++i) {
+    running.push_back(
+        Runs("ann-study", i, 0, absl::Hours(1) + absl::Minutes(i)));
+    running.back().owner = "ann";
+  }
+  Running held;
+  held.by_owner["ann"] = {8, 0};
+  const Need bob = Needs(Study("bob-study", "bob", 0), 8);
+  // Off: equal priorities never preempt.
+  EXPECT_TRUE(
+      ChoosePreemptions({bob}, running, held, {}, absl::Minutes(1)).empty());
+  // On: 8:0 becomes 4:4, the trials that ran least first.
+  auto chosen =
+      ChoosePreemptions({bob}, running, held, {}, absl::Minutes(1), true);
+  std::vector<size_t> victims;
+  for (const auto& [victim, need] : chosen) victims.push_back(victim);
+  EXPECT_THAT(victims, ::testing::ElementsAre(0, 1, 2, 3));
+  // At 4:4 bob takes nothing back from ann, nor ann from bob.
+  held.by_owner["ann"] = {4, 0};
+  held.by_owner["bob"] = {4, 0};
+  running.resize(4);
+  std::vector<Candidate> bobs = running;
+  for (auto& c : bobs) c.owner = "bob";
+  EXPECT_TRUE(
+      ChoosePreemptions({bob}, running, held, {}, absl::Minutes(1), true)
+          .empty());
+  EXPECT_TRUE(ChoosePreemptions({Needs(Study("ann-study", "ann", 0), 4)}, bobs,
+                                held, {}, absl::Minutes(1), true)
+                  .empty());
+  // Weights 2:1 over 6 slots: 4:2.
+  held.by_owner = {{"ann", {6, 0}}};
+  running.clear();
+  for (int i = 0; i < 6; ++i) {
+    running.push_back(Runs("ann-study", i, 0, absl::Hours(1)));
+    running.back().owner = "ann";
+  }
+  EXPECT_EQ(ChoosePreemptions({bob}, running, held, Table("ann weight=2\n"),
+                              absl::Minutes(1), true)
+                .size(),
+            2u);
+  // Recent usage counts as in dispatch: bob, who ran 10 trials lately,
+  // is not below ann's share.
+  held.recent["bob"] = 10;
+  EXPECT_TRUE(
+      ChoosePreemptions({bob}, running, held, {}, absl::Minutes(1), true)
+          .empty());
+  // A lower priority goes before a fair-share victim, and a trial of the
+  // need's own owner is never one.
+  held = Running();
+  held.by_owner = {{"ann", {2, 0}}, {"bob", {1, 0}}};
+  running = {Runs("ann-study", 0, 0, absl::Hours(1)),
+             Runs("ann-study", 1, 0, absl::Hours(1)),
+             Runs("bob-low", 2, -1, absl::Hours(1)),
+             Runs("bob-study", 3, 0, absl::Minutes(2))};
+  running[0].owner = running[1].owner = "ann";
+  running[2].owner = running[3].owner = "bob";
+  chosen = ChoosePreemptions({bob}, running, held, {}, absl::Minutes(1), true);
+  victims.clear();
+  for (const auto& [victim, need] : chosen) victims.push_back(victim);
+  EXPECT_THAT(victims, ::testing::ElementsAre(2));
+}
+
 TEST(PreemptionPolicyTest, OnlyOnMatchingWorkersAndNotPastAQuota) {
   Pending a100 = Study("a100", "u", 10);
   a100.selector = {{"gpu.model", {"A100"}}};
