@@ -24,6 +24,10 @@ PACKAGES=(
   # (deploy/dev-ca.sh), the network-namespace tests (ip netns; nftables
   # for packet loss) and the transfer bench (socat: the plain TCP copy)
   libssl-dev openssl iproute2 nftables socat
+  # the PostgreSQL store (libpq) and the server its tests start on their
+  # own (initdb/pg_ctl in a temporary directory, as the postgres user);
+  # psycopg2 and SQLAlchemy for Optuna's RDB storage, the peer in bench/
+  libpq-dev postgresql python3-psycopg2 python3-sqlalchemy
   # LibTorch calls the system libblas.so.3: without OpenBLAS it runs on the
   # reference BLAS, about 20x slower.
   libopenblas0-pthread

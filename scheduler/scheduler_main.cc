@@ -21,10 +21,15 @@
 #include "scheduler/server.h"
 #include "spdlog/spdlog.h"
 #include "storage/checkpoint_store.h"
-#include "storage/sqlite_study_store.h"
+#include "storage/open_study_store.h"
 
 ABSL_FLAG(std::string, db, "dial.db",
-          "SQLite database file (created if missing)");
+          "The database: a SQLite file (created if missing; also "
+          "sqlite:///path) or postgresql://USER@HOST:PORT/DBNAME?sslmode=... "
+          "(docs/ha.md)");
+ABSL_FLAG(std::string, db_password_file, "",
+          "File whose first line is the PostgreSQL password (or use "
+          "PGPASSFILE); never put it in --db");
 ABSL_FLAG(std::string, checkpoint_root, "dial-checkpoints",
           "Checkpoint directory (local or a shared mount)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
@@ -185,9 +190,10 @@ int main(int argc, char** argv) {
 
   // /metrics (--http-listen): outlives the store and the server.
   dial::metrics::Registry registry;
-  auto store = dial::storage::SqliteStudyStore::Create(
-      {absl::GetFlag(FLAGS_db), absl::GetFlag(FLAGS_sync_full),
-       absl::GetFlag(FLAGS_group_commit), &registry});
+  auto store = dial::storage::OpenStudyStore(
+      {absl::GetFlag(FLAGS_db), absl::GetFlag(FLAGS_db_password_file),
+       absl::GetFlag(FLAGS_sync_full), absl::GetFlag(FLAGS_group_commit),
+       &registry});
   if (!store.ok()) {
     spdlog::error("{}", store.status().ToString());
     return 1;
@@ -301,7 +307,8 @@ int main(int argc, char** argv) {
     // Machine-readable, as the gRPC line below.
     std::printf("dial-scheduler http on port %d\n", http->port());
   }
-  spdlog::info("database {}, checkpoints {}", absl::GetFlag(FLAGS_db),
+  spdlog::info("database {}, checkpoints {}",
+               dial::storage::DescribeDb(absl::GetFlag(FLAGS_db)),
                (*checkpoints)->root());
   // Machine-readable readiness line (tests and scripts read it).
   std::printf("dial-scheduler listening on %s\n", (*server)->address().c_str());

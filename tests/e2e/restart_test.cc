@@ -1,6 +1,7 @@
 // End to end with the real dial-scheduler binary: SIGKILL it halfway through
 // an ask/tell study, restart it on the same database, and check that nothing
-// acknowledged was lost and the study finishes.
+// acknowledged was lost and the study finishes. On SQLite and on a real
+// PostgreSQL server (--db=postgresql://...).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include "common/params.h"
 #include "searchers/searcher.h"
 #include "searchers/space.h"
+#include "storage/testing/pg_server.h"
 #include "tests/e2e/subprocess.h"
 
 namespace dial {
@@ -25,23 +27,32 @@ std::string Key(const searchers::Params& p) {
   return key;
 }
 
-class RestartTest : public ::testing::Test {
+// The parameter: whether the database is PostgreSQL (else SQLite).
+class RestartTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
            ("dial-e2e-restart-" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    db_ = (dir_ / "dial.db").string();
+    if (GetParam()) {
+      auto server = storage::testing::PgServer::Start();
+      ASSERT_TRUE(server.ok()) << server.status();
+      pg_ = std::move(*server);
+      auto url = pg_->NewDatabase("restart");
+      ASSERT_TRUE(url.ok()) << url.status();
+      db_ = *url;
+    }
   }
   void TearDown() override { fs::remove_all(dir_); }
 
   // Starts the scheduler and connects a client to it.
   std::unique_ptr<DialClient> Start(testing::Subprocess& proc) {
-    EXPECT_TRUE(
-        proc.Start({DIAL_SCHEDULER_BIN, "--db=" + (dir_ / "dial.db").string(),
-                    "--checkpoint-root=" + (dir_ / "ckpt").string(),
-                    "--listen=127.0.0.1:0"},
-                   (dir_ / "scheduler.log").string()));
+    EXPECT_TRUE(proc.Start({DIAL_SCHEDULER_BIN, "--db=" + db_,
+                            "--checkpoint-root=" + (dir_ / "ckpt").string(),
+                            "--listen=127.0.0.1:0"},
+                           (dir_ / "scheduler.log").string()));
     auto address =
         proc.WaitFor("dial-scheduler listening on ", std::chrono::seconds(30));
     EXPECT_TRUE(address.has_value()) << "scheduler did not start";
@@ -50,9 +61,11 @@ class RestartTest : public ::testing::Test {
     return client.ok() ? std::move(*client) : nullptr;
   }
   fs::path dir_;
+  std::string db_;
+  std::unique_ptr<storage::testing::PgServer> pg_;
 };
 
-TEST_F(RestartTest, SigkillLosesNothingAcknowledged) {
+TEST_P(RestartTest, SigkillLosesNothingAcknowledged) {
   v1::StudySpec spec;
   spec.set_name("restart");
   spec.mutable_objective()->set_metric("loss");
@@ -158,6 +171,11 @@ TEST_F(RestartTest, SigkillLosesNothingAcknowledged) {
   int status = scheduler.Kill(SIGTERM);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Databases, RestartTest, ::testing::Bool(),
+                         [](const auto& info) {
+                           return info.param ? "Postgres" : "Sqlite";
+                         });
 
 }  // namespace
 }  // namespace dial

@@ -17,9 +17,11 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/time_util.h"
 #include "storage/memory_study_store.h"
+#include "storage/pg_study_store.h"
 #include "storage/sqlite_schema.h"
 #include "storage/sqlite_study_store.h"
 #include "storage/testing/faulty_study_store.h"
+#include "storage/testing/pg_server.h"
 #include "storage/testing/temp_dir.h"
 
 namespace dial::storage {
@@ -44,6 +46,20 @@ absl::StatusOr<std::unique_ptr<StudyStore>> OpenSqlite(const ScopedTempDir& dir,
                                                        bool group_commit) {
   auto store = SqliteStudyStore::Create(
       {dir.File("contract.db"), /*full_sync=*/true, group_commit});
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<StudyStore>(std::move(*store));
+}
+
+// A fresh database on this process's PostgreSQL server, started by the
+// first test that needs one and stopped (with its files) at exit.
+absl::StatusOr<std::unique_ptr<StudyStore>> OpenPostgres() {
+  static absl::StatusOr<std::unique_ptr<testing::PgServer>> server =
+      testing::PgServer::Start();
+  static int databases = 0;
+  if (!server.ok()) return server.status();
+  auto url = (*server)->NewDatabase(absl::StrCat("contract", ++databases));
+  if (!url.ok()) return url.status();
+  auto store = PgStudyStore::Create({*url, ""});
   if (!store.ok()) return store.status();
   return std::unique_ptr<StudyStore>(std::move(*store));
 }
@@ -614,6 +630,8 @@ INSTANTIATE_TEST_SUITE_P(
                      [](const ScopedTempDir& dir) {
                        return OpenSqlite(dir, /*group_commit=*/true);
                      }},
+        StoreFactory{"Postgres",
+                     [](const ScopedTempDir&) { return OpenPostgres(); }},
         StoreFactory{"FaultyWithoutFaults",
                      [](const ScopedTempDir&)
                          -> absl::StatusOr<std::unique_ptr<StudyStore>> {

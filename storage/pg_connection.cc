@@ -1,0 +1,273 @@
+#include "storage/pg_connection.h"
+
+#include <endian.h>
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace dial::storage {
+namespace {
+
+// Type OIDs of the parameters we send.
+constexpr unsigned int kInt8 = 20, kText = 25, kFloat8 = 701, kBytea = 17;
+
+const char* const kSchemes[] = {"postgresql://", "postgres://"};
+
+}  // namespace
+
+bool IsPostgresUrl(absl::string_view db) {
+  for (const char* scheme : kSchemes) {
+    if (absl::StartsWith(db, scheme)) return true;
+  }
+  return false;
+}
+
+std::string DescribeUrl(absl::string_view url) {
+  return std::string(url.substr(0, url.find('?')));
+}
+
+absl::Status CheckPostgresUrl(absl::string_view url) {
+  if (!IsPostgresUrl(url)) {
+    return absl::InvalidArgumentError(
+        "--db: a PostgreSQL database is postgresql://USER@HOST:PORT/DBNAME");
+  }
+  // The authority: between the scheme and the first '/', '?' after it.
+  absl::string_view rest = url.substr(url.find("//") + 2);
+  absl::string_view authority = rest.substr(0, rest.find_first_of("/?"));
+  const size_t at = authority.rfind('@');
+  if (at != absl::string_view::npos &&
+      authority.substr(0, at).find(':') != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        "--db: the URL holds a password, which would show in the process "
+        "list; put it in --db-password-file or PGPASSFILE instead");
+  }
+  if (absl::StrContains(url, "password=")) {
+    return absl::InvalidArgumentError(
+        "--db: the URL holds a password parameter, which would show in the "
+        "process list; put it in --db-password-file or PGPASSFILE instead");
+  }
+  return absl::OkStatus();
+}
+
+PgParams& PgParams::Int(int64_t v) {
+  const uint64_t be = htobe64(static_cast<uint64_t>(v));
+  values_.emplace_back(reinterpret_cast<const char*>(&be), sizeof(be));
+  types_.push_back(kInt8);
+  return *this;
+}
+
+PgParams& PgParams::Double(double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  const uint64_t be = htobe64(bits);
+  values_.emplace_back(reinterpret_cast<const char*>(&be), sizeof(be));
+  types_.push_back(kFloat8);
+  return *this;
+}
+
+PgParams& PgParams::Bytes(absl::string_view v) {
+  values_.emplace_back(v);
+  types_.push_back(kBytea);
+  return *this;
+}
+
+PgParams& PgParams::Text(absl::string_view v) {
+  values_.emplace_back(v);
+  types_.push_back(kText);
+  return *this;
+}
+
+PgResult::PgResult(pg_result* result) : result_(result) {}
+PgResult::~PgResult() {
+  if (result_ != nullptr) PQclear(result_);
+}
+PgResult::PgResult(PgResult&& other) noexcept : result_(other.result_) {
+  other.result_ = nullptr;
+}
+int PgResult::rows() const { return PQntuples(result_); }
+int64_t PgResult::affected() const {
+  const char* n = PQcmdTuples(result_);
+  return n[0] ? std::strtoll(n, nullptr, 10) : 0;
+}
+bool PgResult::IsNull(int row, int col) const {
+  return PQgetisnull(result_, row, col);
+}
+int64_t PgResult::Int(int row, int col) const {
+  const char* v = PQgetvalue(result_, row, col);
+  switch (PQgetlength(result_, row, col)) {
+    case 8: {
+      uint64_t be;
+      std::memcpy(&be, v, 8);
+      return static_cast<int64_t>(be64toh(be));
+    }
+    case 4: {
+      uint32_t be;
+      std::memcpy(&be, v, 4);
+      return static_cast<int32_t>(be32toh(be));
+    }
+    case 2: {
+      uint16_t be;
+      std::memcpy(&be, v, 2);
+      return static_cast<int16_t>(be16toh(be));
+    }
+    default:
+      return 0;  // NULL
+  }
+}
+double PgResult::Double(int row, int col) const {
+  const char* v = PQgetvalue(result_, row, col);
+  if (PQgetlength(result_, row, col) == 4) {
+    uint32_t be;
+    std::memcpy(&be, v, 4);
+    const uint32_t bits = be32toh(be);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  if (PQgetlength(result_, row, col) != 8) return 0;
+  uint64_t be;
+  std::memcpy(&be, v, 8);
+  const uint64_t bits = be64toh(be);
+  double d;
+  std::memcpy(&d, &bits, 8);
+  return d;
+}
+std::string PgResult::Bytes(int row, int col) const {
+  return std::string(PQgetvalue(result_, row, col),
+                     PQgetlength(result_, row, col));
+}
+
+absl::StatusOr<std::unique_ptr<PgConnection>> PgConnection::Open(
+    const PgTarget& target, absl::Duration connect_timeout) {
+  if (absl::Status s = CheckPostgresUrl(target.url); !s.ok()) return s;
+  std::unique_ptr<PgConnection> conn(new PgConnection(target, connect_timeout));
+  if (absl::Status s = conn->Connect(); !s.ok()) return s;
+  return conn;
+}
+
+PgConnection::~PgConnection() {
+  if (conn_ != nullptr) PQfinish(conn_);
+}
+
+absl::Status PgConnection::Connect() {
+  if (conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK) {
+    return absl::OkStatus();
+  }
+  const absl::Time now = absl::Now();
+  if (now < next_try_) {
+    return absl::UnavailableError(absl::StrCat(
+        "database ", DescribeUrl(target_.url), " unavailable; retrying"));
+  }
+  if (conn_ != nullptr) PQfinish(conn_);
+  const std::string timeout = absl::StrCat(
+      std::max<int64_t>(1, absl::ToInt64Seconds(timeout_ + absl::Seconds(1) -
+                                                absl::Nanoseconds(1))));
+  std::vector<const char*> keys = {"dbname", "connect_timeout",
+                                   "application_name"};
+  std::vector<const char*> values = {target_.url.c_str(), timeout.c_str(),
+                                     "dial-scheduler"};
+  if (!target_.password.empty()) {
+    keys.push_back("password");
+    values.push_back(target_.password.c_str());
+  }
+  keys.push_back(nullptr);
+  values.push_back(nullptr);
+  conn_ = PQconnectdbParams(keys.data(), values.data(), /*expand_dbname=*/1);
+  if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
+    std::string why =
+        conn_ != nullptr ? PQerrorMessage(conn_) : "out of memory";
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) {
+      why.pop_back();
+    }
+    next_try_ = now + backoff_;
+    backoff_ = std::min(backoff_ * 2, absl::Seconds(2));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot connect to ", DescribeUrl(target_.url), ": ", why));
+  }
+  backoff_ = absl::Milliseconds(50);
+  // Notices (e.g. "relation already exists, skipping") are not for stderr.
+  PQsetNoticeProcessor(
+      conn_, [](void*, const char*) {}, nullptr);
+  return absl::OkStatus();
+}
+
+absl::Status PgConnection::StatusOf(pg_result* result, absl::string_view sql) {
+  const ExecStatusType st = PQresultStatus(result);
+  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return absl::OkStatus();
+  const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+  std::string message = PQresultErrorMessage(result);
+  if (message.empty() && conn_ != nullptr) message = PQerrorMessage(conn_);
+  while (!message.empty() && message.back() == '\n') message.pop_back();
+  const std::string code = state ? state : "";
+  // No SQLSTATE: libpq's own error, the connection lost (the server went
+  // away mid-call). It is made again at the next call.
+  if (code.empty() || conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK ||
+      absl::StartsWith(code, "08") || absl::StartsWith(code, "57P") ||
+      absl::StartsWith(code, "53")) {
+    if (conn_ != nullptr && (code.empty() || PQstatus(conn_) != CONNECTION_OK ||
+                             absl::StartsWith(code, "57P"))) {
+      PQfinish(conn_);
+      conn_ = nullptr;
+    }
+    return absl::UnavailableError(
+        absl::StrCat("database unavailable: ", message));
+  }
+  if (code == "23505") return absl::AlreadyExistsError(message);
+  if (code == "40001" || code == "40P01") return absl::AbortedError(message);
+  return absl::InternalError(absl::StrCat("database error ", code, ": ",
+                                          message, " (in: ", sql.substr(0, 60),
+                                          ")"));
+}
+
+absl::StatusOr<PgResult> PgConnection::Exec(absl::string_view sql,
+                                            const PgParams& params) {
+  if (absl::Status s = Connect(); !s.ok()) return s;
+  const std::string text(sql);
+  std::vector<const char*> values;
+  std::vector<int> lengths, formats;
+  for (const std::string& v : params.values_) {
+    values.push_back(v.data());
+    lengths.push_back(static_cast<int>(v.size()));
+    formats.push_back(1);
+  }
+  PgResult result(PQexecParams(
+      conn_, text.c_str(), static_cast<int>(params.size()),
+      params.types_.data(), values.data(), lengths.data(), formats.data(),
+      /*resultFormat=*/1));
+  // PgResult owns it either way; StatusOf reads it first.
+  if (absl::Status s = StatusOf(result.result_, sql); !s.ok()) return s;
+  return result;
+}
+
+absl::Status PgConnection::ExecScript(absl::string_view sql) {
+  if (absl::Status s = Connect(); !s.ok()) return s;
+  const std::string text(sql);
+  PgResult result(PQexec(conn_, text.c_str()));
+  return StatusOf(result.result_, sql);
+}
+
+absl::Status PgConnection::Begin() { return ExecScript("BEGIN"); }
+
+absl::Status PgConnection::Commit() {
+  absl::Status status = ExecScript("COMMIT");
+  if (absl::IsUnavailable(status)) {
+    return absl::UnavailableError(absl::StrCat(
+        "the connection dropped at COMMIT: the change may or may not be "
+        "stored; ",
+        status.message()));
+  }
+  return status;
+}
+
+absl::Status PgConnection::Rollback(absl::Status why) {
+  if (conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK) {
+    ExecScript("ROLLBACK").IgnoreError();
+  }
+  return why;
+}
+
+}  // namespace dial::storage

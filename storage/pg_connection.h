@@ -1,0 +1,121 @@
+// PgConnection: one libpq connection to PostgreSQL, with parameters and
+// results in binary, errors mapped to absl codes, and a reconnect (with
+// backoff) when the connection is lost. Not thread-safe: its owner
+// serializes calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+struct pg_conn;
+struct pg_result;
+
+namespace dial::storage {
+
+// Where the database is: a postgresql:// URL, and the password kept out
+// of it (from --db-password-file; empty: libpq's own, e.g. PGPASSFILE).
+struct PgTarget {
+  std::string url;
+  std::string password;
+};
+
+// Whether `db` names PostgreSQL (postgresql:// or postgres://).
+bool IsPostgresUrl(absl::string_view db);
+// INVALID_ARGUMENT naming the flag when `url` is not one PgConnection
+// takes: not postgresql://, or with a password in it (it would show in
+// argv and process lists: use --db-password-file or PGPASSFILE).
+absl::Status CheckPostgresUrl(absl::string_view url);
+// The URL without its query string, for messages and logs.
+std::string DescribeUrl(absl::string_view url);
+
+// A query's parameters ($1, $2, ...), sent in binary.
+class PgParams {
+ public:
+  PgParams& Int(int64_t v);
+  PgParams& Double(double v);
+  PgParams& Bytes(absl::string_view v);  // bytea
+  PgParams& Text(absl::string_view v);   // text
+  size_t size() const { return values_.size(); }
+
+ private:
+  friend class PgConnection;
+  std::vector<std::string> values_;
+  std::vector<unsigned int> types_;
+};
+
+// A query's rows, in binary: read each column as the type it has (bigint,
+// double precision, bytea or text).
+class PgResult {
+ public:
+  explicit PgResult(pg_result* result);
+  ~PgResult();
+  PgResult(PgResult&& other) noexcept;
+  PgResult& operator=(PgResult&&) = delete;
+  int rows() const;
+  // Rows a command changed (INSERT, UPDATE, DELETE).
+  int64_t affected() const;
+  bool IsNull(int row, int col) const;
+  int64_t Int(int row, int col) const;
+  double Double(int row, int col) const;
+  std::string Bytes(int row, int col) const;  // bytea or text
+
+ private:
+  friend class PgConnection;
+  pg_result* result_;
+};
+
+class PgConnection {
+ public:
+  // Connects; a bad URL, wrong credentials, a missing database or one
+  // that does not answer within `connect_timeout` are clear errors.
+  static absl::StatusOr<std::unique_ptr<PgConnection>> Open(
+      const PgTarget& target,
+      absl::Duration connect_timeout = absl::Seconds(10));
+  ~PgConnection();
+
+  // Runs one statement with `params`. Codes: ALREADY_EXISTS for a unique
+  // violation, UNAVAILABLE when the connection is lost (it is re-made at
+  // the next call), INTERNAL otherwise; the message has the server's.
+  absl::StatusOr<PgResult> Exec(absl::string_view sql,
+                                const PgParams& params = PgParams());
+  // Runs statements without parameters (a migration).
+  absl::Status ExecScript(absl::string_view sql);
+
+  // BEGIN; `body`; COMMIT if it returned OK, else ROLLBACK and its error.
+  // A COMMIT that may or may not have happened (the connection dropped) is
+  // UNAVAILABLE with a message that says so.
+  template <typename Fn>
+  absl::Status Transaction(Fn&& body) {
+    absl::Status status = Begin();
+    if (!status.ok()) return status;
+    status = body();
+    return status.ok() ? Commit() : Rollback(status);
+  }
+
+ private:
+  explicit PgConnection(const PgTarget& target, absl::Duration timeout)
+      : target_(target), timeout_(timeout) {}
+  // Makes the connection if there is none (or a lost one); UNAVAILABLE
+  // while the server does not answer, at most one try per backoff step.
+  absl::Status Connect();
+  absl::Status Begin();
+  absl::Status Commit();
+  absl::Status Rollback(absl::Status why);
+  absl::Status StatusOf(pg_result* result, absl::string_view sql);
+
+  PgTarget target_;
+  absl::Duration timeout_;
+  pg_conn* conn_ = nullptr;
+  absl::Time next_try_ = absl::InfinitePast();
+  absl::Duration backoff_ = absl::Milliseconds(50);
+};
+
+}  // namespace dial::storage
