@@ -192,7 +192,16 @@ absl::Status PgConnection::Connect() {
   // Notices (e.g. "relation already exists, skipping") are not for stderr.
   PQsetNoticeProcessor(
       conn_, [](void*, const char*) {}, nullptr);
+  if (!on_connect_.empty()) {
+    PgResult r(PQexec(conn_, on_connect_.c_str()));
+    if (absl::Status s = StatusOf(r.result_, on_connect_); !s.ok()) return s;
+  }
   return absl::OkStatus();
+}
+
+absl::Status PgConnection::SetOnConnect(const std::string& sql) {
+  on_connect_ = sql;
+  return ExecScript(sql);
 }
 
 absl::Status PgConnection::StatusOf(pg_result* result, absl::string_view sql) {

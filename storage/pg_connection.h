@@ -88,6 +88,9 @@ class PgConnection {
                                 const PgParams& params = PgParams());
   // Runs statements without parameters (a migration).
   absl::Status ExecScript(absl::string_view sql);
+  // Statements run on every new connection from now on (session settings),
+  // and at once on the current one.
+  absl::Status SetOnConnect(const std::string& sql);
 
   // BEGIN; `body`; COMMIT if it returned OK, else ROLLBACK and its error.
   // A COMMIT that may or may not have happened (the connection dropped) is
@@ -114,6 +117,7 @@ class PgConnection {
   PgTarget target_;
   absl::Duration timeout_;
   pg_conn* conn_ = nullptr;
+  std::string on_connect_;
   absl::Time next_try_ = absl::InfinitePast();
   absl::Duration backoff_ = absl::Milliseconds(50);
 };

@@ -1,5 +1,6 @@
 #include "storage/pg_study_store.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -63,6 +64,17 @@ CREATE TABLE usage(
   end_ms BIGINT NOT NULL,
   record BYTEA NOT NULL);
 CREATE INDEX usage_by_end ON usage(end_ms);
+)sql",
+    // 3: the leader lease of the schedulers sharing this database
+    // (PgLeaderLease): one row, never expired-free at first.
+    R"sql(
+CREATE TABLE leader(
+  id BIGINT PRIMARY KEY CHECK (id = 1),
+  holder TEXT NOT NULL,
+  address TEXT NOT NULL,
+  epoch BIGINT NOT NULL,
+  expires TIMESTAMPTZ NOT NULL);
+INSERT INTO leader VALUES (1, '', '', 0, '-infinity');
 )sql",
 };
 constexpr int kSchemaVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
@@ -134,6 +146,31 @@ absl::StatusOr<std::unique_ptr<PgStudyStore>> PgStudyStore::Create(
   return std::unique_ptr<PgStudyStore>(new PgStudyStore(std::move(conn)));
 }
 
+absl::Status PgStudyStore::SetFence(const std::string& holder, int64_t epoch,
+                                    absl::Duration lease) {
+  absl::MutexLock lock(&mu_);
+  holder_ = holder;
+  epoch_ = epoch;
+  return conn_->SetOnConnect(
+      absl::StrCat("SET idle_in_transaction_session_timeout = ",
+                   std::max<int64_t>(1, absl::ToInt64Milliseconds(lease))));
+}
+
+absl::Status PgStudyStore::CheckFence() {
+  if (epoch_ == 0) return absl::OkStatus();
+  DIAL_ASSIGN_OR_RETURN(
+      PgResult r,
+      conn_->Exec("SELECT 1 FROM leader WHERE id = 1 AND holder = $1 AND "
+                  "epoch = $2 AND expires > clock_timestamp() FOR SHARE",
+                  PgParams().Text(holder_).Int(epoch_)));
+  if (r.rows() == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("this scheduler no longer leads (its lease of epoch ",
+                     epoch_, " is lost): nothing was written"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int> PgStudyStore::SchemaVersion() {
   absl::MutexLock lock(&mu_);
   return ReadVersion(*conn_);
@@ -166,14 +203,15 @@ absl::Status PgStudyStore::CreateStudy(const v1::Study& study) {
   v1::Study prior;
   *prior.mutable_prior_trials() = study.prior_trials();
   absl::MutexLock lock(&mu_);
-  absl::Status s =
-      conn_
-          ->Exec("INSERT INTO studies(name, study, prior) VALUES ($1, $2, $3)",
-                 PgParams()
-                     .Text(study.name())
-                     .Bytes(Serialize(rest))
-                     .Bytes(Serialize(prior)))
-          .status();
+  absl::Status s = Write([&] {
+    return conn_
+        ->Exec("INSERT INTO studies(name, study, prior) VALUES ($1, $2, $3)",
+               PgParams()
+                   .Text(study.name())
+                   .Bytes(Serialize(rest))
+                   .Bytes(Serialize(prior)))
+        .status();
+  });
   if (absl::IsAlreadyExists(s)) {
     return absl::AlreadyExistsError(
         absl::StrCat("study '", study.name(), "' already exists"));
@@ -215,7 +253,7 @@ absl::StatusOr<std::vector<v1::Study>> PgStudyStore::ListStudies() {
 
 absl::Status PgStudyStore::UpdateStudy(const v1::Study& study) {
   absl::MutexLock lock(&mu_);
-  return conn_->Transaction([&]() -> absl::Status {
+  return Write([&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(
         PgResult r,
         conn_->Exec("SELECT study FROM studies WHERE name = $1 FOR UPDATE",
@@ -237,17 +275,19 @@ absl::Status PgStudyStore::UpdateStudy(const v1::Study& study) {
 
 absl::Status PgStudyStore::DeleteStudy(const std::string& name) {
   absl::MutexLock lock(&mu_);
-  DIAL_ASSIGN_OR_RETURN(PgResult r,
-                        conn_->Exec("DELETE FROM studies WHERE name = $1",
-                                    PgParams().Text(name)));
-  return r.affected() ? absl::OkStatus() : NoStudy(name);
+  return Write([&]() -> absl::Status {
+    DIAL_ASSIGN_OR_RETURN(PgResult r,
+                          conn_->Exec("DELETE FROM studies WHERE name = $1",
+                                      PgParams().Text(name)));
+    return r.affected() ? absl::OkStatus() : NoStudy(name);
+  });
 }
 
 absl::Status PgStudyStore::PutTrial(const v1::Trial& trial) {
   v1::Trial stored = trial;
   stored.clear_metric_history();
   absl::MutexLock lock(&mu_);
-  return conn_->Transaction([&]() -> absl::Status {
+  return Write([&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(const int64_t id, StudyId(trial.study()));
     return conn_
         ->Exec(
@@ -306,7 +346,7 @@ absl::StatusOr<std::vector<v1::Trial>> PgStudyStore::ListTrials(
 absl::Status PgStudyStore::RecordReport(const v1::Trial& trial,
                                         const v1::MetricPoint& point) {
   absl::MutexLock lock(&mu_);
-  return conn_->Transaction([&]() -> absl::Status {
+  return Write([&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(const int64_t id, StudyId(trial.study()));
     DIAL_ASSIGN_OR_RETURN(
         PgResult r,
@@ -387,7 +427,7 @@ absl::Status PgStudyStore::PutCheckpoint(const CheckpointRecord& record) {
                            ? -std::numeric_limits<double>::infinity()
                            : record.score;
   absl::MutexLock lock(&mu_);
-  return conn_->Transaction([&]() -> absl::Status {
+  return Write([&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(const int64_t id, StudyId(record.study));
     DIAL_RETURN_IF_ERROR(TrialExists(record.study, id, record.trial));
     return conn_
@@ -438,7 +478,7 @@ absl::StatusOr<std::vector<CheckpointRecord>> PgStudyStore::ListCheckpoints(
 absl::Status PgStudyStore::DeleteCheckpoint(const std::string& study,
                                             int64_t number, int64_t step) {
   absl::MutexLock lock(&mu_);
-  return conn_->Transaction([&]() -> absl::Status {
+  return Write([&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(const int64_t id, StudyId(study));
     DIAL_RETURN_IF_ERROR(TrialExists(study, id, number));
     return conn_
@@ -452,22 +492,26 @@ absl::Status PgStudyStore::DeleteCheckpoint(const std::string& study,
 
 absl::Status PgStudyStore::PutWorker(const v1::Worker& worker) {
   absl::MutexLock lock(&mu_);
-  return conn_
-      ->Exec(
-          "INSERT INTO workers(id, worker) VALUES ($1, $2) ON CONFLICT "
-          "(id) DO UPDATE SET worker = EXCLUDED.worker",
-          PgParams().Text(worker.id()).Bytes(Serialize(worker)))
-      .status();
+  return Write([&] {
+    return conn_
+        ->Exec(
+            "INSERT INTO workers(id, worker) VALUES ($1, $2) ON CONFLICT "
+            "(id) DO UPDATE SET worker = EXCLUDED.worker",
+            PgParams().Text(worker.id()).Bytes(Serialize(worker)))
+        .status();
+  });
 }
 
 absl::Status PgStudyStore::AppendAudit(const v1::AuditEvent& event) {
   v1::AuditEvent stored = event;
   stored.clear_id();
   absl::MutexLock lock(&mu_);
-  return conn_
-      ->Exec("INSERT INTO audit(study, event) VALUES ($1, $2)",
-             PgParams().Text(event.study()).Bytes(Serialize(stored)))
-      .status();
+  return Write([&] {
+    return conn_
+        ->Exec("INSERT INTO audit(study, event) VALUES ($1, $2)",
+               PgParams().Text(event.study()).Bytes(Serialize(stored)))
+        .status();
+  });
 }
 
 absl::StatusOr<std::vector<v1::AuditEvent>> PgStudyStore::ListAudit(
@@ -493,10 +537,12 @@ absl::Status PgStudyStore::AppendUsage(const v1::UsageRecord& record) {
       google::protobuf::util::TimeUtil::TimestampToMilliseconds(
           record.end_time());
   absl::MutexLock lock(&mu_);
-  return conn_
-      ->Exec("INSERT INTO usage(end_ms, record) VALUES ($1, $2)",
-             PgParams().Int(end_ms).Bytes(Serialize(record)))
-      .status();
+  return Write([&] {
+    return conn_
+        ->Exec("INSERT INTO usage(end_ms, record) VALUES ($1, $2)",
+               PgParams().Int(end_ms).Bytes(Serialize(record)))
+        .status();
+  });
 }
 
 absl::StatusOr<std::vector<v1::UsageRecord>> PgStudyStore::ListUsage(

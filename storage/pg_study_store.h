@@ -64,6 +64,14 @@ class PgStudyStore : public StudyStore {
   absl::StatusOr<std::vector<v1::UsageRecord>> ListUsage(
       int64_t since_ms) override;
 
+  // From now on every write checks, in its own transaction and under a
+  // share lock on the lease row, that `holder` still holds the lease of
+  // `epoch` (PgLeaderLease); a write after the lease was lost changes
+  // nothing and is UNAVAILABLE. The server ends a transaction of ours that
+  // sits idle for `lease`, so a paused leader cannot hold up a takeover.
+  absl::Status SetFence(const std::string& holder, int64_t epoch,
+                        absl::Duration lease);
+
   // The schema version the database is at, and the latest this build
   // knows (for tests and `dialctl admin`).
   absl::StatusOr<int> SchemaVersion();
@@ -82,8 +90,20 @@ class PgStudyStore : public StudyStore {
   absl::Status TrialExists(const std::string& study, int64_t study_id,
                            int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // `body` in a transaction, after the fence check (if any).
+  template <typename Fn>
+  absl::Status Write(Fn&& body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return conn_->Transaction([&]() -> absl::Status {
+      absl::Status fenced = CheckFence();
+      return fenced.ok() ? body() : fenced;
+    });
+  }
+  absl::Status CheckFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   absl::Mutex mu_;
   std::unique_ptr<PgConnection> conn_ ABSL_GUARDED_BY(mu_);
+  std::string holder_ ABSL_GUARDED_BY(mu_);
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no fence
 };
 
 }  // namespace dial::storage

@@ -6,12 +6,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "storage/open_study_store.h"
+#include "storage/pg_leader_lease.h"
 #include "storage/pg_study_store.h"
 #include "storage/testing/pg_server.h"
 #include "storage/testing/temp_dir.h"
@@ -134,6 +138,133 @@ TEST_F(PgStoreTest, ALostServerIsUnavailableUntilItIsBack) {
   // What failed while it was down was not written.
   EXPECT_EQ((*store)->GetStudy("b").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+std::unique_ptr<PgLeaderLease> Lease(const std::string& url,
+                                     const std::string& holder,
+                                     absl::Duration lease) {
+  auto l = PgLeaderLease::Create({{url, ""}, holder, holder + ":7070", lease});
+  EXPECT_TRUE(l.ok()) << l.status();
+  return l.ok() ? std::move(*l) : nullptr;
+}
+
+// Polls `fn` (every 20 ms, at most 10 s) until it returns true.
+bool Eventually(const std::function<bool()>& fn) {
+  for (int i = 0; i < 500; ++i) {
+    if (fn()) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
+TEST_F(PgStoreTest, OneSchedulerLeadsAndAStandbyTakesOverOnceTheLeaseRunsOut) {
+  const std::string url = NewDatabase("lease");
+  ASSERT_TRUE(PgStudyStore::Create({url, ""}).ok());
+  auto a = Lease(url, "a", absl::Milliseconds(600));
+  auto b = Lease(url, "b", absl::Milliseconds(600));
+  auto first = a->TryAcquire();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(b->TryAcquire().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto seen = b->Read();
+  ASSERT_TRUE(seen.ok());
+  EXPECT_EQ(seen->holder, "a");
+  EXPECT_EQ(seen->address, "a:7070");
+  EXPECT_FALSE(seen->expired);
+  // The holder renews (the same epoch), however often.
+  ASSERT_TRUE(a->Renew(*first).ok());
+  EXPECT_EQ(*a->TryAcquire(), *first);
+  // Unrenewed, it runs out and b takes it with a new epoch.
+  int64_t second = 0;
+  ASSERT_TRUE(Eventually([&] {
+    auto got = b->TryAcquire();
+    if (got.ok()) second = *got;
+    return got.ok();
+  }));
+  EXPECT_GT(second, *first);
+  EXPECT_EQ(a->Renew(*first).code(), absl::StatusCode::kFailedPrecondition);
+  // Given up, it is free at once.
+  ASSERT_TRUE(b->Release(second).ok());
+  auto third = a->TryAcquire();
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_GT(*third, second);
+}
+
+// Fencing in the database: once another scheduler took over, a write of
+// the old epoch changes nothing, and a takeover waits for the old
+// leader's transactions in flight (or for the server to end the ones left
+// idle for a lease).
+TEST_F(PgStoreTest, AWriteOfAnOldEpochNeverCommitsAfterATakeover) {
+  const std::string url = NewDatabase("fence");
+  auto old_leader = PgStudyStore::Create({url, ""});
+  ASSERT_TRUE(old_leader.ok()) << old_leader.status();
+  const absl::Duration lease = absl::Milliseconds(500);
+  auto a = Lease(url, "a", lease);
+  auto b = Lease(url, "b", lease);
+  const int64_t epoch = *a->TryAcquire();
+  ASSERT_TRUE((*old_leader)->SetFence("a", epoch, lease).ok());
+  ASSERT_TRUE((*old_leader)->CreateStudy(AStudy("before")).ok());
+
+  // A transaction of a's in flight when its lease runs out: the takeover
+  // waits for it, so it commits before the new epoch begins.
+  auto conn = PgConnection::Open({url, ""});
+  ASSERT_TRUE(conn.ok());
+  PgConnection& c = **conn;
+  ASSERT_TRUE(c.ExecScript("BEGIN").ok());
+  auto held = c.Exec(
+      "SELECT 1 FROM leader WHERE id = 1 AND holder = 'a' AND epoch = $1 AND "
+      "expires > clock_timestamp() FOR SHARE",
+      PgParams().Int(epoch));
+  ASSERT_TRUE(held.ok() && held->rows() == 1);
+  std::atomic<bool> committed{false}, committed_first{false};
+  std::thread takeover([&] {
+    ASSERT_TRUE(Eventually([&] { return b->TryAcquire().ok(); }));
+    committed_first = committed.load();
+  });
+  auto watcher = PgConnection::Open({url, ""});
+  ASSERT_TRUE(watcher.ok());
+  // b's UPDATE waits on a's share lock.
+  ASSERT_TRUE(Eventually([&] {
+    auto r =
+        (*watcher)->Exec("SELECT count(*) FROM pg_locks WHERE NOT granted");
+    return r.ok() && r->Int(0, 0) > 0;
+  }));
+  ASSERT_TRUE(
+      c.ExecScript("INSERT INTO workers VALUES ('in-flight', '')").ok());
+  ASSERT_TRUE(c.ExecScript("COMMIT").ok());
+  committed = true;
+  takeover.join();
+  EXPECT_TRUE(committed_first) << "the takeover did not wait";
+
+  // After it, a's writes change nothing.
+  const absl::Status after = (*old_leader)->CreateStudy(AStudy("after"));
+  EXPECT_EQ(after.code(), absl::StatusCode::kUnavailable) << after;
+  EXPECT_THAT(after.message(), HasSubstr("no longer leads"));
+  auto reader = PgStudyStore::Create({url, ""});
+  ASSERT_TRUE(reader.ok());
+  EXPECT_TRUE((*reader)->GetStudy("before").ok());
+  EXPECT_EQ((*reader)->GetStudy("after").status().code(),
+            absl::StatusCode::kNotFound);
+
+  // A leader paused inside a transaction: the server ends it after a lease
+  // idle, and the takeover goes on.
+  const int64_t epoch_b = *b->TryAcquire();
+  auto paused = PgConnection::Open({url, ""});
+  ASSERT_TRUE(paused.ok());
+  ASSERT_TRUE((*paused)
+                  ->SetOnConnect(
+                      absl::StrCat("SET idle_in_transaction_session_timeout = ",
+                                   absl::ToInt64Milliseconds(lease)))
+                  .ok());
+  ASSERT_TRUE((*paused)->ExecScript("BEGIN").ok());
+  ASSERT_TRUE((*paused)
+                  ->Exec("SELECT 1 FROM leader WHERE id = 1 AND epoch = $1 "
+                         "FOR SHARE",
+                         PgParams().Int(epoch_b))
+                  .ok());
+  EXPECT_TRUE(Eventually([&] { return a->TryAcquire().ok(); }));
+  EXPECT_EQ((*paused)->ExecScript("COMMIT").code(),
+            absl::StatusCode::kUnavailable);
 }
 
 TEST(PgUrlTest, BadUrlsAndPasswordsInUrlsAreRefusedWithoutEchoingThem) {
