@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "common/leader_channels.h"
 #include "google/protobuf/util/time_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -38,18 +39,20 @@ absl::StatusOr<std::unique_ptr<DialClient>> DialClient::Create(
   connect.tls_server_name = options.tls_server_name;
   connect.token = options.token;
   connect.insecure = options.insecure;
-  auto channel = MakeChannel(connect, grpc::ChannelArguments());
-  if (!channel.ok()) return channel.status();
+  // The target may list a leader and its standbys (common/leader_channels.h).
+  auto channels = LeaderChannels::Create(connect, grpc::ChannelArguments());
+  if (!channels.ok()) return channels.status();
   return std::unique_ptr<DialClient>(
-      new DialClient(std::move(*channel), options.timeout, options.token));
+      new DialClient(std::move(*channels), options.timeout, options.token));
 }
 
-DialClient::DialClient(std::shared_ptr<grpc::Channel> channel,
+DialClient::DialClient(std::unique_ptr<LeaderChannels> channels,
                        absl::Duration timeout, std::string token)
-    : channel_(std::move(channel)),
-      stub_(v1::StudyService::NewStub(channel_)),
+    : channels_(std::move(channels)),
       timeout_(timeout),
       token_(std::move(token)) {}
+
+DialClient::~DialClient() = default;
 
 void DialClient::Prepare(grpc::ClientContext& ctx) const {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
@@ -57,7 +60,8 @@ void DialClient::Prepare(grpc::ClientContext& ctx) const {
 }
 
 absl::Status DialClient::WaitForReady(absl::Duration timeout) {
-  if (channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
+  if (channels_->Current().channel->WaitForConnected(
+          absl::ToChronoTime(absl::Now() + timeout))) {
     return absl::OkStatus();
   }
   return absl::UnavailableError("scheduler not reachable");
@@ -65,7 +69,7 @@ absl::Status DialClient::WaitForReady(absl::Duration timeout) {
 
 absl::Status DialClient::CheckHealth(const std::string& service) {
   using grpc::health::v1::HealthCheckResponse;
-  auto health = grpc::health::v1::Health::NewStub(channel_);
+  auto health = grpc::health::v1::Health::NewStub(channels_->Current().channel);
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);
   HealthCheckResponse response;
@@ -81,11 +85,18 @@ absl::Status DialClient::CheckHealth(const std::string& service) {
   return absl::OkStatus();
 }
 
-// Runs one unary RPC with the client's deadline and token.
-#define DIAL_CALL(method, request, response)                          \
-  grpc::ClientContext ctx;                                            \
-  Prepare(ctx);                                                       \
-  grpc::Status grpc_status = stub_->method(&ctx, request, &response); \
+// Runs one unary RPC with the client's deadline and token; a standby's
+// refusal goes again to the leader (at most once per address).
+#define DIAL_CALL(method, request, response)                      \
+  grpc::Status grpc_status;                                       \
+  for (int attempt = 0; attempt < channels_->size(); ++attempt) { \
+    grpc::ClientContext ctx;                                      \
+    Prepare(ctx);                                                 \
+    const LeaderChannels::Pick pick = channels_->Current();       \
+    grpc_status = v1::StudyService::NewStub(pick.channel)         \
+                      ->method(&ctx, request, &response);         \
+    if (!channels_->Observe(pick, grpc_status, ctx)) break;       \
+  }                                                               \
   if (!grpc_status.ok()) return FromGrpcStatus(grpc_status)
 
 absl::StatusOr<v1::Study> DialClient::CreateStudy(const v1::StudySpec& spec) {
@@ -182,7 +193,7 @@ absl::StatusOr<std::vector<v1::Trial>> DialClient::ListAllTrials(
 absl::StatusOr<transfer::TransferStats> DialClient::DownloadCheckpoint(
     const std::string& study, const std::string& id, const std::string& dest) {
   transfer::GrpcCheckpointTransferOptions options;
-  options.channel = channel_;
+  options.channel = channels_->Current().channel;
   options.token = token_;
   options.call_timeout = timeout_;
   options.give_up_after = std::max(timeout_, absl::Minutes(2));
@@ -356,7 +367,8 @@ absl::Status DialClient::WatchStudy(
   Authorize(ctx, token_);
   v1::WatchStudyRequest request;
   request.set_study(study);
-  auto reader = stub_->WatchStudy(&ctx, request);
+  auto reader = v1::StudyService::NewStub(channels_->Current().channel)
+                    ->WatchStudy(&ctx, request);
   v1::WatchStudyResponse response;
   while (reader->Read(&response)) {
     if (!on_event(response.event())) {

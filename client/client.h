@@ -18,11 +18,17 @@
 #include "dial/v1/service.grpc.pb.h"
 #include "transfer/transfer_client.h"
 
+namespace dial {
+class LeaderChannels;
+}  // namespace dial
+
 namespace dial::client {
 
 // Every field has a default member initializer, so `{target, timeout}`
 // aggregate initialisation stays warning-free as fields are added.
 struct DialClientOptions {
+  // "host:port", or several ("a:7070,b:7070"): a leader and its standbys,
+  // followed as docs/ha.md says.
   std::string target = "127.0.0.1:7070";
   absl::Duration timeout = absl::Seconds(30);  // per call
   // PEM files, as dial::ConnectOptions: with tls_ca the channel uses TLS and
@@ -44,6 +50,7 @@ struct DialClientOptions {
 
 class DialClient {
  public:
+  ~DialClient();
   // INVALID_ARGUMENT for an empty target, a certificate without its key (or
   // the reverse) or a client certificate without a CA; NOT_FOUND naming a
   // PEM file that cannot be read. Does not connect.
@@ -140,13 +147,12 @@ class DialClient {
       const std::function<bool(const v1::StudyEvent&)>& on_event);
 
  private:
-  DialClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout,
+  DialClient(std::unique_ptr<LeaderChannels> channels, absl::Duration timeout,
              std::string token);
   // The deadline and the token of one unary call.
   void Prepare(grpc::ClientContext& ctx) const;
 
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::StudyService::Stub> stub_;
+  std::unique_ptr<LeaderChannels> channels_;
   absl::Duration timeout_;
   std::string token_;
 };

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -18,10 +19,12 @@
 #include "common/flags.h"
 #include "common/logging.h"
 #include "scheduler/http_server.h"
+#include "scheduler/leadership.h"
 #include "scheduler/server.h"
 #include "spdlog/spdlog.h"
 #include "storage/checkpoint_store.h"
 #include "storage/open_study_store.h"
+#include "storage/pg_study_store.h"
 
 ABSL_FLAG(std::string, db, "dial.db",
           "The database: a SQLite file (created if missing; also "
@@ -30,6 +33,13 @@ ABSL_FLAG(std::string, db, "dial.db",
 ABSL_FLAG(std::string, db_password_file, "",
           "File whose first line is the PostgreSQL password (or use "
           "PGPASSFILE); never put it in --db");
+ABSL_FLAG(int32_t, leader_lease_ms, 3000,
+          "PostgreSQL --db: the leader lease; a standby takes over within "
+          "it once the leader is gone (docs/ha.md)");
+ABSL_FLAG(std::string, advertise, "",
+          "PostgreSQL --db: HOST:PORT where clients reach this scheduler "
+          "when it leads (standbys point clients there); default: the "
+          "address it listens on");
 ABSL_FLAG(std::string, checkpoint_root, "dial-checkpoints",
           "Checkpoint directory (local or a shared mount)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
@@ -268,63 +278,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   options.metrics = &registry;
-  auto server = dial::scheduler::SchedulerServer::Create(options);
-  if (!server.ok()) {
-    spdlog::error("{}", server.status().ToString());
-    return 1;
-  }
-  std::unique_ptr<dial::scheduler::HttpServer> http;
-  if (!absl::GetFlag(FLAGS_http_listen).empty()) {
-    dial::scheduler::HttpServerOptions h;
-    h.listen = absl::GetFlag(FLAGS_http_listen);
-    h.tokens = tokens.get();
-    h.tls_cert = options.tls_cert;
-    h.tls_key = options.tls_key;
-    h.tls_client_ca = options.tls_client_ca;
-    h.insecure_allow_remote = options.insecure_allow_remote;
-    h.metrics = &registry;
-    h.channel = (*server)->InProcessChannel();
-    h.dashboard_dir = absl::GetFlag(FLAGS_dashboard_dir);
-    h.limits.max_connections_per_address =
-        absl::GetFlag(FLAGS_http_max_connections_per_address);
-    if (h.limits.max_connections_per_address < 1) {
-      spdlog::error("--http-max-connections-per-address: must be 1 or more");
-      return 1;
+  // SIGHUP reloads the quotas and tokens; any other stop signal ends.
+  auto handle_signal = [&](int signal) {
+    if (signal != SIGHUP) {
+      spdlog::info("signal {}: shutting down", signal);
+      return true;
     }
-    for (const auto& host : absl::GetFlag(FLAGS_http_allowed_hosts)) {
-      if (!host.empty()) h.allowed_hosts.push_back(host);
-    }
-    if (h.dashboard_dir == "auto") h.dashboard_dir = FindDashboard();
-    if (h.dashboard_dir.empty()) {
-      spdlog::info("no dashboard files: serving /api/v1 and /metrics only");
-    }
-    auto started = dial::scheduler::HttpServer::Start(h);
-    if (!started.ok()) {
-      spdlog::error("{}", started.status().ToString());
-      return 1;
-    }
-    http = std::move(*started);
-    // Machine-readable, as the gRPC line below.
-    std::printf("dial-scheduler http on port %d\n", http->port());
-  }
-  spdlog::info("database {}, checkpoints {}",
-               dial::storage::DescribeDb(absl::GetFlag(FLAGS_db)),
-               (*checkpoints)->root());
-  // Machine-readable readiness line (tests and scripts read it).
-  std::printf("dial-scheduler listening on %s\n", (*server)->address().c_str());
-  std::fflush(stdout);
-
-  if (options.tls_cert.empty() &&
-      !dial::scheduler::IsLoopbackListen(options.listen)) {
-    spdlog::warn(
-        "serving {} in plaintext (--insecure-allow-remote): tokens and "
-        "trial data cross the network unencrypted",
-        (*server)->address());
-  }
-  int signal = 0;
-  while (true) {
-    sigwait(&stop_signals, &signal);
-    if (signal != SIGHUP) break;
     if (!(*quotas)->path().empty()) {
       absl::Status reloaded = (*quotas)->Reload();
       if (reloaded.ok()) {
@@ -336,7 +295,7 @@ int main(int argc, char** argv) {
     }
     if (!tokens) {
       spdlog::info("SIGHUP: no --auth-tokens to reload");
-      continue;
+      return false;
     }
     absl::Status reloaded = tokens->Reload();
     if (reloaded.ok()) {
@@ -345,9 +304,114 @@ int main(int argc, char** argv) {
       spdlog::error("SIGHUP: keeping the previous tokens: {}",
                     reloaded.ToString());
     }
+    return false;
+  };
+  // One term of serving: the gRPC server (its core loads the state from the
+  // store) and the HTTP edge; what it returns stops them.
+  auto start_term =
+      [&](const std::string& listen) -> absl::StatusOr<std::function<void()>> {
+    dial::scheduler::SchedulerServerOptions term = options;
+    term.listen = listen;
+    auto server = dial::scheduler::SchedulerServer::Create(term);
+    if (!server.ok()) return server.status();
+    std::shared_ptr<dial::scheduler::SchedulerServer> grpc_server =
+        std::move(*server);
+    std::shared_ptr<dial::scheduler::HttpServer> http;
+    if (!absl::GetFlag(FLAGS_http_listen).empty()) {
+      dial::scheduler::HttpServerOptions h;
+      h.listen = absl::GetFlag(FLAGS_http_listen);
+      h.tokens = tokens.get();
+      h.tls_cert = options.tls_cert;
+      h.tls_key = options.tls_key;
+      h.tls_client_ca = options.tls_client_ca;
+      h.insecure_allow_remote = options.insecure_allow_remote;
+      h.metrics = &registry;
+      h.channel = grpc_server->InProcessChannel();
+      h.dashboard_dir = absl::GetFlag(FLAGS_dashboard_dir);
+      h.limits.max_connections_per_address =
+          absl::GetFlag(FLAGS_http_max_connections_per_address);
+      if (h.limits.max_connections_per_address < 1) {
+        return absl::InvalidArgumentError(
+            "--http-max-connections-per-address: must be 1 or more");
+      }
+      for (const auto& host : absl::GetFlag(FLAGS_http_allowed_hosts)) {
+        if (!host.empty()) h.allowed_hosts.push_back(host);
+      }
+      if (h.dashboard_dir == "auto") h.dashboard_dir = FindDashboard();
+      if (h.dashboard_dir.empty()) {
+        spdlog::info("no dashboard files: serving /api/v1 and /metrics only");
+      }
+      auto started = dial::scheduler::HttpServer::Start(h);
+      if (!started.ok()) return started.status();
+      http = std::move(*started);
+      // Machine-readable, as the gRPC line below.
+      std::printf("dial-scheduler http on port %d\n", http->port());
+    }
+    spdlog::info("database {}, checkpoints {}",
+                 dial::storage::DescribeDb(absl::GetFlag(FLAGS_db)),
+                 (*checkpoints)->root());
+    // Machine-readable readiness line (tests and scripts read it).
+    std::printf("dial-scheduler listening on %s\n",
+                grpc_server->address().c_str());
+    std::fflush(stdout);
+    if (options.tls_cert.empty() &&
+        !dial::scheduler::IsLoopbackListen(options.listen)) {
+      spdlog::warn(
+          "serving {} in plaintext (--insecure-allow-remote): tokens and "
+          "trial data cross the network unencrypted",
+          grpc_server->address());
+    }
+    return std::function<void()>([grpc_server, http]() mutable {
+      http.reset();
+      grpc_server->Shutdown();
+    });
+  };
+
+  if (auto* pg = dynamic_cast<dial::storage::PgStudyStore*>(store->get())) {
+    dial::scheduler::LeadOptions lead;
+    lead.lease.target = {absl::GetFlag(FLAGS_db), ""};
+    if (!absl::GetFlag(FLAGS_db_password_file).empty()) {
+      // OpenStudyStore read it already; the lease needs it too.
+      std::ifstream in(absl::GetFlag(FLAGS_db_password_file));
+      std::getline(in, lead.lease.target.password);
+      if (!lead.lease.target.password.empty() &&
+          lead.lease.target.password.back() == '\r') {
+        lead.lease.target.password.pop_back();
+      }
+    }
+    lead.lease.holder = dial::scheduler::Leadership::HolderName();
+    lead.lease.advertise = absl::GetFlag(FLAGS_advertise);
+    lead.lease.lease = absl::Milliseconds(absl::GetFlag(FLAGS_leader_lease_ms));
+    lead.listen = options.listen;
+    // The standby holds the address before any term: the same checks.
+    absl::Status listen_ok = dial::scheduler::CheckListenAddress(
+        options.listen, tokens != nullptr, !options.tls_cert.empty(),
+        options.insecure_allow_remote);
+    if (!listen_ok.ok()) {
+      spdlog::error("{}", listen_ok.ToString());
+      return 1;
+    }
+    auto credentials = dial::scheduler::ServerCredentialsFor(options);
+    if (!credentials.ok()) {
+      spdlog::error("{}", credentials.status().ToString());
+      return 1;
+    }
+    lead.credentials = *credentials;
+    lead.store = pg;
+    lead.signals = stop_signals;
+    lead.handle = handle_signal;
+    return dial::scheduler::RunWithLeadership(std::move(lead), start_term);
   }
-  spdlog::info("signal {}: shutting down", signal);
-  http.reset();
-  (*server)->Shutdown();
+
+  auto stop = start_term(options.listen);
+  if (!stop.ok()) {
+    spdlog::error("{}", stop.status().ToString());
+    return 1;
+  }
+  int signal = 0;
+  do {
+    sigwait(&stop_signals, &signal);
+  } while (!handle_signal(signal));
+  (*stop)();
   return 0;
 }

@@ -50,9 +50,7 @@ absl::Status CheckListenAddress(const std::string& address, bool authenticated,
   return absl::OkStatus();
 }
 
-namespace {
-
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     const SchedulerServerOptions& options) {
   if (options.tls_cert.empty() != options.tls_key.empty()) {
     return absl::InvalidArgumentError(
@@ -81,14 +79,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
   return grpc::SslServerCredentials(ssl);
 }
 
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
     const SchedulerServerOptions& options) {
   DIAL_RETURN_IF_ERROR(CheckListenAddress(
       options.listen, options.tokens != nullptr, !options.tls_cert.empty(),
       options.insecure_allow_remote));
-  DIAL_ASSIGN_OR_RETURN(auto credentials, Credentials(options));
+  DIAL_ASSIGN_OR_RETURN(auto credentials, ServerCredentialsFor(options));
   std::unique_ptr<SchedulerServer> server(new SchedulerServer());
   SchedulerCoreOptions core_options;
   core_options.store = options.store;

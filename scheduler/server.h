@@ -17,6 +17,7 @@
 namespace grpc {
 class Channel;
 class Server;
+class ServerCredentials;
 }  // namespace grpc
 
 namespace dial::scheduler {
@@ -60,6 +61,12 @@ struct SchedulerServerOptions {
   // Not owned; outlives the server.
   metrics::Registry* metrics = nullptr;
 };
+
+// The server credentials `options` ask for: TLS (with client certificates
+// when tls_client_ca is set) or plaintext. INVALID_ARGUMENT for a partial
+// TLS setup; the error of a file that cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
+    const SchedulerServerOptions& options);
 
 class SchedulerServer {
  public:

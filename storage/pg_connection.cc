@@ -142,9 +142,11 @@ std::string PgResult::Bytes(int row, int col) const {
 }
 
 absl::StatusOr<std::unique_ptr<PgConnection>> PgConnection::Open(
-    const PgTarget& target, absl::Duration connect_timeout) {
+    const PgTarget& target, absl::Duration connect_timeout,
+    absl::Duration io_timeout) {
   if (absl::Status s = CheckPostgresUrl(target.url); !s.ok()) return s;
-  std::unique_ptr<PgConnection> conn(new PgConnection(target, connect_timeout));
+  std::unique_ptr<PgConnection> conn(
+      new PgConnection(target, connect_timeout, io_timeout));
   if (absl::Status s = conn->Connect(); !s.ok()) return s;
   return conn;
 }
@@ -173,6 +175,18 @@ absl::Status PgConnection::Connect() {
   if (!target_.password.empty()) {
     keys.push_back("password");
     values.push_back(target_.password.c_str());
+  }
+  const std::string io_ms =
+      absl::StrCat(absl::ToInt64Milliseconds(io_timeout_));
+  if (io_timeout_ > absl::ZeroDuration()) {
+    for (const char* k : {"tcp_user_timeout", "keepalives_idle",
+                          "keepalives_interval", "keepalives_count"}) {
+      keys.push_back(k);
+    }
+    values.push_back(io_ms.c_str());
+    values.push_back("1");
+    values.push_back("1");
+    values.push_back("3");
   }
   keys.push_back(nullptr);
   values.push_back(nullptr);

@@ -76,9 +76,12 @@ class PgConnection {
  public:
   // Connects; a bad URL, wrong credentials, a missing database or one
   // that does not answer within `connect_timeout` are clear errors.
+  // With `io_timeout`, a call whose packets go unanswered that long fails
+  // (TCP user timeout) instead of waiting for the kernel to give up.
   static absl::StatusOr<std::unique_ptr<PgConnection>> Open(
       const PgTarget& target,
-      absl::Duration connect_timeout = absl::Seconds(10));
+      absl::Duration connect_timeout = absl::Seconds(10),
+      absl::Duration io_timeout = absl::ZeroDuration());
   ~PgConnection();
 
   // Runs one statement with `params`. Codes: ALREADY_EXISTS for a unique
@@ -104,8 +107,9 @@ class PgConnection {
   }
 
  private:
-  explicit PgConnection(const PgTarget& target, absl::Duration timeout)
-      : target_(target), timeout_(timeout) {}
+  PgConnection(const PgTarget& target, absl::Duration timeout,
+               absl::Duration io_timeout)
+      : target_(target), timeout_(timeout), io_timeout_(io_timeout) {}
   // Makes the connection if there is none (or a lost one); UNAVAILABLE
   // while the server does not answer, at most one try per backoff step.
   absl::Status Connect();
@@ -116,6 +120,7 @@ class PgConnection {
 
   PgTarget target_;
   absl::Duration timeout_;
+  absl::Duration io_timeout_;
   pg_conn* conn_ = nullptr;
   std::string on_connect_;
   absl::Time next_try_ = absl::InfinitePast();

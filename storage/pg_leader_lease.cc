@@ -1,5 +1,7 @@
 #include "storage/pg_leader_lease.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
@@ -14,8 +16,13 @@ absl::StatusOr<std::unique_ptr<PgLeaderLease>> PgLeaderLease::Create(
     return absl::InvalidArgumentError(
         "--leader-lease-ms: at least 300 (it is renewed every third of it)");
   }
-  DIAL_ASSIGN_OR_RETURN(std::unique_ptr<PgConnection> conn,
-                        PgConnection::Open(options.target));
+  // A renewal that cannot get through must fail within a third of a lease,
+  // so the leader notices in time that it may have lost it.
+  const absl::Duration third = options.lease / 3;
+  DIAL_ASSIGN_OR_RETURN(
+      std::unique_ptr<PgConnection> conn,
+      PgConnection::Open(options.target, std::max(third, absl::Seconds(1)),
+                         third));
   return std::unique_ptr<PgLeaderLease>(
       new PgLeaderLease(options, std::move(conn)));
 }

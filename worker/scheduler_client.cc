@@ -6,6 +6,7 @@
 
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "common/leader_channels.h"
 #include "dial/v1/service.grpc.pb.h"
 
 namespace dial::worker {
@@ -13,10 +14,9 @@ namespace {
 
 class GrpcSchedulerClient : public SchedulerClient {
  public:
-  GrpcSchedulerClient(std::shared_ptr<grpc::Channel> channel,
+  GrpcSchedulerClient(std::unique_ptr<LeaderChannels> channels,
                       absl::Duration timeout, std::string token)
-      : channel_(channel),
-        stub_(v1::WorkerService::NewStub(channel)),
+      : channels_(std::move(channels)),
         timeout_(timeout),
         token_(std::move(token)) {}
 
@@ -63,22 +63,26 @@ class GrpcSchedulerClient : public SchedulerClient {
   absl::StatusOr<Response> Call(Method method, const Request& request,
                                 Response response, absl::Duration timeout,
                                 bool wait_for_ready) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    ctx.set_wait_for_ready(wait_for_ready);
-    Authorize(ctx, token_);
-    grpc::Status status = ((*stub_).*method)(&ctx, request, &response);
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      // An idle channel fails fast without reconnecting by itself; ask it to
-      // connect now, so a restarted scheduler is found within a backoff.
-      channel_->GetState(/*try_to_connect=*/true);
+    grpc::Status status;
+    // A standby's refusal goes again to the leader, at most once per
+    // address (common/leader_channels.h).
+    for (int attempt = 0; attempt < channels_->size(); ++attempt) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+      ctx.set_wait_for_ready(wait_for_ready);
+      Authorize(ctx, token_);
+      // On UNAVAILABLE Observe also asks the channel to connect again: an
+      // idle one fails fast without reconnecting by itself.
+      const LeaderChannels::Pick pick = channels_->Current();
+      auto stub = v1::WorkerService::NewStub(pick.channel);
+      status = ((*stub).*method)(&ctx, request, &response);
+      if (!channels_->Observe(pick, status, ctx)) break;
     }
     if (!status.ok()) return FromGrpcStatus(status);
     return response;
   }
 
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  std::unique_ptr<LeaderChannels> channels_;
   absl::Duration timeout_;
   const std::string token_;
 };
@@ -99,11 +103,12 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> NewGrpcSchedulerClient(
   connect.tls_server_name = options.tls_server_name;
   connect.token = options.token;
   connect.insecure = options.insecure;
-  // MakeChannel sets the scheduler's message limits.
-  auto channel = MakeChannel(connect, args);
-  if (!channel.ok()) return channel.status();
+  // MakeChannel sets the scheduler's message limits; the target may list a
+  // leader and its standbys.
+  auto channels = LeaderChannels::Create(connect, args);
+  if (!channels.ok()) return channels.status();
   return std::unique_ptr<SchedulerClient>(new GrpcSchedulerClient(
-      std::move(*channel), options.timeout, options.token));
+      std::move(*channels), options.timeout, options.token));
 }
 
 }  // namespace dial::worker

@@ -56,8 +56,9 @@ def connect(address: Optional[str] = None, token: Optional[str] = None,
     """Connects to a Dial scheduler.
 
     Args:
-      address: ``host:port``; default ``$DIAL_SCHEDULER``, else
-        ``127.0.0.1:7070``.
+      address: ``host:port``, or several (``"a:7070,b:7070"``): a leader
+        and its standbys, followed as docs/ha.md says; default
+        ``$DIAL_SCHEDULER``, else ``127.0.0.1:7070``.
       token: bearer token; default ``$DIAL_TOKEN`` (empty: none).
       tls_ca: PEM file of the CA that signed the scheduler's certificate;
         with it the connection uses TLS. ``tls_cert``/``tls_key``: a client
@@ -83,6 +84,10 @@ def connect(address: Optional[str] = None, token: Optional[str] = None,
                ("grpc.max_send_message_length", _MAX_MESSAGE)]
     if (tls_cert is None) != (tls_key is None):
         raise InvalidArgument("tls_cert: give tls_cert and tls_key together")
+    addresses = [a.strip() for a in address.split(",") if a.strip()]
+    if not addresses:
+        raise InvalidArgument("address: no scheduler address")
+    channels = []
     if tls_ca:
         credentials = grpc.ssl_channel_credentials(
             root_certificates=_read(tls_ca),
@@ -90,19 +95,23 @@ def connect(address: Optional[str] = None, token: Optional[str] = None,
             certificate_chain=_read(tls_cert) if tls_cert else None)
         if tls_server_name:
             options.append(("grpc.ssl_target_name_override", tls_server_name))
-        channel = grpc.secure_channel(address, credentials, options=options)
+        for a in addresses:
+            channels.append((a, grpc.secure_channel(a, credentials,
+                                                    options=options)))
     else:
         if tls_cert:
             raise InvalidArgument("tls_cert: a client certificate needs "
                                   "tls_ca (TLS)")
-        if token and not insecure and not _is_loopback(address):
-            raise InvalidArgument(
-                f"tls_ca: refusing to send a token in plaintext to "
-                f"'{address}'; give tls_ca (TLS), or insecure=True on a "
-                f"network you trust")
-        channel = grpc.insecure_channel(address, options=options)
-    return Client(channel, token=token, client_id=client_id, timeout=timeout,
-                  retries=retries, address=address)
+        for a in addresses:
+            if token and not insecure and not _is_loopback(a):
+                raise InvalidArgument(
+                    f"tls_ca: refusing to send a token in plaintext to "
+                    f"'{a}'; give tls_ca (TLS), or insecure=True on a "
+                    f"network you trust")
+            channels.append((a, grpc.insecure_channel(a, options=options)))
+    return Client(channels[0][1], token=token, client_id=client_id,
+                  timeout=timeout, retries=retries, address=address,
+                  channels=channels)
 
 
 class Client:
@@ -111,9 +120,14 @@ class Client:
 
     def __init__(self, channel: grpc.Channel, *, token: str = "",
                  client_id: Optional[str] = None, timeout: float = 30.0,
-                 retries: int = 6, address: str = ""):
-        self._channel = channel
-        self._stub = service_pb2_grpc.StudyServiceStub(channel)
+                 retries: int = 6, address: str = "",
+                 channels: Optional[List[Tuple[str, grpc.Channel]]] = None):
+        # A leader and its standbys: (address, channel), the current one
+        # first; a standby's refusal moves calls to the leader it names.
+        self._channels = channels or [(address, channel)]
+        self._stubs = [service_pb2_grpc.StudyServiceStub(c)
+                       for _, c in self._channels]
+        self._current = 0
         self._metadata = (("authorization", "Bearer " + token),) if token \
             else ()
         self.address = address
@@ -133,7 +147,8 @@ class Client:
 
     def close(self) -> None:
         """Closes the connection."""
-        self._channel.close()
+        for _, channel in self._channels:
+            channel.close()
 
     # -- calls ------------------------------------------------------------
     def _call(self, method: str, request: Any, *, idempotent: bool = True,
@@ -142,14 +157,21 @@ class Client:
         backoff. A non-idempotent call is retried only with an `on_retry`
         that turns the error of a repeated call into its answer (the first
         try went through) or re-raises it."""
-        rpc = getattr(self._stub, method)
-        delay, tries = 0.1, 0
+        delay, tries, hops = 0.1, 0, 0
         while True:
+            with self._lock:
+                rpc = getattr(self._stubs[self._current], method)
             try:
                 return rpc(request, timeout=self.timeout,
                            metadata=self._metadata)
             except grpc.RpcError as e:
                 error = from_rpc_error(e)
+                # A standby did nothing: straight to the leader it names,
+                # at most once per address.
+                if isinstance(error, Unavailable) and self._follow(e) and \
+                        hops < len(self._channels):
+                    hops += 1
+                    continue
                 if tries > 0 and on_retry is not None and \
                         not isinstance(error, Unavailable):
                     return on_retry(error)
@@ -160,6 +182,23 @@ class Client:
             tries += 1
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 5.0)
+
+    def _follow(self, e: grpc.RpcError) -> bool:
+        """After UNAVAILABLE: moves to the leader a standby named, if it is
+        one of the addresses given, else to the next address. True when a
+        standby refused the call (so it did nothing)."""
+        if len(self._channels) < 2:
+            return False
+        trailers = dict(e.trailing_metadata() or ())
+        standby = "dial-standby" in trailers
+        leader = trailers.get("dial-leader", "")
+        names = [a for a, _ in self._channels]
+        with self._lock:
+            if standby and leader in names:
+                self._current = names.index(leader)
+            else:
+                self._current = (self._current + 1) % len(names)
+        return standby
 
     # -- studies ----------------------------------------------------------
     def create_study(self, spec: Any, *, exist_ok: bool = False) -> "Study":
