@@ -264,6 +264,58 @@ def test_client_is_a_context_manager_and_close_ends_it(scheduler):
         c.study("anything")
 
 
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_several_addresses_move_past_a_dead_one(scheduler):
+    """A leader and its standbys (docs/ha.md): an address where nothing
+    listens is left for the next one."""
+    dead = f"127.0.0.1:{_free_port()}"
+    with dial.connect(f"{dead}, {scheduler.address}", token="",
+                      retries=4) as c:
+        assert isinstance(list(c.studies()), list)
+
+
+def test_a_standbys_refusal_goes_to_the_leader_it_names(scheduler):
+    """A stand-in standby answers every call UNAVAILABLE with dial-standby
+    and the leader's address: the call goes there at once (no retry
+    backoff, nothing counted against `retries`). A leader named outside
+    the given addresses is not followed (the token would go to an address
+    the user did not name): the next listed one is tried instead."""
+    from concurrent import futures
+    calls = []
+
+    class Standby(grpc.GenericRpcHandler):
+        def __init__(self, leader):
+            self.leader = leader
+
+        def service(self, details):
+            def refuse(request, context):
+                calls.append(details.method)
+                context.set_trailing_metadata(
+                    (("dial-standby", "1"), ("dial-leader", self.leader)))
+                context.abort(grpc.StatusCode.UNAVAILABLE, "standby")
+            return grpc.unary_unary_rpc_method_handler(refuse)
+
+    # Nothing listens there: followed, the call would fail (retries=0).
+    outside = f"127.0.0.1:{_free_port()}"
+    for leader in (scheduler.address, outside):
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        server.add_generic_rpc_handlers((Standby(leader),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        try:
+            with dial.connect(f"127.0.0.1:{port},{scheduler.address}",
+                              token="", retries=0) as c:
+                assert isinstance(list(c.studies()), list)
+        finally:
+            server.stop(None)
+    assert calls, "the stand-in standby was never asked"
+
+
 def test_create_study_from_dict_yaml_path_and_exist_ok(client, tmp_path):
     name = unique("dict")
     study = client.create_study(spec(name, 3))
