@@ -128,6 +128,8 @@ class Client:
         self._stubs = [service_pb2_grpc.StudyServiceStub(c)
                        for _, c in self._channels]
         self._current = 0
+        # The first address's stub (tests put a proxy in its place).
+        self._stub = self._stubs[0]
         self._metadata = (("authorization", "Bearer " + token),) if token \
             else ()
         self.address = address
@@ -135,6 +137,8 @@ class Client:
         self.timeout = timeout
         self.retries = retries
         self._lock = threading.Lock()
+        # Guards _current only: callers may hold _lock around a call.
+        self._pick_lock = threading.Lock()
         # Per (study, client id): open trials an earlier run of that client
         # left, not handed out yet (Study._take_open).
         self._open_trials: Dict[Tuple[str, str], List[study_pb2.Trial]] = {}
@@ -159,8 +163,7 @@ class Client:
         try went through) or re-raises it."""
         delay, tries, hops = 0.1, 0, 0
         while True:
-            with self._lock:
-                rpc = getattr(self._stubs[self._current], method)
+            rpc = getattr(self._stub_now(), method)
             try:
                 return rpc(request, timeout=self.timeout,
                            metadata=self._metadata)
@@ -183,6 +186,12 @@ class Client:
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 5.0)
 
+    def _stub_now(self) -> Any:
+        """The stub of the address calls go to now."""
+        with self._pick_lock:
+            return self._stub if self._current == 0 else \
+                self._stubs[self._current]
+
     def _follow(self, e: grpc.RpcError) -> bool:
         """After UNAVAILABLE: moves to the leader a standby named, if it is
         one of the addresses given, else to the next address. True when a
@@ -193,7 +202,7 @@ class Client:
         standby = "dial-standby" in trailers
         leader = trailers.get("dial-leader", "")
         names = [a for a, _ in self._channels]
-        with self._lock:
+        with self._pick_lock:
             if standby and leader in names:
                 self._current = names.index(leader)
             else:
@@ -383,7 +392,7 @@ class Study:
         """Events as they happen: a SNAPSHOT first, then TRIAL_CREATED,
         TRIAL_REPORTED and TRIAL_FINISHED, and STUDY_FINISHED last, after
         which the iterator ends. Break out of the loop to stop watching."""
-        stream = self.client._stub.WatchStudy(
+        stream = self.client._stub_now().WatchStudy(
             service_pb2.WatchStudyRequest(study=self.name),
             metadata=self.client._metadata)
         try:
