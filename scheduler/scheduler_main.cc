@@ -6,7 +6,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -371,13 +370,14 @@ int main(int argc, char** argv) {
     dial::scheduler::LeadOptions lead;
     lead.lease.target = {absl::GetFlag(FLAGS_db), ""};
     if (!absl::GetFlag(FLAGS_db_password_file).empty()) {
-      // OpenStudyStore read it already; the lease needs it too.
-      std::ifstream in(absl::GetFlag(FLAGS_db_password_file));
-      std::getline(in, lead.lease.target.password);
-      if (!lead.lease.target.password.empty() &&
-          lead.lease.target.password.back() == '\r') {
-        lead.lease.target.password.pop_back();
+      // The lease has a connection of its own: the same password.
+      auto password =
+          dial::storage::ReadDbPassword(absl::GetFlag(FLAGS_db_password_file));
+      if (!password.ok()) {
+        spdlog::error("{}", password.status().ToString());
+        return 1;
       }
+      lead.lease.target.password = std::move(*password);
     }
     lead.lease.holder = dial::scheduler::Leadership::HolderName();
     lead.lease.advertise = absl::GetFlag(FLAGS_advertise);

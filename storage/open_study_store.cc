@@ -13,7 +13,9 @@ namespace {
 
 constexpr char kSqliteScheme[] = "sqlite://";
 
-absl::StatusOr<std::string> ReadPassword(const std::string& path) {
+}  // namespace
+
+absl::StatusOr<std::string> ReadDbPassword(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
     return absl::InvalidArgumentError(
@@ -29,8 +31,6 @@ absl::StatusOr<std::string> ReadPassword(const std::string& path) {
   return password;
 }
 
-}  // namespace
-
 std::string DescribeDb(const std::string& db) {
   return IsPostgresUrl(db) ? DescribeUrl(db) : db;
 }
@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<StudyStore>> OpenStudyStore(
   if (IsPostgresUrl(options.db)) {
     PgTarget target{options.db, ""};
     if (!options.password_file.empty()) {
-      auto password = ReadPassword(options.password_file);
+      auto password = ReadDbPassword(options.password_file);
       if (!password.ok()) return password.status();
       target.password = std::move(*password);
     }

@@ -23,6 +23,9 @@ struct OpenStoreOptions {
 
 absl::StatusOr<std::unique_ptr<StudyStore>> OpenStudyStore(
     const OpenStoreOptions& options);
+// The first line of --db-password-file (INVALID_ARGUMENT naming the flag
+// when it cannot be read or is empty).
+absl::StatusOr<std::string> ReadDbPassword(const std::string& path);
 // The database as it may be logged: the path, or the URL without its
 // query string.
 std::string DescribeDb(const std::string& db);
