@@ -17,7 +17,7 @@ struct OpenStoreOptions {
   std::string db;
   std::string password_file;  // PostgreSQL only; empty: libpq's own
   bool full_sync = true;      // SQLite only (see SqliteStudyStoreOptions)
-  bool group_commit = true;   // SQLite only
+  bool group_commit = true;
   metrics::Registry* metrics = nullptr;
 };
 

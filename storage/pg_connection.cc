@@ -2,6 +2,7 @@
 
 #include <endian.h>
 #include <libpq-fe.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstring>
@@ -203,6 +204,8 @@ absl::Status PgConnection::Connect() {
         "cannot connect to ", DescribeUrl(target_.url), ": ", why));
   }
   backoff_ = absl::Milliseconds(50);
+  ++connections_;
+  prepared_.clear();  // a new session has none
   // Notices (e.g. "relation already exists, skipping") are not for stderr.
   PQsetNoticeProcessor(
       conn_, [](void*, const char*) {}, nullptr);
@@ -257,10 +260,27 @@ absl::StatusOr<PgResult> PgConnection::Exec(absl::string_view sql,
     lengths.push_back(static_cast<int>(v.size()));
     formats.push_back(1);
   }
-  PgResult result(PQexecParams(
-      conn_, text.c_str(), static_cast<int>(params.size()),
-      params.types_.data(), values.data(), lengths.data(), formats.data(),
-      /*resultFormat=*/1));
+  // Statements run often are prepared once a connection (parsed and
+  // planned once); a few hundred distinct texts at most.
+  const std::string* prepared = nullptr;
+  if (auto it = prepared_.find(text); it != prepared_.end()) {
+    prepared = &it->second;
+  } else if (prepared_.size() < kMaxPrepared) {
+    std::string name = absl::StrCat("d", prepared_.size());
+    PgResult made(PQprepare(conn_, name.c_str(), text.c_str(),
+                            static_cast<int>(params.size()),
+                            params.types_.data()));
+    if (absl::Status s = StatusOf(made.result_, sql); !s.ok()) return s;
+    prepared = &prepared_.emplace(text, std::move(name)).first->second;
+  }
+  PgResult result(
+      prepared != nullptr
+          ? PQexecPrepared(conn_, prepared->c_str(),
+                           static_cast<int>(params.size()), values.data(),
+                           lengths.data(), formats.data(), /*resultFormat=*/1)
+          : PQexecParams(conn_, text.c_str(), static_cast<int>(params.size()),
+                         params.types_.data(), values.data(), lengths.data(),
+                         formats.data(), /*resultFormat=*/1));
   // PgResult owns it either way; StatusOf reads it first.
   if (absl::Status s = StatusOf(result.result_, sql); !s.ok()) return s;
   return result;
@@ -276,6 +296,8 @@ absl::Status PgConnection::ExecScript(absl::string_view sql) {
 absl::Status PgConnection::Begin() { return ExecScript("BEGIN"); }
 
 absl::Status PgConnection::Commit() {
+  const bool failed = conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK &&
+                      PQtransactionStatus(conn_) == PQTRANS_INERROR;
   absl::Status status = ExecScript("COMMIT");
   if (absl::IsUnavailable(status)) {
     return absl::UnavailableError(absl::StrCat(
@@ -283,7 +305,22 @@ absl::Status PgConnection::Commit() {
         "stored; ",
         status.message()));
   }
+  if (status.ok() && failed) {
+    // The server answers COMMIT of a failed transaction with ROLLBACK.
+    return absl::InternalError(
+        "a statement of the transaction failed, so the server rolled it "
+        "back");
+  }
   return status;
+}
+
+void PgConnection::DropForTesting() {
+  if (conn_ != nullptr) ::shutdown(PQsocket(conn_), SHUT_RDWR);
+}
+
+bool PgConnection::InGoodTransaction() const {
+  return conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK &&
+         PQtransactionStatus(conn_) == PQTRANS_INTRANS;
 }
 
 absl::Status PgConnection::Rollback(absl::Status why) {

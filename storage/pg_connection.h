@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -95,6 +96,21 @@ class PgConnection {
   // and at once on the current one.
   absl::Status SetOnConnect(const std::string& sql);
 
+  // A transaction by hand (group commit): Commit is UNAVAILABLE when the
+  // connection dropped in it (the change may or may not be stored) and
+  // INTERNAL when the transaction had failed (the server rolled it back);
+  // Rollback returns `why`.
+  absl::Status Begin();
+  absl::Status Commit();
+  absl::Status Rollback(absl::Status why);
+  // Connections made so far: a transaction begun on one is gone once this
+  // changes.
+  uint64_t connections() const { return connections_; }
+  // In a transaction that no statement has failed.
+  bool InGoodTransaction() const;
+  // For tests: the connection fails as if the network dropped it.
+  void DropForTesting();
+
   // BEGIN; `body`; COMMIT if it returned OK, else ROLLBACK and its error.
   // A COMMIT that may or may not have happened (the connection dropped) is
   // UNAVAILABLE with a message that says so.
@@ -113,9 +129,6 @@ class PgConnection {
   // Makes the connection if there is none (or a lost one); UNAVAILABLE
   // while the server does not answer, at most one try per backoff step.
   absl::Status Connect();
-  absl::Status Begin();
-  absl::Status Commit();
-  absl::Status Rollback(absl::Status why);
   absl::Status StatusOf(pg_result* result, absl::string_view sql);
 
   PgTarget target_;
@@ -125,6 +138,10 @@ class PgConnection {
   std::string on_connect_;
   absl::Time next_try_ = absl::InfinitePast();
   absl::Duration backoff_ = absl::Milliseconds(50);
+  uint64_t connections_ = 0;
+  // Prepared statements of this connection: SQL text -> name.
+  static constexpr size_t kMaxPrepared = 256;
+  std::unordered_map<std::string, std::string> prepared_;
 };
 
 }  // namespace dial::storage

@@ -6,8 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
+#include "storage/sqlite_group_committer.h"
 
 namespace dial::storage {
 namespace {
@@ -76,6 +78,12 @@ CREATE TABLE leader(
   expires TIMESTAMPTZ NOT NULL);
 INSERT INTO leader VALUES (1, '', '', 0, '-infinity');
 )sql",
+    // 4: a trial's progress (last step, checkpoint) apart from the trial,
+    // so a report is one statement; NULL: the trial's own holds it.
+    R"sql(
+ALTER TABLE trials ADD COLUMN last_step BIGINT,
+  ADD COLUMN checkpoint TEXT, ADD COLUMN checkpoint_step BIGINT;
+)sql",
 };
 constexpr int kSchemaVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 // Any constant: the advisory lock that serialises migrations.
@@ -99,6 +107,21 @@ absl::StatusOr<M> Parse(const std::string& bytes, const char* what) {
 
 absl::Status NoStudy(const std::string& name) {
   return absl::NotFoundError(absl::StrCat("study '", name, "' not found"));
+}
+
+// The columns a trial is read from, and the trial they make.
+constexpr char kTrialColumns[] =
+    "trial, last_step, checkpoint, checkpoint_step";
+
+absl::StatusOr<v1::Trial> TrialOf(const PgResult& r, int row) {
+  DIAL_ASSIGN_OR_RETURN(v1::Trial t,
+                        Parse<v1::Trial>(r.Bytes(row, 0), "trial"));
+  if (!r.IsNull(row, 1)) {
+    t.set_last_step(r.Int(row, 1));
+    t.set_checkpoint(r.Bytes(row, 2));
+    t.set_checkpoint_step(r.Int(row, 3));
+  }
+  return t;
 }
 
 absl::StatusOr<int> ReadVersion(PgConnection& conn) {
@@ -139,40 +162,221 @@ absl::Status PgStudyStore::MigrateTo(PgConnection& conn, int target) {
 }
 
 absl::StatusOr<std::unique_ptr<PgStudyStore>> PgStudyStore::Create(
-    const PgTarget& target) {
+    const PgTarget& target, const PgStoreOptions& options) {
   DIAL_ASSIGN_OR_RETURN(std::unique_ptr<PgConnection> conn,
                         PgConnection::Open(target));
   DIAL_RETURN_IF_ERROR(MigrateTo(*conn, kSchemaVersion));
-  return std::unique_ptr<PgStudyStore>(new PgStudyStore(std::move(conn)));
+  std::unique_ptr<PgStudyStore> store(new PgStudyStore(std::move(conn)));
+  if (options.group_commit) {
+    DIAL_ASSIGN_OR_RETURN(store->conns_[1], PgConnection::Open(target));
+    PgStudyStore* s = store.get();
+    // COMMIT returns once the server has flushed its log: nothing to sync.
+    GroupCommitterOptions committer{[s] { return s->CommitGroup(); },
+                                    [] { return absl::OkStatus(); }};
+    if (options.metrics != nullptr) {
+      MeasureCommits(*options.metrics,
+                     "Time to commit one group of writes (PostgreSQL COMMIT, "
+                     "which flushes its log, under the store's lock)",
+                     "Time to make a committed group durable (none on "
+                     "PostgreSQL: its COMMIT does)",
+                     committer);
+    }
+    store->committer_ = GroupCommitter::Create(committer);
+  }
+  return store;
+}
+
+PgStudyStore::PgStudyStore(std::unique_ptr<PgConnection> conn)
+    : conn_(conn.get()) {
+  conns_[0] = std::move(conn);
+}
+
+PgStudyStore::~PgStudyStore() {
+  // Its thread calls into the store: it commits what was applied, first.
+  if (committer_) committer_->Stop();
+}
+
+absl::Status PgStudyStore::Write(const std::function<absl::Status()>& body,
+                                 bool one_statement) {
+  if (!committer_) {
+    return conn_->Transaction([&]() -> absl::Status {
+      absl::Status fenced = CheckFence(*conn_, holder_, epoch_);
+      return fenced.ok() ? body() : fenced;
+    });
+  }
+  if (!lost_.ok()) return lost_;
+  if (txn_open_ && (conn_->connections() != txn_connection_ ||
+                    !conn_->InGoodTransaction())) {
+    // The connection dropped, or a statement (a read's, say) failed the
+    // transaction: the group's writes are gone.
+    txn_open_ = false;
+    LoseGroup(absl::UnavailableError(
+        "the open transaction was lost (connection dropped or a statement "
+        "failed)"));
+    return lost_;
+  }
+  if (!txn_open_) {
+    DIAL_RETURN_IF_ERROR(conn_->Begin());
+    txn_open_ = true;
+    txn_connection_ = conn_->connections();
+  }
+  absl::Status status =
+      one_statement ? absl::OkStatus() : conn_->ExecScript("SAVEPOINT w");
+  if (status.ok()) status = body();
+  if (status.ok() && !one_statement) status = conn_->ExecScript("RELEASE w");
+  if (status.ok()) {
+    committer_->Applied();
+    return status;
+  }
+  const bool same = conn_->connections() == txn_connection_;
+  if (same && one_statement && conn_->InGoodTransaction()) {
+    return status;  // its check failed; it changed nothing
+  }
+  if (same && !one_statement && conn_->ExecScript("ROLLBACK TO w").ok() &&
+      conn_->ExecScript("RELEASE w").ok()) {
+    return status;  // the group's other writes stay
+  }
+  conn_->Rollback(status).IgnoreError();
+  txn_open_ = false;
+  LoseGroup(status);
+  return status;
+}
+
+void PgStudyStore::LoseGroup(const absl::Status& cause) {
+  lost_ = absl::UnavailableError(absl::StrCat(
+      cause.message(),
+      "; the uncommitted writes before it are lost too, and writes are "
+      "refused until the scheduler reloads its state"));
+  lost_pending_ = true;
+  committer_->Lost();
+}
+
+// The group's COMMIT runs outside the lock, on the connection the group
+// was applied on; meanwhile the next group is applied on the other one.
+// Reads wait for the COMMIT (settled_), so they never see the next group's
+// writes without this one's.
+CommittedGroup PgStudyStore::CommitGroup() {
+  CommittedGroup group;
+  PgConnection* committing = nullptr;
+  bool same = false;
+  std::string holder;
+  int64_t epoch = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    group.seq = committer_->WrittenSeq();
+    if (!lost_pending_ && txn_open_) {
+      committing = conn_;
+      same = conn_->connections() == txn_connection_;
+      txn_open_ = false;
+      conn_ = conn_ == conns_[0].get() ? conns_[1].get() : conns_[0].get();
+      settled_ = false;
+      holder = holder_;
+      epoch = epoch_;
+    }
+  }
+  absl::Status status;
+  if (committing != nullptr) {
+    if (!same) {
+      status = absl::UnavailableError(
+          "the connection dropped before COMMIT: the group is lost");
+    }
+    // Fenced: a group checks the lease last, under a share lock held to
+    // its COMMIT, so a takeover either waits for it or makes it fail.
+    if (status.ok()) status = CheckFence(*committing, holder, epoch);
+    if (status.ok()) status = committing->Commit();
+    if (!status.ok() && same) committing->Rollback(status).IgnoreError();
+  }
+  absl::MutexLock lock(&mu_);
+  settled_ = true;
+  if (committing != nullptr) {
+    if (!status.ok()) {
+      // The writes applied since built on these: they are lost too.
+      if (txn_open_) conn_->Rollback(status).IgnoreError();
+      txn_open_ = false;
+      group.seq = committer_->WrittenSeq();
+      LoseGroup(status);
+    }
+    group.committed = status.ok();
+  }
+  if (lost_pending_) {
+    lost_pending_ = false;
+    group.lost = lost_;
+  }
+  return group;
+}
+
+Durability* PgStudyStore::durability() { return committer_ ? this : nullptr; }
+
+uint64_t PgStudyStore::WrittenSeq() const {
+  return committer_ ? committer_->WrittenSeq() : 0;
+}
+
+void PgStudyStore::WhenDurable(uint64_t seq,
+                               std::function<void(absl::Status)> done) {
+  if (!committer_) return done(absl::OkStatus());
+  committer_->WhenDurable(seq, std::move(done));
+}
+
+void PgStudyStore::SetLostHandler(std::function<void()> handler) {
+  if (committer_) committer_->SetLostHandler(std::move(handler));
+}
+
+void PgStudyStore::Recover() {
+  absl::MutexLock lock(&mu_);
+  lost_ = absl::OkStatus();
+}
+
+void PgStudyStore::HoldCommitsForTesting(bool hold) {
+  if (committer_) committer_->HoldForTesting(hold);
+}
+
+void PgStudyStore::DropConnectionForTesting() {
+  absl::MutexLock lock(&mu_, absl::Condition(&settled_));
+  conn_->DropForTesting();
 }
 
 absl::Status PgStudyStore::SetFence(const std::string& holder, int64_t epoch,
                                     absl::Duration lease) {
-  absl::MutexLock lock(&mu_);
+  if (committer_) {
+    // The last term's open group, if any, ends first: it checks the old
+    // fence, so it cannot commit under the new epoch.
+    absl::Notification ended;
+    committer_->WhenDurable(committer_->WrittenSeq(),
+                            [&ended](const absl::Status&) { ended.Notify(); });
+    ended.WaitForNotification();
+  }
+  absl::MutexLock lock(&mu_, absl::Condition(&settled_));
   holder_ = holder;
   epoch_ = epoch;
-  return conn_->SetOnConnect(
+  lost_ = absl::OkStatus();  // a new term loads the state afresh
+  const std::string timeout =
       absl::StrCat("SET idle_in_transaction_session_timeout = ",
-                   std::max<int64_t>(1, absl::ToInt64Milliseconds(lease))));
+                   std::max<int64_t>(1, absl::ToInt64Milliseconds(lease)));
+  for (auto& conn : conns_) {
+    if (conn) DIAL_RETURN_IF_ERROR(conn->SetOnConnect(timeout));
+  }
+  return absl::OkStatus();
 }
 
-absl::Status PgStudyStore::CheckFence() {
-  if (epoch_ == 0) return absl::OkStatus();
+absl::Status PgStudyStore::CheckFence(PgConnection& conn,
+                                      const std::string& holder,
+                                      int64_t epoch) {
+  if (epoch == 0) return absl::OkStatus();
   DIAL_ASSIGN_OR_RETURN(
       PgResult r,
-      conn_->Exec("SELECT 1 FROM leader WHERE id = 1 AND holder = $1 AND "
-                  "epoch = $2 AND expires > clock_timestamp() FOR SHARE",
-                  PgParams().Text(holder_).Int(epoch_)));
+      conn.Exec("SELECT 1 FROM leader WHERE id = 1 AND holder = $1 AND "
+                "epoch = $2 AND expires > clock_timestamp() FOR SHARE",
+                PgParams().Text(holder).Int(epoch)));
   if (r.rows() == 0) {
     return absl::UnavailableError(
         absl::StrCat("this scheduler no longer leads (its lease of epoch ",
-                     epoch_, " is lost): nothing was written"));
+                     epoch, " is lost): nothing was written"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<int> PgStudyStore::SchemaVersion() {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(&settled_));
   return ReadVersion(*conn_);
 }
 
@@ -220,7 +424,7 @@ absl::Status PgStudyStore::CreateStudy(const v1::Study& study) {
 }
 
 absl::StatusOr<v1::Study> PgStudyStore::GetStudy(const std::string& name) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(&settled_));
   DIAL_ASSIGN_OR_RETURN(
       PgResult r,
       conn_->Exec("SELECT study, prior FROM studies WHERE name = $1",
@@ -235,7 +439,7 @@ absl::StatusOr<v1::Study> PgStudyStore::GetStudy(const std::string& name) {
 }
 
 absl::StatusOr<std::vector<v1::Study>> PgStudyStore::ListStudies() {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(&settled_));
   DIAL_ASSIGN_OR_RETURN(
       PgResult r,
       conn_->Exec("SELECT study, prior FROM studies ORDER BY name"));
@@ -287,44 +491,50 @@ absl::Status PgStudyStore::PutTrial(const v1::Trial& trial) {
   v1::Trial stored = trial;
   stored.clear_metric_history();
   absl::MutexLock lock(&mu_);
-  return Write([&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(const int64_t id, StudyId(trial.study()));
-    return conn_
-        ->Exec(
-            "INSERT INTO trials(study_id, number, state, trial) "
-            "VALUES ($1, $2, $3, $4) ON CONFLICT (study_id, number) DO UPDATE "
-            "SET state = EXCLUDED.state, trial = EXCLUDED.trial",
-            PgParams()
-                .Int(id)
-                .Int(trial.number())
-                .Int(trial.state())
-                .Bytes(Serialize(stored)))
-        .status();
-  });
+  return Write(
+      [&]() -> absl::Status {
+        DIAL_ASSIGN_OR_RETURN(
+            PgResult r,
+            conn_->Exec(
+                "INSERT INTO trials(study_id, number, state, trial) "
+                "SELECT id, $2, $3, $4 FROM studies WHERE name = $1 "
+                "ON CONFLICT (study_id, number) DO UPDATE "
+                "SET state = EXCLUDED.state, trial = EXCLUDED.trial, "
+                "last_step = NULL, checkpoint = NULL, checkpoint_step = NULL",
+                PgParams()
+                    .Text(trial.study())
+                    .Int(trial.number())
+                    .Int(trial.state())
+                    .Bytes(Serialize(stored))));
+        return r.affected() ? absl::OkStatus() : NoStudy(trial.study());
+      },
+      /*one_statement=*/true);
 }
 
 absl::StatusOr<v1::Trial> PgStudyStore::GetTrial(const std::string& study,
                                                  int64_t number) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(&settled_));
   DIAL_ASSIGN_OR_RETURN(const int64_t id, StudyId(study));
   DIAL_ASSIGN_OR_RETURN(
       PgResult r,
-      conn_->Exec(
-          "SELECT trial FROM trials WHERE study_id = $1 AND number = $2",
-          PgParams().Int(id).Int(number)));
+      conn_->Exec(absl::StrCat("SELECT ", kTrialColumns,
+                               " FROM trials WHERE study_id = $1 AND "
+                               "number = $2"),
+                  PgParams().Int(id).Int(number)));
   if (r.rows() == 0) {
     return absl::NotFoundError(
         absl::StrCat("trial ", number, " of study '", study, "' not found"));
   }
-  return Parse<v1::Trial>(r.Bytes(0, 0), "trial");
+  return TrialOf(r, 0);
 }
 
 absl::StatusOr<std::vector<v1::Trial>> PgStudyStore::ListTrials(
     const std::string& study, const TrialQuery& query) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(&settled_));
   DIAL_ASSIGN_OR_RETURN(const int64_t id, StudyId(study));
-  std::string sql =
-      "SELECT trial FROM trials WHERE study_id = $1 AND number > $2";
+  std::string sql = absl::StrCat("SELECT ", kTrialColumns,
+                                 " FROM trials WHERE study_id = $1 AND "
+                                 "number > $2");
   if (!query.states.empty()) {
     std::vector<int> states(query.states.begin(), query.states.end());
     absl::StrAppend(&sql, " AND state IN (", absl::StrJoin(states, ","), ")");
@@ -336,58 +546,51 @@ absl::StatusOr<std::vector<v1::Trial>> PgStudyStore::ListTrials(
   std::vector<v1::Trial> out;
   out.reserve(r.rows());
   for (int i = 0; i < r.rows(); ++i) {
-    DIAL_ASSIGN_OR_RETURN(v1::Trial t,
-                          Parse<v1::Trial>(r.Bytes(i, 0), "trial"));
+    DIAL_ASSIGN_OR_RETURN(v1::Trial t, TrialOf(r, i));
     out.push_back(std::move(t));
   }
   return out;
 }
 
+// One statement: the point is added if the trial exists and has no point
+// at that step, and then (only then) the trial's progress is set.
 absl::Status PgStudyStore::RecordReport(const v1::Trial& trial,
                                         const v1::MetricPoint& point) {
   absl::MutexLock lock(&mu_);
-  return Write([&]() -> absl::Status {
-    DIAL_ASSIGN_OR_RETURN(const int64_t id, StudyId(trial.study()));
-    DIAL_ASSIGN_OR_RETURN(
-        PgResult r,
-        conn_->Exec("SELECT trial FROM trials WHERE study_id = $1 AND "
-                    "number = $2 FOR UPDATE",
-                    PgParams().Int(id).Int(trial.number())));
-    if (r.rows() == 0) {
-      return absl::NotFoundError(absl::StrCat("trial ", trial.number(),
-                                              " of study '", trial.study(),
-                                              "' not found"));
-    }
-    DIAL_ASSIGN_OR_RETURN(
-        PgResult added,
-        conn_->Exec("INSERT INTO metrics(study_id, number, step, point) "
-                    "VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                    PgParams()
-                        .Int(id)
-                        .Int(trial.number())
-                        .Int(point.step())
-                        .Bytes(Serialize(point))));
-    if (added.affected() == 0) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "step ", point.step(), " of trial ", trial.number(), " is recorded"));
-    }
-    DIAL_ASSIGN_OR_RETURN(v1::Trial stored,
-                          Parse<v1::Trial>(r.Bytes(0, 0), "trial"));
-    stored.set_last_step(trial.last_step());
-    stored.set_checkpoint(trial.checkpoint());
-    stored.set_checkpoint_step(trial.checkpoint_step());
-    return conn_
-        ->Exec(
-            "UPDATE trials SET trial = $3 WHERE study_id = $1 AND "
-            "number = $2",
-            PgParams().Int(id).Int(trial.number()).Bytes(Serialize(stored)))
-        .status();
-  });
+  return Write(
+      [&]() -> absl::Status {
+        DIAL_ASSIGN_OR_RETURN(
+            PgResult r,
+            conn_->Exec(
+                "WITH ins AS (INSERT INTO metrics(study_id, number, step, "
+                "point) SELECT t.study_id, t.number, $3, $4 FROM trials t "
+                "JOIN studies s ON s.id = t.study_id WHERE s.name = $1 AND "
+                "t.number = $2 ON CONFLICT DO NOTHING RETURNING study_id) "
+                "UPDATE trials SET last_step = $5, checkpoint = $6, "
+                "checkpoint_step = $7 FROM ins WHERE trials.study_id = "
+                "ins.study_id AND trials.number = $2",
+                PgParams()
+                    .Text(trial.study())
+                    .Int(trial.number())
+                    .Int(point.step())
+                    .Bytes(Serialize(point))
+                    .Int(trial.last_step())
+                    .Text(trial.checkpoint())
+                    .Int(trial.checkpoint_step())));
+        if (r.affected() == 1) return absl::OkStatus();
+        // Nothing changed: say why.
+        DIAL_ASSIGN_OR_RETURN(const int64_t id, StudyId(trial.study()));
+        DIAL_RETURN_IF_ERROR(TrialExists(trial.study(), id, trial.number()));
+        return absl::AlreadyExistsError(
+            absl::StrCat("step ", point.step(), " of trial ", trial.number(),
+                         " is recorded"));
+      },
+      /*one_statement=*/true);
 }
 
 absl::StatusOr<std::vector<v1::MetricPoint>> PgStudyStore::GetMetricHistory(
     const std::string& study, int64_t number, const HistoryQuery& query) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(&settled_));
   DIAL_ASSIGN_OR_RETURN(const int64_t id, StudyId(study));
   DIAL_RETURN_IF_ERROR(TrialExists(study, id, number));
   std::vector<v1::MetricPoint> out;
@@ -452,7 +655,7 @@ absl::Status PgStudyStore::PutCheckpoint(const CheckpointRecord& record) {
 
 absl::StatusOr<std::vector<CheckpointRecord>> PgStudyStore::ListCheckpoints(
     const std::string& study) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(&settled_));
   DIAL_ASSIGN_OR_RETURN(const int64_t id, StudyId(study));
   DIAL_ASSIGN_OR_RETURN(
       PgResult r,
@@ -492,31 +695,35 @@ absl::Status PgStudyStore::DeleteCheckpoint(const std::string& study,
 
 absl::Status PgStudyStore::PutWorker(const v1::Worker& worker) {
   absl::MutexLock lock(&mu_);
-  return Write([&] {
-    return conn_
-        ->Exec(
-            "INSERT INTO workers(id, worker) VALUES ($1, $2) ON CONFLICT "
-            "(id) DO UPDATE SET worker = EXCLUDED.worker",
-            PgParams().Text(worker.id()).Bytes(Serialize(worker)))
-        .status();
-  });
+  return Write(
+      [&] {
+        return conn_
+            ->Exec(
+                "INSERT INTO workers(id, worker) VALUES ($1, $2) ON CONFLICT "
+                "(id) DO UPDATE SET worker = EXCLUDED.worker",
+                PgParams().Text(worker.id()).Bytes(Serialize(worker)))
+            .status();
+      },
+      /*one_statement=*/true);
 }
 
 absl::Status PgStudyStore::AppendAudit(const v1::AuditEvent& event) {
   v1::AuditEvent stored = event;
   stored.clear_id();
   absl::MutexLock lock(&mu_);
-  return Write([&] {
-    return conn_
-        ->Exec("INSERT INTO audit(study, event) VALUES ($1, $2)",
-               PgParams().Text(event.study()).Bytes(Serialize(stored)))
-        .status();
-  });
+  return Write(
+      [&] {
+        return conn_
+            ->Exec("INSERT INTO audit(study, event) VALUES ($1, $2)",
+                   PgParams().Text(event.study()).Bytes(Serialize(stored)))
+            .status();
+      },
+      /*one_statement=*/true);
 }
 
 absl::StatusOr<std::vector<v1::AuditEvent>> PgStudyStore::ListAudit(
     const std::string& study, int64_t before_id, int limit) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(&settled_));
   DIAL_ASSIGN_OR_RETURN(
       PgResult r,
       conn_->Exec("SELECT id, event FROM audit WHERE ($1 = '' OR study = $1) "
@@ -537,17 +744,19 @@ absl::Status PgStudyStore::AppendUsage(const v1::UsageRecord& record) {
       google::protobuf::util::TimeUtil::TimestampToMilliseconds(
           record.end_time());
   absl::MutexLock lock(&mu_);
-  return Write([&] {
-    return conn_
-        ->Exec("INSERT INTO usage(end_ms, record) VALUES ($1, $2)",
-               PgParams().Int(end_ms).Bytes(Serialize(record)))
-        .status();
-  });
+  return Write(
+      [&] {
+        return conn_
+            ->Exec("INSERT INTO usage(end_ms, record) VALUES ($1, $2)",
+                   PgParams().Int(end_ms).Bytes(Serialize(record)))
+            .status();
+      },
+      /*one_statement=*/true);
 }
 
 absl::StatusOr<std::vector<v1::UsageRecord>> PgStudyStore::ListUsage(
     int64_t since_ms) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&mu_, absl::Condition(&settled_));
   DIAL_ASSIGN_OR_RETURN(
       PgResult r,
       conn_->Exec("SELECT record FROM usage WHERE end_ms >= $1 ORDER BY id",

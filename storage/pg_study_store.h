@@ -3,8 +3,12 @@
 // serialized protos (bytea) beside the columns that queries select and
 // order by; forward migrations are recorded in `dial_schema` and run under
 // an advisory lock, so two schedulers starting at once migrate once.
-// Every method is one transaction, committed before it returns (so a write
-// is durable when its call returns OK).
+// Without group commit every write is one transaction, committed before
+// it returns. With it (the scheduler's default) writes join one open
+// transaction that a committer thread commits, many writes a COMMIT, as
+// the SQLite store does; durability() says when a write is durable, and a
+// group that cannot be committed (lost connection, lost lease) is lost
+// whole, with the lost handler told.
 //
 // Thread-safe: one mutex serialises the connection. A lost connection is
 // made again at the next call, with backoff; meanwhile calls fail
@@ -12,24 +16,39 @@
 // no call claims a write it cannot vouch for.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
+#include "storage/durability.h"
 #include "storage/pg_connection.h"
 #include "storage/study_store.h"
 
 namespace dial::storage {
 
-class PgStudyStore : public StudyStore {
+class GroupCommitter;
+struct CommittedGroup;
+
+struct PgStoreOptions {
+  // Group commit (see above).
+  bool group_commit = false;
+  // Group commit's timings (dial_db_commit_seconds and the rest); null:
+  // none. Not owned; outlives the store.
+  metrics::Registry* metrics = nullptr;
+};
+
+class PgStudyStore : public StudyStore, public Durability {
  public:
   // Connects, creates or migrates the schema. UNAVAILABLE if the server
   // cannot be reached or refuses the credentials; FAILED_PRECONDITION if
   // the database is from a newer Dial (nothing is written then).
   static absl::StatusOr<std::unique_ptr<PgStudyStore>> Create(
-      const PgTarget& target);
+      const PgTarget& target, const PgStoreOptions& options = {});
+  ~PgStudyStore() override;
 
   absl::Status CreateStudy(const v1::Study& study) override;
   absl::StatusOr<v1::Study> GetStudy(const std::string& name) override;
@@ -69,8 +88,23 @@ class PgStudyStore : public StudyStore {
   // `epoch` (PgLeaderLease); a write after the lease was lost changes
   // nothing and is UNAVAILABLE. The server ends a transaction of ours that
   // sits idle for `lease`, so a paused leader cannot hold up a takeover.
+  // With group commit, the open group (the last term's) ends first, under
+  // the old fence; the writes of the new term start with nothing lost.
+  // Group commit checks the fence once a group, just before its COMMIT.
   absl::Status SetFence(const std::string& holder, int64_t epoch,
                         absl::Duration lease);
+
+  // Durability: this store with group commit; null without.
+  Durability* durability() override;
+  uint64_t WrittenSeq() const override;
+  void WhenDurable(uint64_t seq,
+                   std::function<void(absl::Status)> done) override;
+  void SetLostHandler(std::function<void()> handler) override;
+  void Recover() override;
+  // For tests (group commit): while held, nothing is committed.
+  void HoldCommitsForTesting(bool hold);
+  // For tests: drops the connection as a network failure would.
+  void DropConnectionForTesting();
 
   // The schema version the database is at, and the latest this build
   // knows (for tests and `dialctl admin`).
@@ -81,8 +115,7 @@ class PgStudyStore : public StudyStore {
   static absl::Status MigrateTo(PgConnection& conn, int version);
 
  private:
-  explicit PgStudyStore(std::unique_ptr<PgConnection> conn)
-      : conn_(std::move(conn)) {}
+  explicit PgStudyStore(std::unique_ptr<PgConnection> conn);
   // The id of study `name`; NOT_FOUND if absent.
   absl::StatusOr<int64_t> StudyId(const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -90,20 +123,39 @@ class PgStudyStore : public StudyStore {
   absl::Status TrialExists(const std::string& study, int64_t study_id,
                            int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // `body` in a transaction, after the fence check (if any).
-  template <typename Fn>
-  absl::Status Write(Fn&& body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return conn_->Transaction([&]() -> absl::Status {
-      absl::Status fenced = CheckFence();
-      return fenced.ok() ? body() : fenced;
-    });
-  }
-  absl::Status CheckFence() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `body` as one atomic write: its own transaction after the fence
+  // check, or (group commit) a part of the open group, in a savepoint
+  // unless `one_statement` (a failing statement then loses the group, as
+  // it fails the transaction).
+  absl::Status Write(const std::function<absl::Status()>& body,
+                     bool one_statement = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the writes applied since the last commit lost.
+  void LoseGroup(const absl::Status& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The committer's call: commits the open group, after the fence check.
+  CommittedGroup CommitGroup() ABSL_LOCKS_EXCLUDED(mu_);
+  // OK while `holder` holds the lease of `epoch` (0: no fence), under a
+  // share lock on the lease row that its transaction keeps.
+  static absl::Status CheckFence(PgConnection& conn, const std::string& holder,
+                                 int64_t epoch);
 
   absl::Mutex mu_;
-  std::unique_ptr<PgConnection> conn_ ABSL_GUARDED_BY(mu_);
+  // Two connections with group commit (one group commits on one while the
+  // next is applied on the other), one without; conn_ is the one in use.
+  std::unique_ptr<PgConnection> conns_[2];
+  PgConnection* conn_ ABSL_GUARDED_BY(mu_);
+  // No group's COMMIT is under way (reads wait for this).
+  bool settled_ ABSL_GUARDED_BY(mu_) = true;
   std::string holder_ ABSL_GUARDED_BY(mu_);
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no fence
+  // Group commit: the group's transaction is open, on the connection
+  // numbered txn_connection_ (PgConnection::connections()).
+  bool txn_open_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t txn_connection_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set when a group is lost; writes fail with it until Recover().
+  absl::Status lost_ ABSL_GUARDED_BY(mu_);
+  bool lost_pending_ ABSL_GUARDED_BY(mu_) = false;  // not yet reported
+  std::unique_ptr<GroupCommitter> committer_;       // null without group commit
 };
 
 }  // namespace dial::storage

@@ -4,6 +4,26 @@
 
 namespace dial::storage {
 
+void MeasureCommits(metrics::Registry& registry, const std::string& commit_help,
+                    const std::string& sync_help,
+                    GroupCommitterOptions& options) {
+  options.commit_seconds =
+      registry
+          .AddHistogram("dial_db_commit_seconds", commit_help, {},
+                        metrics::LatencyBuckets())
+          ->With({});
+  options.sync_seconds = registry
+                             .AddHistogram("dial_db_fsync_seconds", sync_help,
+                                           {}, metrics::LatencyBuckets())
+                             ->With({});
+  options.group_writes =
+      registry
+          .AddHistogram("dial_db_group_writes",
+                        "Writes covered by one commit and fsync", {},
+                        {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096})
+          ->With({});
+}
+
 std::unique_ptr<GroupCommitter> GroupCommitter::Create(
     const GroupCommitterOptions& options) {
   std::unique_ptr<GroupCommitter> committer(new GroupCommitter(options));

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -51,6 +52,13 @@ struct GroupCommitterOptions {
   metrics::Histogram* sync_seconds = nullptr;
   metrics::Histogram* group_writes = nullptr;
 };
+
+// Adds the timings of the commits (dial_db_commit_seconds,
+// dial_db_fsync_seconds with the help texts given, dial_db_group_writes)
+// to `registry` and has `options` measure into them.
+void MeasureCommits(metrics::Registry& registry, const std::string& commit_help,
+                    const std::string& sync_help,
+                    GroupCommitterOptions& options);
 
 class GroupCommitter : public Durability {
  public:

@@ -93,24 +93,13 @@ absl::StatusOr<std::unique_ptr<SqliteStudyStore>> SqliteStudyStore::Create(
     SqliteStudyStore* s = store.get();
     GroupCommitterOptions committer{[s] { return s->CommitGroup(); },
                                     [s] { return s->SyncGroup(); }};
-    if (metrics::Registry* r = options.metrics) {
-      committer.commit_seconds =
-          r->AddHistogram("dial_db_commit_seconds",
-                          "Time to commit one group of writes (SQLite "
-                          "COMMIT, under the store's lock)",
-                          {}, metrics::LatencyBuckets())
-              ->With({});
-      committer.sync_seconds =
-          r->AddHistogram("dial_db_fsync_seconds",
-                          "Time to make one committed group durable (fsync "
-                          "of the write-ahead log)",
-                          {}, metrics::LatencyBuckets())
-              ->With({});
-      committer.group_writes =
-          r->AddHistogram("dial_db_group_writes",
-                          "Writes covered by one commit and fsync", {},
-                          {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096})
-              ->With({});
+    if (options.metrics != nullptr) {
+      MeasureCommits(*options.metrics,
+                     "Time to commit one group of writes (SQLite COMMIT, "
+                     "under the store's lock)",
+                     "Time to make one committed group durable (fsync of "
+                     "the write-ahead log)",
+                     committer);
     }
     store->committer_ = GroupCommitter::Create(committer);
   }

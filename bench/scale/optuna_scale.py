@@ -1,6 +1,8 @@
 """Peer for Dial's scheduler-throughput benchmark: the same work Dial's load
 generator does, done through Optuna 3.1 with SQLite storage
-(optuna.storages.RDBStorage('sqlite:///PATH'), always a fresh database file).
+(optuna.storages.RDBStorage('sqlite:///PATH'), always a fresh database file),
+or with --db=postgresql+psycopg2://... on PostgreSQL (a fresh database the
+caller made).
 
 --mode reports: one study (minimize, SuccessiveHalvingPruner(min_resource=1,
   reduction_factor=3)); each worker loops until the deadline: ask, suggest
@@ -35,8 +37,11 @@ STUDY = "dial-scale"
 
 
 def storage(db):
-    # A long SQLite busy timeout, so concurrent writers wait for the lock
-    # rather than fail with "database is locked".
+    # --db may be a server database's SQLAlchemy URL (PostgreSQL); a path is
+    # SQLite, with a long busy timeout, so concurrent writers wait for the
+    # lock rather than fail with "database is locked".
+    if "://" in db:
+        return optuna.storages.RDBStorage(db)
     return optuna.storages.RDBStorage(
         "sqlite:///" + db, engine_kwargs={"connect_args": {"timeout": 300}})
 
@@ -92,7 +97,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--trials", type=int, default=2000)
     ap.add_argument("--steps", type=int, default=27)
-    ap.add_argument("--db", default=None)
+    ap.add_argument("--db", default=None,
+                    help="SQLite file (default: a fresh one) or an SQLAlchemy URL")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     quiet()
@@ -100,7 +106,7 @@ def main():
     if args.db is None:
         args.db = os.path.join(tempfile.mkdtemp(prefix="optuna_scale_"), "optuna.db")
     for suffix in ("", "-journal", "-wal", "-shm"):  # always a fresh database
-        if os.path.exists(args.db + suffix):
+        if "://" not in args.db and os.path.exists(args.db + suffix):
             os.remove(args.db + suffix)
     optuna.create_study(
         study_name=STUDY, storage=storage(args.db), direction="minimize",

@@ -746,8 +746,13 @@ std::string StartScheduler(const std::filesystem::path& dir,
     std::fprintf(stderr, "cannot start %s\n", binary.c_str());
     return "";
   }
-  auto line = scheduler.ReadLine(std::chrono::milliseconds(
-      int64_t(1000 * absl::GetFlag(FLAGS_start_timeout))));
+  const auto timeout = std::chrono::milliseconds(
+      int64_t(1000 * absl::GetFlag(FLAGS_start_timeout)));
+  auto line = scheduler.ReadLine(timeout);
+  // On PostgreSQL it stands by until it holds the lease.
+  if (line && line->rfind("dial-scheduler standby on ", 0) == 0) {
+    line = scheduler.ReadLine(timeout);
+  }
   const std::string prefix = "dial-scheduler listening on ";
   if (!line || line->rfind(prefix, 0) != 0) {
     std::fprintf(stderr, "%s did not start\n", binary.c_str());

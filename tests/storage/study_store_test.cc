@@ -1,6 +1,7 @@
 // One contract suite, run against every StudyStore implementation: memory,
-// SQLite, SQLite with group commit (the scheduler's default) and the
-// fault-injecting test store with no fault set. Then what only SQLite has:
+// SQLite, SQLite with group commit (the scheduler's default), PostgreSQL
+// with and without group commit, and the fault-injecting test store with no
+// fault set. Then what only SQLite has:
 // reopening, migrations, locking, pragmas.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -52,14 +53,14 @@ absl::StatusOr<std::unique_ptr<StudyStore>> OpenSqlite(const ScopedTempDir& dir,
 
 // A fresh database on this process's PostgreSQL server, started by the
 // first test that needs one and stopped (with its files) at exit.
-absl::StatusOr<std::unique_ptr<StudyStore>> OpenPostgres() {
+absl::StatusOr<std::unique_ptr<StudyStore>> OpenPostgres(bool group_commit) {
   static absl::StatusOr<std::unique_ptr<testing::PgServer>> server =
       testing::PgServer::Start();
   static int databases = 0;
   if (!server.ok()) return server.status();
   auto url = (*server)->NewDatabase(absl::StrCat("contract", ++databases));
   if (!url.ok()) return url.status();
-  auto store = PgStudyStore::Create({*url, ""});
+  auto store = PgStudyStore::Create({*url, ""}, {group_commit});
   if (!store.ok()) return store.status();
   return std::unique_ptr<StudyStore>(std::move(*store));
 }
@@ -631,7 +632,13 @@ INSTANTIATE_TEST_SUITE_P(
                        return OpenSqlite(dir, /*group_commit=*/true);
                      }},
         StoreFactory{"Postgres",
-                     [](const ScopedTempDir&) { return OpenPostgres(); }},
+                     [](const ScopedTempDir&) {
+                       return OpenPostgres(/*group_commit=*/false);
+                     }},
+        StoreFactory{"PostgresGroupCommit",
+                     [](const ScopedTempDir&) {
+                       return OpenPostgres(/*group_commit=*/true);
+                     }},
         StoreFactory{"FaultyWithoutFaults",
                      [](const ScopedTempDir&)
                          -> absl::StatusOr<std::unique_ptr<StudyStore>> {
