@@ -204,6 +204,20 @@ absl::Status PgStudyStore::Write(const std::function<absl::Status()>& body,
       return fenced.ok() ? body() : fenced;
     });
   }
+  absl::Status status = WriteInGroup(body, one_statement);
+  // The rows it needs may be those of the group being committed on the
+  // other connection, which this one sees once that COMMIT is done (a write
+  // that conflicts with them waits for it in the server instead).
+  for (int tries = 0; absl::IsNotFound(status) && !settled_ && tries < 4;
+       ++tries) {
+    mu_.Await(absl::Condition(&settled_));
+    status = WriteInGroup(body, one_statement);
+  }
+  return status;
+}
+
+absl::Status PgStudyStore::WriteInGroup(
+    const std::function<absl::Status()>& body, bool one_statement) {
   if (!lost_.ok()) return lost_;
   if (txn_open_ && (conn_->connections() != txn_connection_ ||
                     !conn_->InGoodTransaction())) {

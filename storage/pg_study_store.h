@@ -130,6 +130,9 @@ class PgStudyStore : public StudyStore, public Durability {
   absl::Status Write(const std::function<absl::Status()>& body,
                      bool one_statement = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteInGroup(const std::function<absl::Status()>& body,
+                            bool one_statement)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the writes applied since the last commit lost.
   void LoseGroup(const absl::Status& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The committer's call: commits the open group, after the fence check.

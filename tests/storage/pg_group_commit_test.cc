@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "storage/pg_leader_lease.h"
 #include "storage/pg_study_store.h"
 #include "storage/testing/pg_server.h"
@@ -184,6 +185,47 @@ TEST_F(PgGroupCommitTest, AGroupOfAnOldEpochNeverCommits) {
   EXPECT_THAT(answer->status.message(), HasSubstr("no longer leads"));
   EXPECT_EQ(reader_->GetStudy("late").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// A group's COMMIT runs on one connection while the next group is applied
+// on the other, which sees the first group's rows only once it committed:
+// a write that needs them (a trial of a study just created) waits for that
+// COMMIT instead of failing NOT_FOUND.
+TEST_F(PgGroupCommitTest, AWriteWaitsForTheRowsOfTheGroupBeingCommitted) {
+  const absl::Duration lease = absl::Seconds(60);
+  auto a = PgLeaderLease::Create({{url_, ""}, "a", "a:7070", lease});
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(store_->SetFence("a", *(*a)->TryAcquire(), lease).ok());
+  // The lease row locked elsewhere stops the next COMMIT at its fence
+  // check, until the server ends that idle transaction after a second.
+  auto blocker = PgConnection::Open({url_, ""});
+  ASSERT_TRUE(blocker.ok());
+  ASSERT_TRUE((*blocker)
+                  ->ExecScript("SET idle_in_transaction_session_timeout = 1000")
+                  .ok());
+  ASSERT_TRUE((*blocker)->ExecScript("BEGIN").ok());
+  ASSERT_TRUE((*blocker)
+                  ->ExecScript("SELECT 1 FROM leader WHERE id = 1 FOR UPDATE")
+                  .ok());
+  ASSERT_TRUE(store_->CreateStudy(AStudy("s")).ok());
+  auto watcher = PgConnection::Open({url_, ""});
+  ASSERT_TRUE(watcher.ok());
+  bool waiting = false;
+  for (int i = 0; i < 500 && !waiting; ++i) {
+    auto r =
+        (*watcher)->Exec("SELECT count(*) FROM pg_locks WHERE NOT granted");
+    waiting = r.ok() && r->Int(0, 0) > 0;
+    if (!waiting) absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(waiting) << "the COMMIT did not reach its fence check";
+  // The study's group is being committed: its row is not yet visible to
+  // the connection this write uses.
+  const absl::Status put = store_->PutTrial(ATrial("s", 0));
+  EXPECT_TRUE(put.ok()) << put;
+  auto answer = Ask(*store_, store_->WrittenSeq());
+  ASSERT_TRUE(answer->done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(answer->status.ok()) << answer->status;
+  EXPECT_TRUE(reader_->GetTrial("s", 0).ok());
 }
 
 }  // namespace
