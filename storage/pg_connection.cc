@@ -206,6 +206,8 @@ absl::Status PgConnection::Connect() {
   backoff_ = absl::Milliseconds(50);
   ++connections_;
   prepared_.clear();  // a new session has none
+  expected_.clear();
+  broken_ = absl::OkStatus();
   // Notices (e.g. "relation already exists, skipping") are not for stderr.
   PQsetNoticeProcessor(
       conn_, [](void*, const char*) {}, nullptr);
@@ -251,6 +253,7 @@ absl::Status PgConnection::StatusOf(pg_result* result, absl::string_view sql) {
 
 absl::StatusOr<PgResult> PgConnection::Exec(absl::string_view sql,
                                             const PgParams& params) {
+  if (absl::Status s = Settle(); !s.ok()) return s;
   if (absl::Status s = Connect(); !s.ok()) return s;
   const std::string text(sql);
   std::vector<const char*> values;
@@ -260,19 +263,9 @@ absl::StatusOr<PgResult> PgConnection::Exec(absl::string_view sql,
     lengths.push_back(static_cast<int>(v.size()));
     formats.push_back(1);
   }
-  // Statements run often are prepared once a connection (parsed and
-  // planned once); a few hundred distinct texts at most.
-  const std::string* prepared = nullptr;
-  if (auto it = prepared_.find(text); it != prepared_.end()) {
-    prepared = &it->second;
-  } else if (prepared_.size() < kMaxPrepared) {
-    std::string name = absl::StrCat("d", prepared_.size());
-    PgResult made(PQprepare(conn_, name.c_str(), text.c_str(),
-                            static_cast<int>(params.size()),
-                            params.types_.data()));
-    if (absl::Status s = StatusOf(made.result_, sql); !s.ok()) return s;
-    prepared = &prepared_.emplace(text, std::move(name)).first->second;
-  }
+  absl::Status status;
+  const std::string* prepared = Prepared(text, params, false, status);
+  if (!status.ok()) return status;
   PgResult result(
       prepared != nullptr
           ? PQexecPrepared(conn_, prepared->c_str(),
@@ -286,16 +279,144 @@ absl::StatusOr<PgResult> PgConnection::Exec(absl::string_view sql,
   return result;
 }
 
+// Statements run often are prepared once a connection (parsed and planned
+// once); a few hundred distinct texts at most. Names are never reused, so
+// one whose pipelined Parse failed is simply forgotten.
+const std::string* PgConnection::Prepared(const std::string& sql,
+                                          const PgParams& params, bool send,
+                                          absl::Status& status) {
+  if (auto it = prepared_.find(sql); it != prepared_.end()) return &it->second;
+  if (prepared_.size() >= kMaxPrepared) return nullptr;
+  std::string name = absl::StrCat("d", ++names_);
+  if (send) {
+    if (PQsendPrepare(conn_, name.c_str(), sql.c_str(),
+                      static_cast<int>(params.size()),
+                      params.types_.data()) != 1) {
+      status = Lost("sending a statement");
+      return nullptr;
+    }
+    expected_.push_back({-1, true, sql});
+  } else {
+    PgResult made(PQprepare(conn_, name.c_str(), sql.c_str(),
+                            static_cast<int>(params.size()),
+                            params.types_.data()));
+    status = StatusOf(made.result_, sql);
+    if (!status.ok()) return nullptr;
+  }
+  return &prepared_.emplace(sql, std::move(name)).first->second;
+}
+
+absl::Status PgConnection::Lost(absl::string_view what) {
+  std::string why = conn_ != nullptr ? PQerrorMessage(conn_) : "";
+  while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) {
+    why.pop_back();
+  }
+  if (conn_ != nullptr) PQfinish(conn_);
+  conn_ = nullptr;
+  expected_.clear();
+  return absl::UnavailableError(
+      absl::StrCat("database unavailable (", what, "): ", why));
+}
+
+absl::Status PgConnection::Send(absl::string_view sql, const PgParams& params,
+                                int64_t affected) {
+  if (absl::Status s = Connect(); !s.ok()) return s;
+  if (PQpipelineStatus(conn_) == PQ_PIPELINE_OFF &&
+      PQenterPipelineMode(conn_) != 1) {
+    return absl::InternalError("cannot enter pipeline mode");
+  }
+  const std::string text(sql);
+  absl::Status status;
+  const std::string* prepared = Prepared(text, params, true, status);
+  if (!status.ok()) return status;
+  std::vector<const char*> values;
+  std::vector<int> lengths, formats;
+  for (const std::string& v : params.values_) {
+    values.push_back(v.data());
+    lengths.push_back(static_cast<int>(v.size()));
+    formats.push_back(1);
+  }
+  const int sent =
+      prepared != nullptr
+          ? PQsendQueryPrepared(conn_, prepared->c_str(),
+                                static_cast<int>(params.size()), values.data(),
+                                lengths.data(), formats.data(), 1)
+          : PQsendQueryParams(conn_, text.c_str(),
+                              static_cast<int>(params.size()),
+                              params.types_.data(), values.data(),
+                              lengths.data(), formats.data(), 1);
+  if (sent != 1) return Lost("sending a statement");
+  expected_.push_back({affected, false, text});
+  // Off to the server now, which runs it while we go on.
+  if (PQflush(conn_) != 0) return Lost("sending a statement");
+  return expected_.size() >= kMaxUnsettled ? Settle() : absl::OkStatus();
+}
+
+absl::Status PgConnection::Settle() {
+  if (conn_ == nullptr || PQpipelineStatus(conn_) == PQ_PIPELINE_OFF) {
+    expected_.clear();
+    return absl::OkStatus();
+  }
+  if (PQpipelineSync(conn_) != 1) return broken_ = Lost("settling");
+  absl::Status first;
+  for (const Expected& e : expected_) {
+    while (pg_result* raw = PQgetResult(conn_)) {
+      PgResult r(raw);
+      absl::Status s;
+      const ExecStatusType st = PQresultStatus(raw);
+      if (st == PGRES_PIPELINE_ABORTED) {
+        s = absl::InternalError(
+            "a pipelined statement was skipped after one before it failed");
+      } else if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        s = StatusOf(raw, e.sql);
+      } else if (!e.prepare && e.affected >= 0 && r.affected() != e.affected) {
+        s = absl::InternalError(absl::StrCat(
+            "a pipelined write changed ", r.affected(), " rows, not ",
+            e.affected, " (in: ", e.sql.substr(0, 60), ")"));
+      }
+      if (!s.ok() && e.prepare) prepared_.erase(e.sql);
+      if (!s.ok() && first.ok()) first = s;
+      if (conn_ == nullptr) break;  // StatusOf found the connection lost
+    }
+    if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) break;
+  }
+  if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
+    absl::Status lost = Lost("settling");
+    return broken_ = first.ok() ? lost : first;
+  }
+  PgResult sync(PQgetResult(conn_));
+  if (sync.result_ == nullptr ||
+      PQresultStatus(sync.result_) != PGRES_PIPELINE_SYNC ||
+      PQexitPipelineMode(conn_) != 1) {
+    absl::Status lost = Lost("leaving pipeline mode");
+    return broken_ = first.ok() ? lost : first;
+  }
+  expected_.clear();
+  if (!first.ok()) broken_ = first;
+  return first;
+}
+
 absl::Status PgConnection::ExecScript(absl::string_view sql) {
+  if (absl::Status s = Settle(); !s.ok()) return s;
   if (absl::Status s = Connect(); !s.ok()) return s;
   const std::string text(sql);
   PgResult result(PQexec(conn_, text.c_str()));
   return StatusOf(result.result_, sql);
 }
 
-absl::Status PgConnection::Begin() { return ExecScript("BEGIN"); }
+absl::Status PgConnection::Begin(bool pipelined) {
+  Settle().IgnoreError();
+  broken_ = absl::OkStatus();
+  return pipelined ? Send("BEGIN", PgParams(), -1) : ExecScript("BEGIN");
+}
 
 absl::Status PgConnection::Commit() {
+  if (absl::Status s = Settle(); !s.ok() || !broken_.ok()) {
+    // Not COMMIT: the server would commit what a failed check refused.
+    return Rollback(absl::InternalError(absl::StrCat(
+        "a statement of the transaction failed, so it was rolled back: ",
+        (s.ok() ? broken_ : s).message())));
+  }
   const bool failed = conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK &&
                       PQtransactionStatus(conn_) == PQTRANS_INERROR;
   absl::Status status = ExecScript("COMMIT");
@@ -319,14 +440,19 @@ void PgConnection::DropForTesting() {
 }
 
 bool PgConnection::InGoodTransaction() const {
-  return conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK &&
-         PQtransactionStatus(conn_) == PQTRANS_INTRANS;
+  if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK || !broken_.ok()) {
+    return false;
+  }
+  // With statements in flight the server's state is known at Settle.
+  return !expected_.empty() || PQtransactionStatus(conn_) == PQTRANS_INTRANS;
 }
 
 absl::Status PgConnection::Rollback(absl::Status why) {
+  Settle().IgnoreError();
   if (conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK) {
     ExecScript("ROLLBACK").IgnoreError();
   }
+  broken_ = absl::OkStatus();
   return why;
 }
 

@@ -96,11 +96,22 @@ class PgConnection {
   // and at once on the current one.
   absl::Status SetOnConnect(const std::string& sql);
 
+  // Pipelined statements (group commit): Send queues one without waiting
+  // for its answer; Settle, which every other call makes first, waits for
+  // all those sent. A statement that failed, or changed other than
+  // `affected` rows (-1: any), fails the Settle (INTERNAL, or UNAVAILABLE
+  // for a lost connection), and its transaction is no good from then on:
+  // InGoodTransaction is false and Commit rolls it back.
+  absl::Status Send(absl::string_view sql, const PgParams& params,
+                    int64_t affected);
+  absl::Status Settle();
+
   // A transaction by hand (group commit): Commit is UNAVAILABLE when the
   // connection dropped in it (the change may or may not be stored) and
   // INTERNAL when the transaction had failed (the server rolled it back);
   // Rollback returns `why`.
-  absl::Status Begin();
+  // `pipelined`: BEGIN is sent (Send) rather than waited for.
+  absl::Status Begin(bool pipelined = false);
   absl::Status Commit();
   absl::Status Rollback(absl::Status why);
   // Connections made so far: a transaction begun on one is gone once this
@@ -130,6 +141,12 @@ class PgConnection {
   // while the server does not answer, at most one try per backoff step.
   absl::Status Connect();
   absl::Status StatusOf(pg_result* result, absl::string_view sql);
+  // The name `sql` is prepared under, preparing it (at once, or pipelined
+  // with `send`) if it is not yet; nullptr when too many are.
+  const std::string* Prepared(const std::string& sql, const PgParams& params,
+                              bool send, absl::Status& status);
+  // The connection is gone: made again at the next call.
+  absl::Status Lost(absl::string_view what);
 
   PgTarget target_;
   absl::Duration timeout_;
@@ -142,6 +159,20 @@ class PgConnection {
   // Prepared statements of this connection: SQL text -> name.
   static constexpr size_t kMaxPrepared = 256;
   std::unordered_map<std::string, std::string> prepared_;
+  uint64_t names_ = 0;
+  // What each statement sent and not yet settled must come to.
+  struct Expected {
+    int64_t affected;  // rows; -1: any
+    bool prepare;      // the Parse of a statement, not one to run
+    std::string sql;
+  };
+  std::vector<Expected> expected_;
+  // Settle sends a Sync this often at least, so neither side's buffers
+  // fill with answers nobody reads.
+  static constexpr size_t kMaxUnsettled = 1024;
+  // Why the open transaction is no good (a pipelined statement failed);
+  // OK otherwise. Cleared when the transaction ends.
+  absl::Status broken_;
 };
 
 }  // namespace dial::storage

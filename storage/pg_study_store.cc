@@ -105,6 +105,14 @@ absl::StatusOr<M> Parse(const std::string& bytes, const char* what) {
   return m;
 }
 
+// Keys of what a write makes and a later one needs (PgStudyStore::Write).
+std::string StudyKey(const std::string& name) {
+  return absl::StrCat("s/", name);
+}
+std::string TrialKey(const std::string& study, int64_t number) {
+  return absl::StrCat("t/", number, "/", study);
+}
+
 absl::Status NoStudy(const std::string& name) {
   return absl::NotFoundError(absl::StrCat("study '", name, "' not found"));
 }
@@ -197,22 +205,31 @@ PgStudyStore::~PgStudyStore() {
 }
 
 absl::Status PgStudyStore::Write(const std::function<absl::Status()>& body,
-                                 bool one_statement) {
+                                 bool one_statement, const std::string& needs,
+                                 const std::string& makes) {
   if (!committer_) {
-    return conn_->Transaction([&]() -> absl::Status {
+    absl::Status status = conn_->Transaction([&]() -> absl::Status {
       absl::Status fenced = CheckFence(*conn_, holder_, epoch_);
       return fenced.ok() ? body() : fenced;
     });
+    // The caches may hold what the rolled back transaction wrote.
+    if (!status.ok()) ForgetCaches();
+    return status;
+  }
+  // The rows a write needs may be those of the group being committed on
+  // the other connection, which this one sees only once that COMMIT is
+  // done: a sent write that needs them waits for it first (it would fail
+  // the group), and one that found them missing tries again after it.
+  if (!needs.empty() && !settled_ && written_committing_.contains(needs)) {
+    mu_.Await(absl::Condition(&settled_));
   }
   absl::Status status = WriteInGroup(body, one_statement);
-  // The rows it needs may be those of the group being committed on the
-  // other connection, which this one sees once that COMMIT is done (a write
-  // that conflicts with them waits for it in the server instead).
   for (int tries = 0; absl::IsNotFound(status) && !settled_ && tries < 4;
        ++tries) {
     mu_.Await(absl::Condition(&settled_));
     status = WriteInGroup(body, one_statement);
   }
+  if (status.ok() && !makes.empty()) written_now_.insert(makes);
   return status;
 }
 
@@ -230,7 +247,7 @@ absl::Status PgStudyStore::WriteInGroup(
     return lost_;
   }
   if (!txn_open_) {
-    DIAL_RETURN_IF_ERROR(conn_->Begin());
+    DIAL_RETURN_IF_ERROR(conn_->Begin(/*pipelined=*/true));
     txn_open_ = true;
     txn_connection_ = conn_->connections();
   }
@@ -257,6 +274,7 @@ absl::Status PgStudyStore::WriteInGroup(
 }
 
 void PgStudyStore::LoseGroup(const absl::Status& cause) {
+  ForgetCaches();  // they may hold what the group wrote
   lost_ = absl::UnavailableError(absl::StrCat(
       cause.message(),
       "; the uncommitted writes before it are lost too, and writes are "
@@ -271,6 +289,7 @@ void PgStudyStore::LoseGroup(const absl::Status& cause) {
 // writes without this one's.
 CommittedGroup PgStudyStore::CommitGroup() {
   CommittedGroup group;
+  absl::Status settle;
   PgConnection* committing = nullptr;
   bool same = false;
   std::string holder;
@@ -280,16 +299,22 @@ CommittedGroup PgStudyStore::CommitGroup() {
     group.seq = committer_->WrittenSeq();
     if (!lost_pending_ && txn_open_) {
       committing = conn_;
+      // Its statements run before the next group's: once sent on the other
+      // connection, those could take row locks its statements still wait
+      // for, while the next group waits for this COMMIT.
+      settle = conn_->Settle();
       same = conn_->connections() == txn_connection_;
       txn_open_ = false;
       conn_ = conn_ == conns_[0].get() ? conns_[1].get() : conns_[0].get();
       settled_ = false;
+      written_committing_ = std::move(written_now_);
+      written_now_.clear();
       holder = holder_;
       epoch = epoch_;
     }
   }
-  absl::Status status;
-  if (committing != nullptr) {
+  absl::Status status = settle;
+  if (committing != nullptr && status.ok()) {
     if (!same) {
       status = absl::UnavailableError(
           "the connection dropped before COMMIT: the group is lost");
@@ -298,10 +323,13 @@ CommittedGroup PgStudyStore::CommitGroup() {
     // its COMMIT, so a takeover either waits for it or makes it fail.
     if (status.ok()) status = CheckFence(*committing, holder, epoch);
     if (status.ok()) status = committing->Commit();
-    if (!status.ok() && same) committing->Rollback(status).IgnoreError();
+  }
+  if (committing != nullptr && !status.ok() && same) {
+    committing->Rollback(status).IgnoreError();
   }
   absl::MutexLock lock(&mu_);
   settled_ = true;
+  written_committing_.clear();
   if (committing != nullptr) {
     if (!status.ok()) {
       // The writes applied since built on these: they are lost too.
@@ -363,6 +391,7 @@ absl::Status PgStudyStore::SetFence(const std::string& holder, int64_t epoch,
   holder_ = holder;
   epoch_ = epoch;
   lost_ = absl::OkStatus();  // a new term loads the state afresh
+  ForgetCaches();            // another scheduler may have written since
   const std::string timeout =
       absl::StrCat("SET idle_in_transaction_session_timeout = ",
                    std::max<int64_t>(1, absl::ToInt64Milliseconds(lease)));
@@ -395,11 +424,63 @@ absl::StatusOr<int> PgStudyStore::SchemaVersion() {
 }
 
 absl::StatusOr<int64_t> PgStudyStore::StudyId(const std::string& name) {
+  if (auto it = study_ids_.find(name); it != study_ids_.end()) {
+    return it->second;
+  }
   DIAL_ASSIGN_OR_RETURN(PgResult r,
                         conn_->Exec("SELECT id FROM studies WHERE name = $1",
                                     PgParams().Text(name)));
   if (r.rows() == 0) return NoStudy(name);
-  return r.Int(0, 0);
+  if (study_ids_.size() >= kMaxCachedStudies) study_ids_.clear();
+  return study_ids_[name] = r.Int(0, 0);
+}
+
+absl::StatusOr<absl::flat_hash_set<int64_t>*> PgStudyStore::StepsOf(
+    const std::string& study, int64_t study_id, int64_t number) {
+  const auto key = std::make_pair(study_id, number);
+  if (auto it = steps_.find(key); it != steps_.end()) return &it->second;
+  DIAL_ASSIGN_OR_RETURN(
+      PgResult r,
+      conn_->Exec("SELECT 0::bigint, 0::bigint FROM trials WHERE study_id = "
+                  "$1 AND number = $2 UNION ALL SELECT 1, step FROM metrics "
+                  "WHERE study_id = $1 AND number = $2",
+                  PgParams().Int(study_id).Int(number)));
+  bool exists = false;
+  absl::flat_hash_set<int64_t> steps;
+  for (int i = 0; i < r.rows(); ++i) {
+    if (r.Int(i, 0) == 0) {
+      exists = true;
+    } else {
+      steps.insert(r.Int(i, 1));
+    }
+  }
+  if (!exists) {
+    return absl::NotFoundError(
+        absl::StrCat("trial ", number, " of study '", study, "' not found"));
+  }
+  if (cached_steps_ + steps.size() > kMaxCachedSteps) ForgetCaches();
+  cached_steps_ += steps.size();
+  return &steps_.emplace(key, std::move(steps)).first->second;
+}
+
+void PgStudyStore::ForgetCaches() {
+  written_now_.clear();
+  written_committing_.clear();
+  study_ids_.clear();
+  steps_.clear();
+  cached_steps_ = 0;
+}
+
+absl::Status PgStudyStore::Apply(absl::string_view sql,
+                                 const PgParams& params) {
+  if (committer_) return conn_->Send(sql, params, 1);
+  DIAL_ASSIGN_OR_RETURN(PgResult r, conn_->Exec(sql, params));
+  if (r.affected() != 1) {
+    return absl::InternalError(
+        absl::StrCat("a write changed ", r.affected(),
+                     " rows, not 1 (in: ", sql.substr(0, 60), ")"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PgStudyStore::TrialExists(const std::string& study,
@@ -421,15 +502,18 @@ absl::Status PgStudyStore::CreateStudy(const v1::Study& study) {
   v1::Study prior;
   *prior.mutable_prior_trials() = study.prior_trials();
   absl::MutexLock lock(&mu_);
-  absl::Status s = Write([&] {
-    return conn_
-        ->Exec("INSERT INTO studies(name, study, prior) VALUES ($1, $2, $3)",
-               PgParams()
-                   .Text(study.name())
-                   .Bytes(Serialize(rest))
-                   .Bytes(Serialize(prior)))
-        .status();
-  });
+  absl::Status s = Write(
+      [&] {
+        return conn_
+            ->Exec(
+                "INSERT INTO studies(name, study, prior) VALUES ($1, $2, $3)",
+                PgParams()
+                    .Text(study.name())
+                    .Bytes(Serialize(rest))
+                    .Bytes(Serialize(prior)))
+            .status();
+      },
+      /*one_statement=*/false, "", StudyKey(study.name()));
   if (absl::IsAlreadyExists(s)) {
     return absl::AlreadyExistsError(
         absl::StrCat("study '", study.name(), "' already exists"));
@@ -493,6 +577,7 @@ absl::Status PgStudyStore::UpdateStudy(const v1::Study& study) {
 
 absl::Status PgStudyStore::DeleteStudy(const std::string& name) {
   absl::MutexLock lock(&mu_);
+  ForgetCaches();
   return Write([&]() -> absl::Status {
     DIAL_ASSIGN_OR_RETURN(PgResult r,
                           conn_->Exec("DELETE FROM studies WHERE name = $1",
@@ -507,22 +592,20 @@ absl::Status PgStudyStore::PutTrial(const v1::Trial& trial) {
   absl::MutexLock lock(&mu_);
   return Write(
       [&]() -> absl::Status {
-        DIAL_ASSIGN_OR_RETURN(
-            PgResult r,
-            conn_->Exec(
-                "INSERT INTO trials(study_id, number, state, trial) "
-                "SELECT id, $2, $3, $4 FROM studies WHERE name = $1 "
-                "ON CONFLICT (study_id, number) DO UPDATE "
-                "SET state = EXCLUDED.state, trial = EXCLUDED.trial, "
-                "last_step = NULL, checkpoint = NULL, checkpoint_step = NULL",
-                PgParams()
-                    .Text(trial.study())
-                    .Int(trial.number())
-                    .Int(trial.state())
-                    .Bytes(Serialize(stored))));
-        return r.affected() ? absl::OkStatus() : NoStudy(trial.study());
+        DIAL_ASSIGN_OR_RETURN(const int64_t id, StudyId(trial.study()));
+        return Apply(
+            "INSERT INTO trials(study_id, number, state, trial) "
+            "VALUES ($1, $2, $3, $4) ON CONFLICT (study_id, number) DO UPDATE "
+            "SET state = EXCLUDED.state, trial = EXCLUDED.trial, "
+            "last_step = NULL, checkpoint = NULL, checkpoint_step = NULL",
+            PgParams()
+                .Int(id)
+                .Int(trial.number())
+                .Int(trial.state())
+                .Bytes(Serialize(stored)));
       },
-      /*one_statement=*/true);
+      /*one_statement=*/true, StudyKey(trial.study()),
+      TrialKey(trial.study(), trial.number()));
 }
 
 absl::StatusOr<v1::Trial> PgStudyStore::GetTrial(const std::string& study,
@@ -566,40 +649,40 @@ absl::StatusOr<std::vector<v1::Trial>> PgStudyStore::ListTrials(
   return out;
 }
 
-// One statement: the point is added if the trial exists and has no point
-// at that step, and then (only then) the trial's progress is set.
+// One statement, sent without waiting under group commit: what could make
+// it fail (no such trial, the step recorded) is checked first against the
+// steps of the trial, read once and then kept.
 absl::Status PgStudyStore::RecordReport(const v1::Trial& trial,
                                         const v1::MetricPoint& point) {
   absl::MutexLock lock(&mu_);
   return Write(
       [&]() -> absl::Status {
-        DIAL_ASSIGN_OR_RETURN(
-            PgResult r,
-            conn_->Exec(
-                "WITH ins AS (INSERT INTO metrics(study_id, number, step, "
-                "point) SELECT t.study_id, t.number, $3, $4 FROM trials t "
-                "JOIN studies s ON s.id = t.study_id WHERE s.name = $1 AND "
-                "t.number = $2 ON CONFLICT DO NOTHING RETURNING study_id) "
-                "UPDATE trials SET last_step = $5, checkpoint = $6, "
-                "checkpoint_step = $7 FROM ins WHERE trials.study_id = "
-                "ins.study_id AND trials.number = $2",
-                PgParams()
-                    .Text(trial.study())
-                    .Int(trial.number())
-                    .Int(point.step())
-                    .Bytes(Serialize(point))
-                    .Int(trial.last_step())
-                    .Text(trial.checkpoint())
-                    .Int(trial.checkpoint_step())));
-        if (r.affected() == 1) return absl::OkStatus();
-        // Nothing changed: say why.
         DIAL_ASSIGN_OR_RETURN(const int64_t id, StudyId(trial.study()));
-        DIAL_RETURN_IF_ERROR(TrialExists(trial.study(), id, trial.number()));
-        return absl::AlreadyExistsError(
-            absl::StrCat("step ", point.step(), " of trial ", trial.number(),
-                         " is recorded"));
+        DIAL_ASSIGN_OR_RETURN(absl::flat_hash_set<int64_t> * steps,
+                              StepsOf(trial.study(), id, trial.number()));
+        if (steps->contains(point.step())) {
+          return absl::AlreadyExistsError(
+              absl::StrCat("step ", point.step(), " of trial ", trial.number(),
+                           " is recorded"));
+        }
+        DIAL_RETURN_IF_ERROR(Apply(
+            "WITH ins AS (INSERT INTO metrics(study_id, number, step, point) "
+            "VALUES ($1, $2, $3, $4) RETURNING 1) UPDATE trials SET "
+            "last_step = $5, checkpoint = $6, checkpoint_step = $7 WHERE "
+            "study_id = $1 AND number = $2 AND EXISTS (SELECT 1 FROM ins)",
+            PgParams()
+                .Int(id)
+                .Int(trial.number())
+                .Int(point.step())
+                .Bytes(Serialize(point))
+                .Int(trial.last_step())
+                .Text(trial.checkpoint())
+                .Int(trial.checkpoint_step())));
+        steps->insert(point.step());
+        ++cached_steps_;
+        return absl::OkStatus();
       },
-      /*one_statement=*/true);
+      /*one_statement=*/true, TrialKey(trial.study(), trial.number()));
 }
 
 absl::StatusOr<std::vector<v1::MetricPoint>> PgStudyStore::GetMetricHistory(
@@ -711,12 +794,10 @@ absl::Status PgStudyStore::PutWorker(const v1::Worker& worker) {
   absl::MutexLock lock(&mu_);
   return Write(
       [&] {
-        return conn_
-            ->Exec(
-                "INSERT INTO workers(id, worker) VALUES ($1, $2) ON CONFLICT "
-                "(id) DO UPDATE SET worker = EXCLUDED.worker",
-                PgParams().Text(worker.id()).Bytes(Serialize(worker)))
-            .status();
+        return Apply(
+            "INSERT INTO workers(id, worker) VALUES ($1, $2) ON CONFLICT "
+            "(id) DO UPDATE SET worker = EXCLUDED.worker",
+            PgParams().Text(worker.id()).Bytes(Serialize(worker)));
       },
       /*one_statement=*/true);
 }
@@ -727,10 +808,8 @@ absl::Status PgStudyStore::AppendAudit(const v1::AuditEvent& event) {
   absl::MutexLock lock(&mu_);
   return Write(
       [&] {
-        return conn_
-            ->Exec("INSERT INTO audit(study, event) VALUES ($1, $2)",
-                   PgParams().Text(event.study()).Bytes(Serialize(stored)))
-            .status();
+        return Apply("INSERT INTO audit(study, event) VALUES ($1, $2)",
+                     PgParams().Text(event.study()).Bytes(Serialize(stored)));
       },
       /*one_statement=*/true);
 }
@@ -760,10 +839,8 @@ absl::Status PgStudyStore::AppendUsage(const v1::UsageRecord& record) {
   absl::MutexLock lock(&mu_);
   return Write(
       [&] {
-        return conn_
-            ->Exec("INSERT INTO usage(end_ms, record) VALUES ($1, $2)",
-                   PgParams().Int(end_ms).Bytes(Serialize(record)))
-            .status();
+        return Apply("INSERT INTO usage(end_ms, record) VALUES ($1, $2)",
+                     PgParams().Int(end_ms).Bytes(Serialize(record)));
       },
       /*one_statement=*/true);
 }

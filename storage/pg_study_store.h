@@ -19,9 +19,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "storage/durability.h"
@@ -119,6 +122,19 @@ class PgStudyStore : public StudyStore, public Durability {
   // The id of study `name`; NOT_FOUND if absent.
   absl::StatusOr<int64_t> StudyId(const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The steps recorded of trial `number` (NOT_FOUND if there is no such
+  // trial), read once and then kept, with the ids of studies by name:
+  // under group commit a report is sent without waiting for its answer, so
+  // what would make it fail is checked here first. Forgotten when a write
+  // or a group fails, a study is deleted or a new term begins.
+  absl::StatusOr<absl::flat_hash_set<int64_t>*> StepsOf(
+      const std::string& study, int64_t study_id, int64_t number)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ForgetCaches() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One statement that must change one row: sent without waiting under
+  // group commit (a failure then loses the group), else run.
+  absl::Status Apply(absl::string_view sql, const PgParams& params)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // NOT_FOUND unless trial `number` of study `study_id` exists.
   absl::Status TrialExists(const std::string& study, int64_t study_id,
                            int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -127,8 +143,12 @@ class PgStudyStore : public StudyStore, public Durability {
   // check, or (group commit) a part of the open group, in a savepoint
   // unless `one_statement` (a failing statement then loses the group, as
   // it fails the transaction).
+  // Under group commit a write that `needs` what one of the group being
+  // committed `makes` (a study, a trial: StudyKey, TrialKey) waits for
+  // that COMMIT first.
   absl::Status Write(const std::function<absl::Status()>& body,
-                     bool one_statement = false)
+                     bool one_statement = false, const std::string& needs = "",
+                     const std::string& makes = "")
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteInGroup(const std::function<absl::Status()>& body,
                             bool one_statement)
@@ -159,6 +179,16 @@ class PgStudyStore : public StudyStore, public Durability {
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
   bool lost_pending_ ABSL_GUARDED_BY(mu_) = false;  // not yet reported
   std::unique_ptr<GroupCommitter> committer_;       // null without group commit
+  // The caches of StepsOf and StudyId, bounded.
+  static constexpr size_t kMaxCachedStudies = 10000;
+  static constexpr size_t kMaxCachedSteps = 1 << 20;
+  absl::flat_hash_map<std::string, int64_t> study_ids_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::pair<int64_t, int64_t>, absl::flat_hash_set<int64_t>>
+      steps_ ABSL_GUARDED_BY(mu_);
+  size_t cached_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  // What the open group and the group being committed made (Write).
+  absl::flat_hash_set<std::string> written_now_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> written_committing_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dial::storage

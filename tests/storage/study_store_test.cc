@@ -97,7 +97,8 @@ class StudyStoreContract : public ::testing::TestWithParam<StoreFactory> {
     for (const auto& [name, value] : metrics)
       (*p.mutable_metrics())[name] = value;
     *p.mutable_time() = TimeUtil::MillisecondsToTimestamp(5000 + step);
-    ASSERT_TRUE(store_->RecordReport(t, p).ok()) << number << "/" << step;
+    const absl::Status s = store_->RecordReport(t, p);
+    ASSERT_TRUE(s.ok()) << number << "/" << step << ": " << s;
   }
   // What ForEachReport hands over, as (number, step) pairs.
   std::vector<std::pair<int64_t, int64_t>> Replay(
