@@ -60,7 +60,7 @@ for db in dial_max dial_max2 dial_paced optuna; do pg_createdb "$db" || exit 2; 
 load=(--mode=load --workers=200 --clients=8 --steps=81 --trial_scheduler=asha
   --seconds="$seconds" --json)
 run dial_max "$bench" "${load[@]}" --scheduler_args="--db=$(pg_url dial_max)"
-run optuna "$python" bench/scale/optuna_scale.py --mode reports --workers 4 \
+run optuna "$python" bench/scale/optuna_scale.py --mode reports --workers 4 --steps 81 \
   --seconds "$seconds" --db "$(pg_sqlalchemy optuna)" --json
 run dial_max2 "$bench" "${load[@]}" --scheduler_args="--db=$(pg_url dial_max2)"
 run dial_paced "$bench" "${load[@]}" --rate=2000 \

@@ -4,18 +4,25 @@
 // leader is SIGKILLed three times; each time the standby serves within
 // 5 s. At the end every report a worker (--ack-log) or the client saw
 // acknowledged is stored exactly once, and both studies complete.
+//
+// bench/ha/failover.sh runs it with more kills and the default lease:
+// DIAL_FAILOVER_KILLS (default 3) and DIAL_FAILOVER_LEASE_MS (default
+// 1500); it prints each failover's time and their median and max.
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "client/client.h"
 #include "common/spec.h"
@@ -29,6 +36,14 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using Step = std::tuple<std::string, int64_t, int64_t>;  // study, trial, step
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : fallback;
+}
+const int kKills = EnvInt("DIAL_FAILOVER_KILLS", 3);
+const std::string kLeaseMs =
+    std::to_string(EnvInt("DIAL_FAILOVER_LEASE_MS", 1500));
 
 class FailoverE2eTest : public ::testing::Test {
  protected:
@@ -57,11 +72,11 @@ class FailoverE2eTest : public ::testing::Test {
   std::string StartScheduler(int i, const std::string& listen) {
     const std::string log =
         (dir_ / ("scheduler" + std::to_string(i) + ".log")).string();
-    EXPECT_TRUE(
-        schedulers_[i].Start({DIAL_SCHEDULER_BIN, "--db=" + url_,
-                              "--checkpoint-root=" + (dir_ / "ckpt").string(),
-                              "--listen=" + listen, "--leader-lease-ms=1500"},
-                             log));
+    EXPECT_TRUE(schedulers_[i].Start(
+        {DIAL_SCHEDULER_BIN, "--db=" + url_,
+         "--checkpoint-root=" + (dir_ / "ckpt").string(), "--listen=" + listen,
+         "--leader-lease-ms=" + kLeaseMs},
+        log));
     auto address = schedulers_[i].WaitFor("dial-scheduler standby on ",
                                           std::chrono::seconds(30));
     EXPECT_TRUE(address.has_value()) << "see " << log;
@@ -163,7 +178,8 @@ TEST_F(FailoverE2eTest, KillingTheLeaderThreeTimesLosesNothingAcknowledged) {
   auto workers = ParseStudySpec(R"(name: workers
 objective: {metric: loss, goal: MINIMIZE}
 search_space: [{name: lr, float: {min: 0.01, max: 0.4}}]
-budget: {max_trials: 4, max_parallel_trials: 2}
+budget: {max_trials: )" + std::to_string(std::max(4, 2 * kKills)) +
+                                R"(, max_parallel_trials: 2}
 trial:
   command:
     argv: [/usr/bin/python3, )" DIAL_SOURCE_DIR R"(/tests/e2e/slow_trial.py]
@@ -174,7 +190,8 @@ trial:
   auto asktell = ParseStudySpec(R"(name: asktell
 objective: {metric: loss, goal: MINIMIZE}
 search_space: [{name: x, float: {min: 0, max: 1}}]
-budget: {max_trials: 8, max_parallel_trials: 1}
+budget: {max_trials: )" + std::to_string(std::max(8, 3 * kKills)) +
+                                R"(, max_parallel_trials: 1}
 )");
   ASSERT_TRUE(asktell.ok()) << asktell.status();
   ASSERT_TRUE(Retry([&] { return c.CreateStudy(*asktell); }).ok());
@@ -191,7 +208,8 @@ budget: {max_trials: 8, max_parallel_trials: 1}
   }
   client_thread_ = std::thread([&] { RunClient(c); });
 
-  for (int kill = 0; kill < 3; ++kill) {
+  std::vector<double> failovers;
+  for (int kill = 0; kill < kKills; ++kill) {
     SCOPED_TRACE("kill " + std::to_string(kill + 1));
     const size_t before = Acked();
     ASSERT_TRUE(WaitUntil([&] { return Acked() >= before + 10; },
@@ -210,10 +228,20 @@ budget: {max_trials: 8, max_parallel_trials: 1}
     EXPECT_LE(took, 5.0) << "the standby took over after " << took << " s";
     std::printf("kill %d: the standby served %.2f s after the leader died\n",
                 kill + 1, took);
+    failovers.push_back(took);
     EXPECT_EQ(Leader(), standby);
     // The killed one comes back, on its address, as the standby.
     EXPECT_EQ(StartScheduler(leader, addresses_[leader]), addresses_[leader]);
   }
+
+  std::sort(failovers.begin(), failovers.end());
+  std::printf(
+      "failover over %zu kills (lease %s ms): median %.2f s, max %.2f s\n",
+      failovers.size(), kLeaseMs.c_str(),
+      (failovers[(failovers.size() - 1) / 2] +
+       failovers[failovers.size() / 2]) /
+          2,
+      failovers.back());
 
   // Both studies complete.
   for (const char* name : {"workers", "asktell"}) {
