@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "client/client.h"
+#include "client/dialctl_migrate.h"
 #include "client/format.h"
 #include "client/lineage.h"
 #include "common/export.h"
@@ -73,6 +74,14 @@ ABSL_FLAG(std::string, study, "",
           "For admin audit: only this study's events (default: all)");
 ABSL_FLAG(int32_t, limit, 100,
           "For admin audit: the newest N events (0: every event)");
+ABSL_FLAG(std::string, from, "",
+          "For admin migrate: the database to copy (a SQLite path, "
+          "sqlite:///PATH or postgresql://USER@HOST:PORT/DBNAME)");
+ABSL_FLAG(std::string, to, "",
+          "For admin migrate: the new, empty database to copy into");
+ABSL_FLAG(std::string, db_password_file, "",
+          "For admin migrate: a file whose first line is the PostgreSQL "
+          "password (default: libpq's PGPASSFILE)");
 ABSL_FLAG(int32_t, max_trials, 0, "New max_trials, for study update");
 ABSL_FLAG(std::string, priority, "",
           "New priority (-100 to 100), for study update; empty: unchanged");
@@ -662,6 +671,16 @@ int AdminBackup(DialClient& client, const Args& args) {
   return 0;
 }
 
+// Offline: the scheduler is not asked (stop it first).
+int AdminMigrate(DialClient&, const Args&) {
+  absl::Status s = dial::cli::MigrateDatabases(
+      {absl::GetFlag(FLAGS_from), absl::GetFlag(FLAGS_to),
+       absl::GetFlag(FLAGS_db_password_file), Json()},
+      std::cout);
+  if (absl::IsInvalidArgument(s)) return Usage(std::string(s.message()));
+  return s.ok() ? 0 : Fail(s);
+}
+
 int AdminAudit(DialClient& client, const Args& args) {
   const int32_t limit = absl::GetFlag(FLAGS_limit);
   if (limit < 0) return Usage("--limit must be 0 (every event) or more");
@@ -804,6 +823,12 @@ constexpr Command kCommands[] = {
      "slot-, GPU- and CPU-hours of worker trials'\n"
      "attempts, by owner or study (a user: their own)",
      false, UsageCommand},
+    {"admin", "migrate", "--from=DB --to=DB",
+     "copy a stopped scheduler's database into a new,\n"
+     "empty one (SQLite to PostgreSQL or back) and\n"
+     "verify every study's trial and report counts\n"
+     "[--db-password-file=F]",
+     false, AdminMigrate},
     {"admin", "audit", "[--study=S] [--limit=N]",
      "the audit log, newest first (admins; --limit=0\n"
      "for every event)",
