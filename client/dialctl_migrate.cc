@@ -1,5 +1,8 @@
 #include "client/dialctl_migrate.h"
 
+#include <filesystem>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "storage/migrate_store.h"
 #include "storage/open_study_store.h"
@@ -35,6 +38,17 @@ absl::Status MigrateDatabases(const MigrateOptions& options,
   if (options.from == options.to) {
     return absl::InvalidArgumentError(
         "admin migrate: --from and --to name the same database");
+  }
+  if (!storage::IsPostgresUrl(options.from)) {
+    // Opening a SQLite path that is not there would make an empty database
+    // and "migrate" nothing.
+    const std::string path = absl::StartsWith(options.from, "sqlite://")
+                                 ? options.from.substr(9)
+                                 : options.from;
+    if (!std::filesystem::exists(path)) {
+      return absl::NotFoundError(
+          absl::StrCat("--from: there is no database at ", path));
+    }
   }
   auto from = Open("--from", options.from, options.password_file);
   if (!from.ok()) return from.status();

@@ -132,6 +132,15 @@ budget: {max_trials: 6, max_parallel_trials: 1}
   EXPECT_THAT(why, HasSubstr("not empty"));
   EXPECT_THAT(why, HasSubstr("nothing was written"));
   EXPECT_EQ(c->ListAllTrials("moved", {})->size(), 4u);
+
+  // A --from that is not there is an error, not an empty copy.
+  auto [missing, said] =
+      Shell(std::string(DIALCTL_BIN) +
+            " admin migrate --from=" + (dir_ / "typo.db").string() +
+            " --to=" + (dir_ / "new.db").string());
+  EXPECT_NE(missing, 0);
+  EXPECT_THAT(said, HasSubstr("there is no database at"));
+  EXPECT_FALSE(fs::exists(dir_ / "typo.db"));
 }
 
 }  // namespace
