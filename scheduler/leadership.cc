@@ -68,6 +68,7 @@ absl::StatusOr<std::unique_ptr<StandbyServer>> StandbyServer::Start(
   }
   if (auto* health = standby->server_->GetHealthCheckService()) {
     health->SetServingStatus(false);
+    health->SetServingStatus(kLivenessService, true);
   }
   return standby;
 }

@@ -2,7 +2,8 @@
 // the others standing by (docs/ha.md).
 //
 // - A StandbyServer holds the listen address while the scheduler does not
-//   lead: health says NOT_SERVING, and every other call is UNAVAILABLE
+//   lead: health says NOT_SERVING (but for kLivenessService), and every
+//   other call is UNAVAILABLE
 //   with the leader's address in the trailing metadata `dial-leader`, for
 //   clients to follow.
 // - Leadership tries for the lease (storage::PgLeaderLease) every third of
@@ -35,6 +36,11 @@ class CallbackGenericService;
 }  // namespace grpc
 
 namespace dial::scheduler {
+
+// The gRPC health service name that is SERVING while the process serves at
+// all, leader or standby: a liveness probe asks for it, a readiness probe
+// for the whole server (""), which only the leader passes.
+inline constexpr char kLivenessService[] = "dial.live";
 
 class StandbyServer {
  public:

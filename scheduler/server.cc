@@ -13,6 +13,7 @@
 #include "common/message_limits.h"
 #include "common/status.h"
 #include "scheduler/checkpoint_service.h"
+#include "scheduler/leadership.h"
 #include "scheduler/rpc_metrics.h"
 #include "scheduler/services.h"
 
@@ -161,6 +162,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
   if (auto* health = server->server_->GetHealthCheckService()) {
     health->SetServingStatus(v1::StudyService::service_full_name(), true);
     health->SetServingStatus(v1::WorkerService::service_full_name(), true);
+    health->SetServingStatus(kLivenessService, true);
     if (server->checkpoint_service_) {
       health->SetServingStatus(v1::CheckpointService::service_full_name(),
                                true);
