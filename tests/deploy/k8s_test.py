@@ -6,12 +6,18 @@ flag names is on a volume mount (writable where the binary writes), secret
 files are keys of their Secret; the probes ask the scheduler's --listen
 port with dialctl flags that exist; the Service and the workers'
 --scheduler agree with it; GPU requests match --gpus and the image; the
-pods' grace period covers the worker's drain.
+pods' grace period covers the worker's drain. The ha overlay (two
+schedulers on PostgreSQL) is checked for what a standby needs: the URL and
+password from a Secret, Parallel start, one ReadWriteMany checkpoint
+volume, egress to PostgreSQL, a readiness probe only the leader passes and
+a liveness probe both pass; its live run starts both on a PostgreSQL
+server from Debian and kills the leader.
 
 usage: k8s_test.py SOURCE_DIR DIAL_SCHEDULER DIAL_WORKER DIALCTL
 Exits 77 (skipped) without kubectl."""
 
 import copy
+import glob
 import os
 import re
 import shutil
@@ -29,7 +35,8 @@ SKIP = 77
 WRITES = {"db", "checkpoint_root", "backup_dir", "checkpoint_cache", "work_dir"}
 # Flags whose value is a file the binary reads.
 READS = {"tls_cert", "tls_key", "tls_ca", "tls_client_ca", "auth_tokens",
-         "secrets_dir", "flagfile", "token_file"}
+         "secrets_dir", "flagfile", "token_file", "db_password_file"}
+# The variables a container's args may name as $(NAME), from its env.
 
 
 def known_flags(binary):
@@ -143,13 +150,29 @@ def check_workload(obj, rendered, flags_of, errors):
                 errors.append(f"{where}: {found[2]}: {binary} has no flag --{f}")
             flags[f] = v
 
+    # $(NAME) in a value is the container's variable NAME (as Kubernetes
+    # expands it); a --db that is a Secret's URL is no path.
+    env = {e["name"]: e for e in c.get("env", [])}
+    for flag, value in list(flags.items()):
+        for name in re.findall(r"\$\((\w+)\)", value):
+            if name not in env:
+                errors.append(f"{where}: --{flag}={value} names no variable")
+    db_env = re.fullmatch(r"\$\((\w+)\)", flags.get("db", ""))
+    if db_env:
+        ref = env.get(db_env.group(1), {}).get("valueFrom", {})
+        if "secretKeyRef" not in ref:
+            errors.append(f"{where}: --db={flags['db']} is not a Secret's")
+        del flags["db"]
+        flags["db_url_secret"] = ref.get("secretKeyRef", {}).get("name", "")
+
     # Paths: on a mount; what the binary writes on a writable one, never
     # the (read-only) image; what it reads from a Secret or ConfigMap key.
     for flag, value in flags.items():
         if flag in WRITES:
             m, v = volume_at(value)
             if m is None or m.get("readOnly") or v is None or \
-                    not ("pvc" in v or "emptyDir" in v):
+                    not ("pvc" in v or "emptyDir" in v or
+                         "persistentVolumeClaim" in v):
                 errors.append(f"{where}: --{flag}={value} is not on a "
                               "writable volume")
         elif flag in READS and value:
@@ -168,15 +191,16 @@ def check(rendered, flags_of, overlay):
         return [f"{overlay}: want a StatefulSet and a Service dial-scheduler "
                 "and a Deployment dial-worker"]
     sts, dep, svc = sts[0], dep[0], svc[0]
-    if sts["spec"].get("replicas") != 1:
-        errors.append("scheduler: replicas is not 1")
-    if not sts["spec"].get("volumeClaimTemplates"):
+    ha = sts["spec"].get("replicas") != 1
+    if not ha and not sts["spec"].get("volumeClaimTemplates"):
         errors.append("scheduler: no PersistentVolumeClaim")
     if rendered.find("Secret"):
         errors.append("a Secret is in the rendering: keys do not belong in git")
 
     sc, sflags = check_workload(sts, rendered, flags_of, errors)
     wc, wflags = check_workload(dep, rendered, flags_of, errors)
+    if ha:
+        errors += check_ha(sts, sc, sflags, rendered)
 
     # Ports: --listen, the container port, the Service, the workers.
     listen = sflags.get("listen", "")
@@ -199,13 +223,18 @@ def check(rendered, flags_of, overlay):
     if sflags.get("tls_cert") and not wflags.get("tls_ca"):
         errors.append("worker: the scheduler serves TLS but --tls-ca is unset")
 
-    # Probes: dialctl scheduler health on --listen's port, over TLS.
+    # Probes: dialctl scheduler health on --listen's port, over TLS; with
+    # a standby, readiness is the leader's alone and liveness anyone's.
     for probe in ("readinessProbe", "livenessProbe"):
         cmd = sc.get(probe, {}).get("exec", {}).get("command", [])
         if cmd[:3] != ["dialctl", "scheduler", "health"]:
             errors.append(f"scheduler: {probe} is not dialctl scheduler health")
             continue
         pflags = dict(parse_flags(cmd[3:]))
+        want = "dial.live" if ha and probe == "livenessProbe" else ""
+        if pflags.get("service", "") != want:
+            errors.append(f"scheduler: {probe} asks for health service "
+                          f"'{pflags.get('service', '')}', not '{want}'")
         for f in pflags:
             if f not in flags_of["dialctl"]:
                 errors.append(f"scheduler: {probe}: dialctl has no flag --{f}")
@@ -275,6 +304,44 @@ def check(rendered, flags_of, overlay):
     if cpus and slots > cpus:
         errors.append(f"worker: --slots={slots} > --cpus={cpus}")
     return [f"{overlay}: {e}" for e in errors]
+
+
+def check_ha(sts, sc, sflags, rendered):
+    """A leader and a standby on PostgreSQL (the ha overlay)."""
+    errors = []
+    if sts["spec"].get("replicas") != 2:
+        errors.append("scheduler: replicas is neither 1 nor 2")
+    if sts["spec"].get("podManagementPolicy") != "Parallel":
+        errors.append("scheduler: not started in Parallel (a standby is "
+                      "never Ready, so OrderedReady would wait forever)")
+    if sts["spec"].get("volumeClaimTemplates"):
+        errors.append("scheduler: a volume per pod: the checkpoints must be "
+                      "on one volume both serve")
+    if not sflags.get("db_url_secret"):
+        errors.append("scheduler: --db is not a PostgreSQL URL from a Secret")
+    if not sflags.get("db_password_file"):
+        errors.append("scheduler: no --db-password-file")
+    if not sflags.get("leader_lease_ms"):
+        errors.append("scheduler: no --leader-lease-ms")
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    mount = mount_of(sflags.get("checkpoint_root", ""),
+                     sc.get("volumeMounts", []))
+    claim = volumes.get(mount["name"], {}).get("persistentVolumeClaim", {}) \
+        if mount else {}
+    pvcs = [p for p in rendered.find("PersistentVolumeClaim")
+            if p["metadata"]["name"] == claim.get("claimName")]
+    if not pvcs or "ReadWriteMany" not in pvcs[0]["spec"]["accessModes"]:
+        errors.append("scheduler: --checkpoint-root is not on a "
+                      "ReadWriteMany PersistentVolumeClaim")
+    policy = [p for p in rendered.find("NetworkPolicy")
+              if p["metadata"]["name"] == "dial-scheduler"]
+    ports = {pt.get("port") for rule in (policy[0]["spec"].get("egress", [])
+                                         if policy else [])
+             for pt in rule.get("ports", [])}
+    if 5432 not in ports:
+        errors.append("scheduler: its NetworkPolicy lets it reach no "
+                      "PostgreSQL (TCP 5432)")
+    return errors
 
 
 def pod_files(obj, rendered, root, secrets):
@@ -413,6 +480,120 @@ def run_live(rendered, source, binaries):
     return errors
 
 
+def start_postgres():
+    """A PostgreSQL server from Debian in a fresh directory under /tmp, on
+    a unix socket only, as the postgres user when we are root; returns its
+    database URL and a function that stops it (or None, None)."""
+    initdb = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not initdb:
+        return None, None
+    bindir = os.path.dirname(initdb[-1])
+    as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    d = tempfile.mkdtemp(prefix="dial-k8s-pg-")
+    if os.geteuid() == 0:
+        shutil.chown(d, "postgres", "postgres")
+    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
+             "stderr": subprocess.DEVNULL}
+
+    def stop():
+        subprocess.run(as_pg + [f"{bindir}/pg_ctl", "-D", f"{d}/data", "-w",
+                                "-m", "immediate", "stop"], **quiet)
+        shutil.rmtree(d, ignore_errors=True)
+    try:
+        subprocess.run(as_pg + [f"{bindir}/initdb", "-D", f"{d}/data", "-A",
+                                "trust", "-U", "postgres", "--no-sync"],
+                       check=True, **quiet)
+        # The server keeps the descriptors it is given: none of ours.
+        subprocess.run(as_pg + [f"{bindir}/pg_ctl", "-D", f"{d}/data", "-w",
+                                "-t", "60", "-l", f"{d}/server.log", "-o",
+                                f"-k {d} -c listen_addresses=''", "start"],
+                       check=True, **quiet)
+        subprocess.run(as_pg + [f"{bindir}/createdb", "-h", d, "-U",
+                                "postgres", "dial"], check=True, **quiet)
+    except subprocess.CalledProcessError:
+        stop()
+        raise
+    return f"postgresql:///dial?host={d}&user=postgres", stop
+
+
+def run_live_ha(rendered, source, binaries):
+    """The ha overlay's scheduler pod run twice here on one PostgreSQL
+    server: both pass the liveness probe, exactly one (the leader) the
+    readiness probe; once the leader is SIGKILLed, the other passes it.
+    Returns errors."""
+    errors = []
+    sts = rendered.find("StatefulSet", "dial-scheduler")[0]
+    sc = sts["spec"]["template"]["spec"]["containers"][0]
+    url, stop = start_postgres()
+    if url is None:
+        return ["no PostgreSQL server (apt-get install postgresql)"]
+    procs, probes = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            ca = os.path.join(tmp, "ca")
+            subprocess.run([os.path.join(source, "deploy/dev-ca.sh"), ca,
+                            "--san", "dial-scheduler"], check=True,
+                           capture_output=True)
+            password = os.path.join(tmp, "db-password")
+            with open(password, "w") as f:
+                f.write("unused: the test server trusts its socket\n")
+            secrets = {("dial-scheduler-tls", "tls.crt"): f"{ca}/server.crt",
+                       ("dial-scheduler-tls", "tls.key"): f"{ca}/server.key",
+                       ("dial-scheduler-tls", "ca.crt"): f"{ca}/ca.crt",
+                       ("dial-tokens", "tokens"): f"{ca}/auth-tokens",
+                       ("dial-db", "password"): password}
+            env = dict(os.environ, DIAL_DB_URL=url, POD_IP="127.0.0.1")
+            for i in range(2):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", 0))
+                    port = sock.getsockname()[1]
+                smap = pod_files(sts, rendered,
+                                 os.path.join(tmp, f"scheduler{i}"), secrets)
+                # Kubernetes expands $(NAME) in args from the env.
+                args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a)
+                        for a in remap(sc["args"], smap, port)]
+                log = open(os.path.join(tmp, f"scheduler{i}.log"), "w")
+                procs.append(subprocess.Popen(
+                    [binaries["dial-scheduler"]] + args, env=env, stdout=log,
+                    stderr=subprocess.STDOUT))
+                probes.append({
+                    kind: [binaries["dialctl"]] + remap(
+                        sc[kind]["exec"]["command"][1:], smap, port,
+                        flag_files=False)
+                    for kind in ("readinessProbe", "livenessProbe")})
+
+            def passes(i, kind):
+                return procs[i].poll() is None and subprocess.run(
+                    probes[i][kind], capture_output=True).returncode == 0
+
+            def logs():
+                return " | ".join(open(os.path.join(tmp, f"scheduler{i}.log"))
+                                  .read()[-1000:] for i in range(2))
+            if not wait_for(lambda: all(passes(i, "livenessProbe")
+                                        for i in range(2)), 30):
+                errors.append("the liveness probe did not pass on both: " +
+                              logs())
+                return errors
+            if not wait_for(lambda: sum(passes(i, "readinessProbe")
+                                        for i in range(2)) == 1, 30):
+                errors.append("not exactly one scheduler was ready: " + logs())
+                return errors
+            leader = 0 if passes(0, "readinessProbe") else 1
+            if passes(1 - leader, "readinessProbe"):
+                errors.append("the standby passed the readiness probe")
+            procs[leader].kill()
+            if not wait_for(lambda: passes(1 - leader, "readinessProbe"), 20):
+                errors.append("the standby did not become ready after the "
+                              "leader was killed: " + logs())
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            stop()
+    return errors
+
+
 def main():
     source, scheduler, worker, dialctl = sys.argv[1:5]
     if not shutil.which("kubectl"):
@@ -425,7 +606,7 @@ def main():
                 "dialctl": known_flags(dialctl)}
     overlays_dir = os.path.join(source, "deploy/k8s/overlays")
     overlays = sorted(os.listdir(overlays_dir))
-    assert {"cpu", "gpu"} <= set(overlays), overlays
+    assert {"cpu", "gpu", "ha"} <= set(overlays), overlays
     failures = []
     for overlay in overlays:
         out = subprocess.run(
@@ -471,12 +652,28 @@ def main():
                 d["spec"]["template"]["spec"][
                     "terminationGracePeriodSeconds"] = 30
 
-        live = run_live(rendered, source, binaries)
+        ha = rendered.find("StatefulSet", "dial-scheduler")[0]["spec"].get(
+            "replicas") != 1
+        live = (run_live_ha if ha else run_live)(rendered, source, binaries)
         failures += [f"{overlay}: live: {e}" for e in live]
         print(f"{overlay}: live run {'OK' if not live else 'FAILED'}")
 
+        def live_is_ready(d):
+            if d["kind"] == "StatefulSet":
+                c = d["spec"]["template"]["spec"]["containers"][0]
+                c["livenessProbe"]["exec"]["command"] = [
+                    a for a in c["livenessProbe"]["exec"]["command"]
+                    if not a.startswith("--service")]
+
+        def db_url_literal(d):
+            if d["kind"] == "StatefulSet":
+                c = d["spec"]["template"]["spec"]["containers"][0]
+                c["args"] = [a.replace("$(DIAL_DB_URL)", "postgresql://x@h/d")
+                             for a in c["args"]]
+
         for edit in (bad_flag, bad_flagfile_line, bad_port, bad_mount,
-                     short_grace):
+                     short_grace) + ((live_is_ready, db_url_literal) if ha
+                                     else ()):
             if not mutated(edit):
                 failures.append(f"{overlay}: the check missed {edit.__name__}")
     for f in failures:
