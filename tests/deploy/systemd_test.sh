@@ -65,8 +65,18 @@ stop=$(sed -n 's/^TimeoutStopSec=\([0-9]*\)s$/\1/p' "$units/dial-worker.service"
 # Example configuration: every line is a flag the binary accepts
 # (Abseil rejects unknown flags), through the same --flagfile as the units.
 examples=$prefix/share/dial/examples
-"$prefix/bin/dial-scheduler" --flagfile="$examples/scheduler.flags" \
-  --version >/dev/null || fail "scheduler.flags has a flag dial-scheduler lacks"
+for flags in scheduler.flags scheduler-ha.flags; do
+  "$prefix/bin/dial-scheduler" --flagfile="$examples/$flags" \
+    --version >/dev/null || fail "$flags has a flag dial-scheduler lacks"
+done
+# With a standby: a PostgreSQL URL without a password, which comes from a
+# file; a lease; the checkpoints under the unit's writable state directory.
+ha=$examples/scheduler-ha.flags
+grep -q '^--db=postgresql://[^:@/]*@' "$ha" || fail "scheduler-ha.flags: --db"
+grep -q '^--db-password-file=' "$ha" || fail "scheduler-ha.flags: no password file"
+grep -q '^--leader-lease-ms=' "$ha" || fail "scheduler-ha.flags: no lease"
+grep -q '^--checkpoint-root=/var/lib/dial/' "$ha" ||
+  fail "scheduler-ha.flags: checkpoints outside ReadWritePaths"
 "$prefix/bin/dial-worker" --flagfile="$examples/worker.flags" \
   --version >/dev/null || fail "worker.flags has a flag dial-worker lacks"
 echo "--no-such-flag=1" >"$tmp/bad.flags"
