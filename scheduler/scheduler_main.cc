@@ -199,10 +199,13 @@ int main(int argc, char** argv) {
 
   // /metrics (--http-listen): outlives the store and the server.
   dial::metrics::Registry registry;
+  // On PostgreSQL a call unanswered for a lease fails: a leader cut off
+  // from the database must stop (and stand by) within about a lease, not
+  // wait on the kernel's TCP timeouts.
   auto store = dial::storage::OpenStudyStore(
       {absl::GetFlag(FLAGS_db), absl::GetFlag(FLAGS_db_password_file),
        absl::GetFlag(FLAGS_sync_full), absl::GetFlag(FLAGS_group_commit),
-       &registry});
+       &registry, absl::Milliseconds(absl::GetFlag(FLAGS_leader_lease_ms))});
   if (!store.ok()) {
     spdlog::error("{}", store.status().ToString());
     return 1;

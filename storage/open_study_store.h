@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/metrics.h"
 #include "storage/study_store.h"
 
@@ -19,6 +20,9 @@ struct OpenStoreOptions {
   bool full_sync = true;      // SQLite only (see SqliteStudyStoreOptions)
   bool group_commit = true;
   metrics::Registry* metrics = nullptr;
+  // PostgreSQL only: a call whose packets go unanswered this long fails
+  // (see PgConnection::Open); zero: the kernel's own timeouts.
+  absl::Duration io_timeout = absl::ZeroDuration();
 };
 
 absl::StatusOr<std::unique_ptr<StudyStore>> OpenStudyStore(

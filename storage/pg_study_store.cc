@@ -171,12 +171,20 @@ absl::Status PgStudyStore::MigrateTo(PgConnection& conn, int target) {
 
 absl::StatusOr<std::unique_ptr<PgStudyStore>> PgStudyStore::Create(
     const PgTarget& target, const PgStoreOptions& options) {
-  DIAL_ASSIGN_OR_RETURN(std::unique_ptr<PgConnection> conn,
-                        PgConnection::Open(target));
+  // With an io_timeout, connecting again waits no longer either.
+  const absl::Duration connect =
+      options.io_timeout > absl::ZeroDuration()
+          ? std::max(options.io_timeout, absl::Seconds(1))
+          : absl::Seconds(10);
+  DIAL_ASSIGN_OR_RETURN(
+      std::unique_ptr<PgConnection> conn,
+      PgConnection::Open(target, connect, options.io_timeout));
   DIAL_RETURN_IF_ERROR(MigrateTo(*conn, kSchemaVersion));
   std::unique_ptr<PgStudyStore> store(new PgStudyStore(std::move(conn)));
   if (options.group_commit) {
-    DIAL_ASSIGN_OR_RETURN(store->conns_[1], PgConnection::Open(target));
+    DIAL_ASSIGN_OR_RETURN(
+        store->conns_[1],
+        PgConnection::Open(target, connect, options.io_timeout));
     PgStudyStore* s = store.get();
     // COMMIT returns once the server has flushed its log: nothing to sync.
     GroupCommitterOptions committer{[s] { return s->CommitGroup(); },

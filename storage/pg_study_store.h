@@ -42,6 +42,10 @@ struct PgStoreOptions {
   // Group commit's timings (dial_db_commit_seconds and the rest); null:
   // none. Not owned; outlives the store.
   metrics::Registry* metrics = nullptr;
+  // A call whose packets go unanswered this long fails UNAVAILABLE
+  // (PgConnection::Open's io_timeout); zero: the kernel's timeouts. A
+  // scheduler cut off from its database must not wait minutes in a call.
+  absl::Duration io_timeout = absl::ZeroDuration();
 };
 
 class PgStudyStore : public StudyStore, public Durability {

@@ -70,6 +70,10 @@ absl::StatusOr<std::unique_ptr<PgServer>> PgServer::Start(
       !s.ok()) {
     return s;
   }
+  if (!options.trust_network.empty()) {
+    std::ofstream(server->dir_ + "/data/pg_hba.conf", std::ios::app)
+        << "host all all " << options.trust_network << " trust\n";
+  }
   if (absl::Status s = server->Restart(); !s.ok()) return s;
   return server;
 }
@@ -82,8 +86,10 @@ PgServer::~PgServer() {
 
 absl::Status PgServer::Run(const std::string& program,
                            const std::string& args) const {
+  const std::string in =
+      options_.netns.empty() ? "" : "ip netns exec " + options_.netns + " ";
   const std::string as = geteuid() == 0 ? "runuser -u postgres -- " : "";
-  const std::string cmd = absl::StrCat(as, bin_, "/", program, " ", args);
+  const std::string cmd = absl::StrCat(in, as, bin_, "/", program, " ", args);
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
     return absl::InternalError(
@@ -96,11 +102,12 @@ absl::Status PgServer::Restart() {
   if (running_) return absl::OkStatus();
   // No TCP: the socket in dir_ is the only way in.
   absl::Status s = Run(
-      "pg_ctl",
-      absl::StrCat(
-          "-D ", dir_, "/data -w -t 60 -l ", dir_, "/server.log -o \"-k ", dir_,
-          " -c listen_addresses='' -c fsync=", options_.fsync ? "on" : "off",
-          " -c max_connections=50\" start > /dev/null"));
+      "pg_ctl", absl::StrCat("-D ", dir_, "/data -w -t 60 -l ", dir_,
+                             "/server.log -o \"-k ", dir_,
+                             " -c listen_addresses='", options_.listen_address,
+                             "' -c fsync=", options_.fsync ? "on" : "off",
+                             " -c max_connections=50 ", options_.settings,
+                             "\" start > /dev/null"));
   running_ = s.ok();
   return s;
 }

@@ -1,7 +1,8 @@
 // PgServer: a real PostgreSQL server for tests, from the Debian packages
 // (postgresql-15): initdb in a fresh temporary directory (as the
 // `postgres` user when the test runs as root), listening on a unix socket
-// in that directory only, never on the network. Stopped (immediately) and
+// in that directory only, never on the network (unless a test gives it a
+// network namespace of its own to listen in). Stopped (immediately) and
 // removed when the object goes, also when the test failed.
 #pragma once
 
@@ -21,6 +22,14 @@ class PgServer {
     // Non-empty: the `postgres` user has this password and every
     // connection must give it (scram-sha-256); empty: no password (trust).
     std::string password;
+    // Non-empty: the server runs in this network namespace (`ip netns
+    // exec`), listens on `listen_address` there besides the socket, and
+    // trusts clients from `trust_network` (a CIDR) over TCP.
+    std::string netns;
+    std::string listen_address;
+    std::string trust_network;
+    // More server settings, `-c name=value ...`.
+    std::string settings;
   };
   static absl::StatusOr<std::unique_ptr<PgServer>> Start(
       const Options& options);
