@@ -285,7 +285,9 @@ TEST(PgUrlTest, BadUrlsAndPasswordsInUrlsAreRefusedWithoutEchoingThem) {
 }
 
 TEST(PgCredentialsTest, WrongCredentialsAndAnUnreachableServerAreClearErrors) {
-  auto server = testing::PgServer::Start({false, "right-horse"});
+  testing::PgServer::Options options;
+  options.password = "right-horse";
+  auto server = testing::PgServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
   auto url = (*server)->NewDatabase("creds");
   ASSERT_TRUE(url.ok()) << url.status();
