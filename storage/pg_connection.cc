@@ -82,6 +82,16 @@ PgParams& PgParams::Text(absl::string_view v) {
   return *this;
 }
 
+PgParams::Wire PgParams::ToWire() const {
+  Wire wire;
+  for (const std::string& v : values_) {
+    wire.values.push_back(v.data());
+    wire.lengths.push_back(static_cast<int>(v.size()));
+    wire.formats.push_back(1);
+  }
+  return wire;
+}
+
 PgResult::PgResult(pg_result* result) : result_(result) {}
 PgResult::~PgResult() {
   if (result_ != nullptr) PQclear(result_);
@@ -256,24 +266,20 @@ absl::StatusOr<PgResult> PgConnection::Exec(absl::string_view sql,
   if (absl::Status s = Settle(); !s.ok()) return s;
   if (absl::Status s = Connect(); !s.ok()) return s;
   const std::string text(sql);
-  std::vector<const char*> values;
-  std::vector<int> lengths, formats;
-  for (const std::string& v : params.values_) {
-    values.push_back(v.data());
-    lengths.push_back(static_cast<int>(v.size()));
-    formats.push_back(1);
-  }
+  const PgParams::Wire wire = params.ToWire();
   absl::Status status;
   const std::string* prepared = Prepared(text, params, false, status);
   if (!status.ok()) return status;
   PgResult result(
       prepared != nullptr
           ? PQexecPrepared(conn_, prepared->c_str(),
-                           static_cast<int>(params.size()), values.data(),
-                           lengths.data(), formats.data(), /*resultFormat=*/1)
+                           static_cast<int>(params.size()), wire.values.data(),
+                           wire.lengths.data(), wire.formats.data(),
+                           /*resultFormat=*/1)
           : PQexecParams(conn_, text.c_str(), static_cast<int>(params.size()),
-                         params.types_.data(), values.data(), lengths.data(),
-                         formats.data(), /*resultFormat=*/1));
+                         params.types_.data(), wire.values.data(),
+                         wire.lengths.data(), wire.formats.data(),
+                         /*resultFormat=*/1));
   // PgResult owns it either way; StatusOf reads it first.
   if (absl::Status s = StatusOf(result.result_, sql); !s.ok()) return s;
   return result;
@@ -329,22 +335,16 @@ absl::Status PgConnection::Send(absl::string_view sql, const PgParams& params,
   absl::Status status;
   const std::string* prepared = Prepared(text, params, true, status);
   if (!status.ok()) return status;
-  std::vector<const char*> values;
-  std::vector<int> lengths, formats;
-  for (const std::string& v : params.values_) {
-    values.push_back(v.data());
-    lengths.push_back(static_cast<int>(v.size()));
-    formats.push_back(1);
-  }
+  const PgParams::Wire wire = params.ToWire();
   const int sent =
       prepared != nullptr
-          ? PQsendQueryPrepared(conn_, prepared->c_str(),
-                                static_cast<int>(params.size()), values.data(),
-                                lengths.data(), formats.data(), 1)
+          ? PQsendQueryPrepared(
+                conn_, prepared->c_str(), static_cast<int>(params.size()),
+                wire.values.data(), wire.lengths.data(), wire.formats.data(), 1)
           : PQsendQueryParams(conn_, text.c_str(),
                               static_cast<int>(params.size()),
-                              params.types_.data(), values.data(),
-                              lengths.data(), formats.data(), 1);
+                              params.types_.data(), wire.values.data(),
+                              wire.lengths.data(), wire.formats.data(), 1);
   if (sent != 1) return Lost("sending a statement");
   expected_.push_back({affected, false, text});
   // Off to the server now, which runs it while we go on.

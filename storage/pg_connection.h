@@ -48,6 +48,12 @@ class PgParams {
 
  private:
   friend class PgConnection;
+  // The values as libpq takes them: pointers, lengths, formats (binary).
+  struct Wire {
+    std::vector<const char*> values;
+    std::vector<int> lengths, formats;
+  };
+  Wire ToWire() const;
   std::vector<std::string> values_;
   std::vector<unsigned int> types_;
 };
