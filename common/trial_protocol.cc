@@ -1,6 +1,7 @@
 #include "common/trial_protocol.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/struct.pb.h"
@@ -46,6 +47,27 @@ std::string EncodeReport(const TrialReport& report) {
     fields["checkpoint"].set_string_value(report.checkpoint);
   }
   return ToJson(object);
+}
+
+std::string CheckpointIdOf(const std::string& checkpoint,
+                           const std::string& root, const std::string& study,
+                           int64_t trial) {
+  if (checkpoint.empty() || checkpoint[0] != '/' || root.empty()) {
+    return checkpoint;
+  }
+  namespace fs = std::filesystem;
+  // Lexically: "..", "." and doubled slashes resolved, so a path that
+  // climbs out of the trial's directory is not taken for one inside it.
+  const std::string path = fs::path(checkpoint).lexically_normal().string();
+  const std::string base = fs::absolute(root).lexically_normal().string();
+  const std::string dir = (fs::path(base) / study / std::to_string(trial))
+                              .lexically_normal()
+                              .string();
+  if (path.size() <= dir.size() + 1 || path.compare(0, dir.size(), dir) != 0 ||
+      path[dir.size()] != '/') {
+    return checkpoint;
+  }
+  return path.substr(base.size() + (base.back() == '/' ? 0 : 1));
 }
 
 absl::StatusOr<TrialReport> ParseReport(const std::string& line) {

@@ -43,6 +43,14 @@ struct TrialReport {
   std::string checkpoint;  // optional checkpoint id taken at this step
 };
 
+// The checkpoint id of what a trial reported: a report may name the
+// absolute path it wrote, inside its own DIAL_CHECKPOINT_DIR (`root`/
+// `study`/`trial`), for which this is the id relative to `root`; anything
+// else comes back as it was (ids are checked where they are used).
+std::string CheckpointIdOf(const std::string& checkpoint,
+                           const std::string& root, const std::string& study,
+                           int64_t trial);
+
 std::string EncodeReport(const TrialReport& report);
 // INVALID_ARGUMENT with the reason for a malformed line.
 absl::StatusOr<TrialReport> ParseReport(const std::string& line);

@@ -242,7 +242,9 @@ absl::Status CheckpointStore::CheckOwnId(absl::string_view id,
   auto refuse = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint '", id.substr(0, 256), "' ", why, " (expected '", prefix,
-        "<step>' or a path under '", prefix, "')"));
+        "<step>' or a path under '", prefix,
+        "' relative to the checkpoint root; a worker-run trial may also give "
+        "the absolute path of what it wrote in its DIAL_CHECKPOINT_DIR)"));
   };
   if (id.size() > 1024) return refuse("is longer than 1024 characters");
   auto parsed = ParseId(id);

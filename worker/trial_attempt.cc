@@ -179,6 +179,9 @@ AttemptEnd TrialAttempt::RelayReports(ReportRelay& relay) {
       end.protocol_error = std::string(report.status().message());
       break;
     }
+    report->checkpoint =
+        CheckpointIdOf(report->checkpoint, options_.checkpoint_root,
+                       trial.study(), trial.number());
     v1::ReportProgressRequest request;
     request.set_worker_id(options_.worker_id);
     request.set_study(trial.study());

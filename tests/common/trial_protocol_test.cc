@@ -45,5 +45,22 @@ TEST(ParseReportTest, ANegativeOrFractionalStepIsAProtocolError) {
   }
 }
 
+// A trial may report the absolute path of the checkpoint it wrote in its
+// own DIAL_CHECKPOINT_DIR; the id is that path relative to the root.
+// Anything else is left for the scheduler to refuse.
+TEST(CheckpointIdOfTest, AnAbsolutePathInTheTrialsDirectoryBecomesItsId) {
+  EXPECT_EQ(CheckpointIdOf("/ck/s/3/step-5", "/ck", "s", 3), "s/3/step-5");
+  EXPECT_EQ(CheckpointIdOf("/ck//s/3/./a/b.pt", "/ck/", "s", 3), "s/3/a/b.pt");
+  EXPECT_EQ(CheckpointIdOf("s/3/7", "/ck", "s", 3), "s/3/7");  // already one
+  EXPECT_EQ(CheckpointIdOf("", "/ck", "s", 3), "");
+  // Outside it: another trial, another study, another root, a climb out,
+  // the directory itself.
+  for (const char* outside :
+       {"/ck/s/4/x", "/ck/t/3/x", "/other/s/3/x", "/ck/s/3/../4/x",
+        "/ck/s/30/x", "/ck/s/3", "/ck/s/3/"}) {
+    EXPECT_EQ(CheckpointIdOf(outside, "/ck", "s", 3), outside) << outside;
+  }
+}
+
 }  // namespace
 }  // namespace dial

@@ -610,6 +610,28 @@ TEST_F(WorkerTest, ARejectedReportFailsTheAttemptWithTheSchedulersReason) {
   EXPECT_FALSE(Alive(pid));
 }
 
+// Issue 37, item 8: a trial that reports the absolute path of the
+// checkpoint it wrote in its DIAL_CHECKPOINT_DIR failed every attempt
+// ("is not inside this trial's checkpoint directory"). The worker now
+// sends the id relative to the root; a path outside the trial's directory
+// is still sent as it is, for the scheduler to refuse.
+TEST_F(WorkerTest, AnAbsoluteCheckpointPathInTheTrialsDirectoryIsSentAsItsId) {
+  scheduler_.Offer(ShellTrial(R"sh(mkdir -p "$DIAL_CHECKPOINT_DIR/step-1"
+c="$DIAL_CHECKPOINT_DIR/step-1"
+echo "{\"step\":1,\"metrics\":{\"loss\":1},\"checkpoint\":\"$c\"}" >&3
+read -r d <&4
+c="$DIAL_CHECKPOINT_DIR/../8/x"
+echo "{\"step\":2,\"metrics\":{\"loss\":1},\"checkpoint\":\"$c\"}" >&3
+read -r d <&4)sh"));
+  StartWorker(Options());
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.finishes.size() == 1; }));
+  const Calls calls = scheduler_.Snapshot();
+  ASSERT_EQ(calls.reports.size(), 2u);
+  EXPECT_EQ(calls.reports[0].checkpoint(), "s/7/step-1");
+  EXPECT_EQ(calls.reports[1].checkpoint(), Path("checkpoints") + "/s/7/../8/x");
+}
+
 // Finding 6b: a step of 1e300 was cast to int64. It is a protocol error.
 TEST_F(WorkerTest, AStepPast2To53IsAProtocolError) {
   scheduler_.Offer(
