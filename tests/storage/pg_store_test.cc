@@ -231,8 +231,11 @@ TEST_F(PgStoreTest, AWriteOfAnOldEpochNeverCommitsAfterATakeover) {
   }));
   ASSERT_TRUE(
       c.ExecScript("INSERT INTO workers VALUES ('in-flight', '')").ok());
-  ASSERT_TRUE(c.ExecScript("COMMIT").ok());
+  // Set before the COMMIT is sent: the takeover can end as soon as the
+  // server has committed, before COMMIT returns here (a CI run saw the
+  // flag still false when it was set after).
   committed = true;
+  ASSERT_TRUE(c.ExecScript("COMMIT").ok());
   takeover.join();
   EXPECT_TRUE(committed_first) << "the takeover did not wait";
 
