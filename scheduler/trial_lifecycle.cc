@@ -401,6 +401,17 @@ absl::Status TrialLifecycle::Finalize(StudyEntry& entry, v1::Trial trial) {
 absl::Status TrialLifecycle::Requeue(StudyEntry& entry, v1::Trial trial) {
   // Its worker is gone or gives it up: no upload of this attempt will come.
   entry.ForgetUploads(trial.number());
+  return BackToPending(entry, std::move(trial));
+}
+
+absl::Status TrialLifecycle::Promote(StudyEntry& entry, v1::Trial trial) {
+  // The checkpoint it paused with may still be uploading: the placer holds
+  // it back until that arrives (or its worker finishes without it).
+  return BackToPending(entry, std::move(trial));
+}
+
+absl::Status TrialLifecycle::BackToPending(StudyEntry& entry,
+                                           v1::Trial trial) {
   if (entry.study().state() != v1::STUDY_ACTIVE) {
     // Nobody will run it again: it ends where it is.
     trial.set_state(v1::STOPPED);

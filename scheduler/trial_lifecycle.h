@@ -98,6 +98,9 @@ class TrialLifecycle {
   absl::Status Finalize(StudyEntry& entry, v1::Trial trial);
   // Back to PENDING (or STOPPED if the study no longer runs trials).
   absl::Status Requeue(StudyEntry& entry, v1::Trial trial);
+  // A PAUSED trial the trial scheduler promotes: like Requeue, but the
+  // upload of the checkpoint it paused with is still awaited.
+  absl::Status Promote(StudyEntry& entry, v1::Trial trial);
   // RUNNING `trial` gives its slot to study `by`: back to PENDING, to
   // resume from its latest checkpoint, with the preemption recorded (not a
   // failure). `forced`: its worker did not pause it in time, so the
@@ -129,6 +132,7 @@ class TrialLifecycle {
                                    const std::string& worker_id);
 
  private:
+  absl::Status BackToPending(StudyEntry& entry, v1::Trial trial);
   // The usage record of `trial`'s attempt, ending now in `trial`'s state.
   v1::UsageRecord UsageOf(const StudyEntry& entry,
                           const v1::Trial& trial) const;

@@ -249,7 +249,7 @@ void TrialMaker::FillPending(const std::shared_ptr<StudyEntry>& entry) {
       if (it == entry->trials().end() || it->second.state() != v1::PAUSED) {
         return false;
       }
-      absl::Status status = p_.lifecycle->Requeue(*entry, it->second);
+      absl::Status status = p_.lifecycle->Promote(*entry, it->second);
       if (!status.ok()) spdlog::error("{}", status.ToString());
       return true;
     });

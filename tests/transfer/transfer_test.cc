@@ -284,6 +284,16 @@ TEST_F(DepotTest, BadBasesAndManifestsAreRefused) {
 class TransferServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    StartServer();
+    CreateStudy(
+        "name: s\nobjective: {metric: acc, goal: MAXIMIZE}\n"
+        "search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]\n"
+        "budget: {max_trials: 1, max_parallel_trials: 1}\n"
+        "trial: {command: {argv: [/bin/true]}}");
+    RegisterWorker(1);
+    ASSERT_TRUE(Acquire().has_value());
+  }
+  void StartServer() {
     store_ = storage::MemoryStudyStore::Create();
     scheduler::SchedulerServerOptions options;
     options.store = store_.get();
@@ -299,47 +309,58 @@ class TransferServiceTest : public ::testing::Test {
     auto transfer = ConnectCheckpointTransfer(connect, t);
     ASSERT_TRUE(transfer.ok());
     transfer_ = std::move(*transfer);
-
-    auto spec = ParseStudySpec(
-        "name: s\nobjective: {metric: acc, goal: MAXIMIZE}\n"
-        "search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]\n"
-        "budget: {max_trials: 1, max_parallel_trials: 1}\n"
-        "trial: {command: {argv: [/bin/true]}}");
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    scheduler::SchedulerCore& core = *server_->core();
-    ASSERT_TRUE(core.CreateStudy(*spec).ok());
-    core.WaitIdle();
+  }
+  void RegisterWorker(int slots) {
     v1::WorkerResources r;
-    r.set_slots(1);
-    auto w = core.RegisterWorker("h", r);
-    ASSERT_TRUE(w.ok());
-    absl::Notification got;
-    core.AcquireTrial(
-        w->worker_id(), 0, absl::ZeroDuration(), [] { return true; },
+    r.set_slots(slots);
+    auto w = server_->core()->RegisterWorker("h", r);
+    ASSERT_TRUE(w.ok()) << w.status();
+    worker_id_ = w->worker_id();
+  }
+  void CreateStudy(const std::string& text) {
+    auto spec = ParseStudySpec(text);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    ASSERT_TRUE(server_->core()->CreateStudy(*spec).ok());
+    server_->core()->WaitIdle();
+  }
+  // The trial the worker is given now, if any; its lease becomes lease_.
+  std::optional<scheduler::Assignment> Acquire() {
+    server_->core()->WaitIdle();
+    std::optional<scheduler::Assignment> got;
+    absl::Notification answered;
+    server_->core()->AcquireTrial(
+        worker_id_, 0, absl::ZeroDuration(), [] { return true; },
         [&](absl::StatusOr<std::optional<scheduler::Assignment>> a) {
-          ASSERT_TRUE(a.ok() && a->has_value());
-          lease_.set_worker_id(w->worker_id());
-          lease_.set_study("s");
-          lease_.set_trial((*a)->trial.number());
-          lease_.set_attempt((*a)->attempt);
-          lease_.set_lease_token((*a)->trial.lease_token());
-          got.Notify();
+          EXPECT_TRUE(a.ok()) << a.status();
+          if (a.ok()) got = std::move(*a);
+          answered.Notify();
         });
-    got.WaitForNotification();
+    answered.WaitForNotification();
+    if (got) {
+      lease_.set_worker_id(worker_id_);
+      lease_.set_study(got->trial.study());
+      lease_.set_trial(got->trial.number());
+      lease_.set_attempt(got->attempt);
+      lease_.set_lease_token(got->trial.lease_token());
+    }
+    return got;
   }
   // A report of `step` naming `checkpoint` as still uploading.
-  void Report(int64_t step, const std::string& checkpoint) {
+  v1::Decision Report(int64_t step, const std::string& checkpoint,
+                      double acc = 0.5) {
     v1::ReportProgressRequest r;
     r.set_worker_id(lease_.worker_id());
-    r.set_study("s");
+    r.set_study(lease_.study());
     r.set_trial(lease_.trial());
     r.set_attempt(lease_.attempt());
     r.set_lease_token(lease_.lease_token());
     r.set_step(step);
-    (*r.mutable_metrics())["acc"] = 0.5;
+    (*r.mutable_metrics())["acc"] = acc;
     r.set_checkpoint(checkpoint);
     r.set_checkpoint_uploading(true);
-    ASSERT_TRUE(server_->core()->ReportProgress(r).ok());
+    auto decision = server_->core()->ReportProgress(r);
+    EXPECT_TRUE(decision.ok()) << decision.status();
+    return decision.ok() ? *decision : v1::Decision();
   }
   v1::Trial Trial() {
     auto t = server_->core()->GetTrial("s", lease_.trial());
@@ -347,7 +368,7 @@ class TransferServiceTest : public ::testing::Test {
     return t.ok() ? *t : v1::Trial();
   }
   std::string Id(const std::string& name) const {
-    return absl::StrCat("s/", lease_.trial(), "/", name);
+    return absl::StrCat(lease_.study(), "/", lease_.trial(), "/", name);
   }
 
   storage::testing::ScopedTempDir temp_{"transfer-grpc"};
@@ -356,6 +377,7 @@ class TransferServiceTest : public ::testing::Test {
   std::unique_ptr<storage::StudyStore> store_;
   std::unique_ptr<scheduler::SchedulerServer> server_;
   std::unique_ptr<CheckpointTransfer> transfer_;
+  std::string worker_id_;
   v1::TrialLease lease_;
 };
 
@@ -414,6 +436,52 @@ TEST_F(TransferServiceTest, StaleAttemptsAndForeignPathsAreRefused) {
   // Downloads of a path outside the study are refused.
   auto down = transfer_->Download("s", "other/1/2", (dir_ / "x").string());
   EXPECT_TRUE(absl::IsInvalidArgument(down.status())) << down.status();
+}
+
+// Found by the e2e ASHA promotion test: a paused trial promoted while its
+// checkpoint was still uploading was started again from step 0.
+class PromotedUploadTest : public TransferServiceTest {
+ protected:
+  void SetUp() override {
+    StartServer();
+    CreateStudy(
+        "name: p\nobjective: {metric: acc, goal: MAXIMIZE}\n"
+        "search_space: [{name: lr, float: {min: 0.001, max: 0.1}}]\n"
+        "scheduler: {asha: {min_steps: 1, max_steps: 9, reduction_factor: 3, "
+        "promotion: true}}\n"
+        "budget: {max_trials: 3, max_parallel_trials: 3}\n"
+        "trial: {command: {argv: [/bin/true]}}");
+    RegisterWorker(4);
+  }
+};
+
+TEST_F(PromotedUploadTest, APromotedTrialWaitsForTheUploadItPausedWith) {
+  // Three trials reach the first rung and pause; the best one's checkpoint
+  // is still on its way when the third report promotes it.
+  std::vector<v1::TrialLease> leases;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(Acquire().has_value());
+    leases.push_back(lease_);
+  }
+  lease_ = leases[0];
+  const std::string checkpoint = Id("ck-1");
+  Write(fs::path(local_) / checkpoint / "state.bin", "best weights");
+  EXPECT_EQ(Report(1, checkpoint, 0.9).action(), v1::Decision::PAUSE);
+  lease_ = leases[1];
+  EXPECT_EQ(Report(1, "", 0.1).action(), v1::Decision::PAUSE);
+  lease_ = leases[2];
+  EXPECT_EQ(Report(1, "", 0.2).action(), v1::Decision::PAUSE);
+  EXPECT_FALSE(Acquire().has_value())
+      << "dispatched before its checkpoint arrived";
+  lease_ = leases[0];
+  auto up = transfer_->Upload(lease_, 1, local_, checkpoint, {});
+  ASSERT_TRUE(up.ok()) << up.status();
+  EXPECT_TRUE(up->restore_point);
+  auto again = Acquire();
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->trial.number(), leases[0].trial());
+  EXPECT_EQ(again->restore_checkpoint, checkpoint);
+  EXPECT_EQ(again->start_step, 1);
 }
 
 }  // namespace
