@@ -410,8 +410,7 @@ absl::Status TrialLifecycle::Promote(StudyEntry& entry, v1::Trial trial) {
   return BackToPending(entry, std::move(trial));
 }
 
-absl::Status TrialLifecycle::BackToPending(StudyEntry& entry,
-                                           v1::Trial trial) {
+absl::Status TrialLifecycle::BackToPending(StudyEntry& entry, v1::Trial trial) {
   if (entry.study().state() != v1::STUDY_ACTIVE) {
     // Nobody will run it again: it ends where it is.
     trial.set_state(v1::STOPPED);
