@@ -1,8 +1,13 @@
 #include "common/trial_protocol.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -186,6 +191,37 @@ std::string ParamsJson(
   std::string out;
   (void)google::protobuf::util::MessageToJsonString(object, &out);
   return out;
+}
+
+std::optional<TrialPipe> TrialPipe::FromEnv() {
+  const char* rfd = std::getenv(kEnvReportFd);
+  const char* dfd = std::getenv(kEnvDecisionFd);
+  int report_fd = -1, decision_fd = -1;
+  if (rfd == nullptr || dfd == nullptr || !absl::SimpleAtoi(rfd, &report_fd) ||
+      !absl::SimpleAtoi(dfd, &decision_fd)) {
+    return std::nullopt;
+  }
+  return TrialPipe(report_fd, decision_fd);
+}
+
+absl::StatusOr<TrialDecision> TrialPipe::Send(const TrialReport& report) {
+  const std::string line = EncodeReport(report) + "\n";
+  for (size_t done = 0; done < line.size();) {
+    ssize_t n = write(out_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return absl::UnavailableError("worker pipe closed");
+    done += static_cast<size_t>(n);
+  }
+  std::string reply;
+  char c;
+  while (true) {
+    ssize_t n = read(in_, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return absl::UnavailableError("worker pipe closed");
+    if (c == '\n') break;
+    reply.push_back(c);
+  }
+  return ParseDecision(reply);
 }
 
 }  // namespace dial

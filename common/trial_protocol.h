@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -68,6 +69,21 @@ struct TrialDecision {
 
 std::string EncodeDecision(const TrialDecision& decision);
 absl::StatusOr<TrialDecision> ParseDecision(const std::string& line);
+
+// The trial's end of the protocol: a report line out, a decision line back.
+class TrialPipe {
+ public:
+  TrialPipe(int report_fd, int decision_fd)
+      : out_(report_fd), in_(decision_fd) {}
+  // The pipes DIAL_REPORT_FD and DIAL_DECISION_FD name; nullopt outside a
+  // worker.
+  static std::optional<TrialPipe> FromEnv();
+  // UNAVAILABLE once the worker has closed a pipe.
+  absl::StatusOr<TrialDecision> Send(const TrialReport& report);
+
+ private:
+  int out_, in_;
+};
 
 // A trial's parameters as the JSON object of DIAL_TRIAL_PARAMS.
 std::string ParamsJson(

@@ -86,28 +86,10 @@ class ConsoleSink : public dial::trainer::ReportSink {
 // The trial protocol: a JSON line out per report, a JSON line back.
 class ProtocolSink : public dial::trainer::ReportSink {
  public:
-  ProtocolSink(int report_fd, int decision_fd)
-      : out_(report_fd), in_(decision_fd) {}
+  explicit ProtocolSink(dial::TrialPipe pipe) : pipe_(pipe) {}
   absl::StatusOr<dial::trainer::Decision> OnReport(
       const dial::trainer::Report& r) override {
-    dial::TrialReport report{r.step, r.metrics, r.checkpoint};
-    std::string line = dial::EncodeReport(report) + "\n";
-    for (size_t done = 0; done < line.size();) {
-      ssize_t n = write(out_, line.data() + done, line.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return absl::UnavailableError("worker pipe closed");
-      done += static_cast<size_t>(n);
-    }
-    std::string reply;
-    char c;
-    while (true) {
-      ssize_t n = read(in_, &c, 1);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return absl::UnavailableError("worker pipe closed");
-      if (c == '\n') break;
-      reply.push_back(c);
-    }
-    auto parsed = dial::ParseDecision(reply);
+    auto parsed = pipe_.Send({r.step, r.metrics, r.checkpoint});
     if (!parsed.ok()) return parsed.status();
     if (parsed->action == "STOP") return dial::trainer::Action::kStop;
     if (parsed->action == "PAUSE") return dial::trainer::Action::kPause;
@@ -126,7 +108,7 @@ class ProtocolSink : public dial::trainer::ReportSink {
   }
 
  private:
-  int out_, in_;
+  dial::TrialPipe pipe_;
 };
 
 absl::StatusOr<google::protobuf::Struct> ParseJsonObject(
@@ -281,13 +263,9 @@ int main(int argc, char** argv) {
         absl::GetFlag(FLAGS_predictions)));
   }
 
-  int report_fd = -1, decision_fd = -1;
-  const char* rfd = std::getenv(dial::kEnvReportFd);
-  const char* dfd = std::getenv(dial::kEnvDecisionFd);
   std::unique_ptr<dial::trainer::ReportSink> sink;
-  if (rfd && dfd && absl::SimpleAtoi(rfd, &report_fd) &&
-      absl::SimpleAtoi(dfd, &decision_fd)) {
-    sink = std::make_unique<ProtocolSink>(report_fd, decision_fd);
+  if (auto pipe = dial::TrialPipe::FromEnv()) {
+    sink = std::make_unique<ProtocolSink>(*pipe);
   } else {
     sink = std::make_unique<ConsoleSink>();
   }
