@@ -550,6 +550,31 @@ absl::Status ValidateScheduler(const v1::StudySpec& spec) {
         "scheduler.hyperband", sched.hyperband().min_steps(),
         sched.hyperband().max_steps(), sched.hyperband().reduction_factor()));
   }
+  if (sched.has_curve()) {
+    const auto& c = sched.curve();
+    if (c.max_steps() < 2) {
+      return Invalid("scheduler.curve.max_steps",
+                     "must be >= 2: the step every trial's curve ends at");
+    }
+    if (c.grace_steps() < 0 || c.grace_steps() >= c.max_steps()) {
+      return Invalid(
+          "scheduler.curve.grace_steps",
+          absl::StrCat("must be in [0, max_steps) = [0, ", c.max_steps(), ")"));
+    }
+    if (!(c.optimism() >= 0 && c.optimism() <= 0.5)) {
+      return Invalid("scheduler.curve.optimism",
+                     "must be in (0, 0.5] (0: the default, 0.1)");
+    }
+    if (c.min_curves() < 0 || c.min_curves() > 1000) {
+      return Invalid("scheduler.curve.min_curves",
+                     "must be in [1, 1000] (0: the default, 3)");
+    }
+    if (spec.objectives_size() > 1) {
+      return Invalid("scheduler.curve",
+                     "extrapolates one objective; with several objectives "
+                     "use asha or hyperband");
+    }
+  }
   if (sched.has_median() && sched.median().grace_steps() < 0) {
     return Invalid("scheduler.median.grace_steps", "must be >= 0");
   }

@@ -1,5 +1,6 @@
 #include "searchers/trial_scheduler.h"
 
+#include "searchers/curve_stopping.h"
 #include "searchers/early_stopping.h"
 #include "searchers/pbt.h"
 
@@ -30,6 +31,8 @@ absl::StatusOr<std::unique_ptr<TrialScheduler>> CreateTrialScheduler(
         return std::make_unique<SyncHyperbandScheduler>(spec);
       }
       return std::make_unique<AsyncHyperbandScheduler>(spec);
+    case v1::SchedulerSpec::kCurve:
+      return std::make_unique<CurveStoppingScheduler>(spec);
     case v1::SchedulerSpec::kPbt: {
       auto pbt = PbtScheduler::Create(spec);
       if (!pbt.ok()) return pbt.status();

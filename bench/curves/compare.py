@@ -284,6 +284,8 @@ def dial_scheduler_spec(method, table, resource):
         "dial-hyperband-sync": ({"random": {}},
                                 {"hyperband": dict(asha, synchronous=True)}),
         "dial-bohb": ({"tpe": {}}, {"hyperband": asha}),
+        "dial-curve": ({"random": {}}, {"curve": {
+            "max_steps": last, "grace_steps": first}}),
     }[method]
 
 
@@ -348,7 +350,7 @@ def dial_run(fleet, table_path, table, method, seed, budget, resource, tag,
 
 # -- the comparison ----------------------------------------------------------
 DIAL = ["dial-fifo", "dial-median", "dial-asha", "dial-asha-promotion",
-        "dial-hyperband", "dial-hyperband-sync", "dial-bohb"]
+        "dial-hyperband", "dial-hyperband-sync", "dial-bohb", "dial-curve"]
 OPTUNA = ["optuna-nop", "optuna-median", "optuna-percentile", "optuna-sha",
           "optuna-hyperband"]
 
