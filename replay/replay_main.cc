@@ -145,8 +145,8 @@ class Replayer {
         return Fail(std::string(decision.status().message()), 1);
       if (decision->action == "STOP" || decision->action == "PAUSE") return 0;
       if (decision->action != "EXPLOIT") continue;
-      // The copied member's curve goes on from here: a table holds curves of
-      // fixed hyperparameters, so the new values change nothing recorded.
+      // The donor's curve goes on from here: a table holds curves of fixed
+      // hyperparameters, so the new values change nothing recorded.
       auto donor = ReadPosition(fs::path(Env(dial::kEnvCheckpointRoot)) /
                                 decision->checkpoint);
       if (!donor.ok()) return Fail(std::string(donor.status().message()), 1);
@@ -156,9 +156,11 @@ class Replayer {
                                  " is not in the table"),
                     1);
       }
+      // It goes on from its own step: the donor's checkpoint may be from a
+      // later step (a finished donor), past which nothing is recorded.
+      at.table_step = p.step;
       config = next;
       i = static_cast<size_t>(-1);
-      at.table_step = std::max(p.step, donor->table_step);
     }
     return 0;
   }

@@ -43,7 +43,7 @@ class ReplayE2eTest : public WorkerE2eTest {
   }
 
   Outcome Run(const std::string& name, const std::string& scheduler,
-              const std::string& extra_args = "") {
+              const std::string& extra_args = "", int parallel = 1) {
     const std::string text =
         absl::StrCat("name: ", name, R"(
 objective: {metric: val_loss, goal: MINIMIZE}
@@ -139,6 +139,33 @@ TEST_F(ReplayE2eTest, EachTrialReplaysTheCurveOfItsNearestConfiguration) {
     }
   }
   EXPECT_GE(resumed, 1) << "no promoted trial resumed from its checkpoint";
+}
+
+TEST_F(ReplayE2eTest, APbtExploitGoesOnAlongTheDonorsCurve) {
+  StartWorker("w2", 3, {"--allow-command=" DIAL_REPLAY_BIN});
+  Run("pbt", "{pbt: {perturbation_interval: 30, quantile: 0.25, seed: 3}}",
+      ", \"--speedup=20\"", 4);
+  ASSERT_EQ(histories_["pbt"].size(), 14u);
+  std::map<int64_t, const v1::Trial*> by_number;
+  for (const auto& t : histories_["pbt"]) by_number[t.number()] = &t;
+  int exploits = 0;
+  for (const auto& t : histories_["pbt"]) {
+    for (const auto& e : t.lineage()) {
+      // The donor's curve point at the copied step names its config.
+      const v1::Trial* donor = by_number.at(e.source_trial());
+      double config = -1, next = -1;
+      for (const auto& p : donor->metric_history()) {
+        if (p.step() == e.source_step()) config = p.metrics().at("config_id");
+      }
+      for (const auto& p : t.metric_history()) {
+        if (p.step() > e.step() && next < 0) next = p.metrics().at("config_id");
+      }
+      if (next < 0) continue;  // exploited at its last report
+      ++exploits;
+      EXPECT_EQ(next, config) << "trial " << t.number() << " step " << e.step();
+    }
+  }
+  EXPECT_GE(exploits, 1);
 }
 
 TEST_F(ReplayE2eTest, CostAwareReplayReportsElapsedMilliseconds) {
