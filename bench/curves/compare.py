@@ -251,8 +251,12 @@ class DialFleet:
             stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(self.dir, "w.log"), "w"),
             stdin=subprocess.DEVNULL))
-        import dial
-        self.client = dial.connect(address)
+        try:
+            import dial
+            self.client = dial.connect(address)
+        except BaseException:
+            self.close()  # nothing started here outlives the run
+            raise
 
     def close(self):
         for p in self.procs:
