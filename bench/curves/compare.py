@@ -116,6 +116,16 @@ class Table:
     def cost(self, point, resource):
         return point[1] if resource == "seconds" else point[0]
 
+    def rungs(self, resource):
+        """The first and last reported step the schedulers are set by: the
+        table's steps, or with seconds the median first and full elapsed
+        times in milliseconds (what dial-replay reports)."""
+        if resource != "seconds":
+            return self.steps[0], self.steps[-1]
+        return (max(1, round(1000 * statistics.median(
+            pts[0][1] for pts in self.curves.values()))),
+            round(1000 * self.full_cost("seconds")))
+
     def full_cost(self, resource):
         return statistics.median(self.cost(pts[-1], resource)
                                  for pts in self.curves.values())
@@ -162,11 +172,7 @@ def outcome(table, events, budget, resource):
 def optuna_run(table, pruner_name, seed, budget, resource):
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    first, last = table.steps[0], table.steps[-1]
-    if resource == "seconds":
-        first = max(1, round(1000 * statistics.median(
-            pts[0][1] for pts in table.curves.values())))
-        last = round(1000 * table.full_cost("seconds"))
+    first, last = table.rungs(resource)
     pruners = {
         "optuna-nop": lambda: optuna.pruners.NopPruner(),
         "optuna-median": lambda: optuna.pruners.MedianPruner(
@@ -274,11 +280,7 @@ CURVE = {}  # more fields of scheduler.curve (--curve-optimism)
 
 
 def dial_scheduler_spec(method, table, resource):
-    first, last = table.steps[0], table.steps[-1]
-    if resource == "seconds":
-        first = max(1, round(1000 * statistics.median(
-            pts[0][1] for pts in table.curves.values())))
-        last = round(1000 * table.full_cost("seconds"))
+    first, last = table.rungs(resource)
     asha = {"min_steps": first, "max_steps": last, "reduction_factor": 3}
     return {
         "dial-fifo": ({"random": {}}, {"fifo": {}}),
