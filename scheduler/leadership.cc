@@ -265,6 +265,11 @@ int RunWithLeadership(LeadOptions options, const TermStarter& start) {
     (*stop_term)();
     leadership->Release(/*give_up=*/stopping);
     if (!stopping) spdlog::warn("leader: lease lost; standing by again");
+    {
+      // Not this scheduler any more: unknown until the lease is read.
+      absl::MutexLock lock(&mu);
+      leader.clear();
+    }
   }
   return 0;
 }

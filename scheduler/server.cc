@@ -184,6 +184,12 @@ std::shared_ptr<grpc::Channel> SchedulerServer::InProcessChannel() {
 
 void SchedulerServer::Shutdown() {
   if (server_) {
+    // Not ready from now: stopping may wait on the database (a reload
+    // under the core's lock), and a readiness probe must not pass meanwhile.
+    if (auto* health = server_->GetHealthCheckService()) {
+      health->SetServingStatus(false);
+      health->SetServingStatus(kLivenessService, true);
+    }
     core_->StopWaiting();
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));

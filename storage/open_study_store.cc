@@ -44,8 +44,8 @@ absl::StatusOr<std::unique_ptr<StudyStore>> OpenStudyStore(
       if (!password.ok()) return password.status();
       target.password = std::move(*password);
     }
-    auto store =
-        PgStudyStore::Create(target, {options.group_commit, options.metrics});
+    auto store = PgStudyStore::Create(
+        target, {options.group_commit, options.metrics, options.io_timeout});
     if (!store.ok()) return store.status();
     return std::unique_ptr<StudyStore>(std::move(*store));
   }
