@@ -36,9 +36,10 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
-BUILD = os.environ.get("BUILD_DIR", os.path.join(ROOT, "build"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+import local_dial  # noqa: E402
+from local_dial import BUILD  # noqa: E402
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 
 
@@ -227,25 +228,11 @@ class DialFleet:
 
     def __init__(self, slots):
         self.dir = tempfile.mkdtemp(prefix="dial-curves-")
-        self.procs = []
-        sched_out = open(os.path.join(self.dir, "s.out"), "w")
-        self.procs.append(subprocess.Popen(
-            [os.path.join(BUILD, "scheduler", "dial-scheduler"),
-             "--db=" + os.path.join(self.dir, "dial.db"),
-             "--checkpoint-root=" + os.path.join(self.dir, "ckpt"),
-             "--listen=127.0.0.1:0", "--sync-full=false"],
-            stdout=sched_out, stderr=open(os.path.join(self.dir, "s.log"),
-                                          "w"), stdin=subprocess.DEVNULL))
-        address = None
-        for _ in range(300):
-            text = open(os.path.join(self.dir, "s.out")).read()
-            if "listening on " in text:
-                address = text.split("listening on ")[1].split()[0]
-                break
-            time.sleep(0.1)
-        if address is None:
-            self.close()
-            sys.exit("dial-scheduler did not start (see its log)")
+        try:
+            scheduler, address = local_dial.start_scheduler(self.dir)
+        except RuntimeError as e:
+            sys.exit(str(e))
+        self.procs = [scheduler]
         self.replay = os.path.join(BUILD, "replay", "dial-replay")
         self.procs.append(subprocess.Popen(
             [os.path.join(BUILD, "worker", "dial-worker"),
@@ -265,13 +252,7 @@ class DialFleet:
             raise
 
     def close(self):
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        local_dial.stop(self.procs)
         if not os.environ.get("DIAL_KEEP"):
             subprocess.run(["rm", "-rf", self.dir], check=False)
 
