@@ -50,17 +50,34 @@ struct CmaEsSearcher::Cma {
   void Start(int new_lambda, const Eigen::VectorXd& start) {
     lambda = new_lambda;
     mu = lambda / 2;
-    weights.resize(mu);
-    for (int i = 0; i < mu; ++i) {
-      weights[i] = std::log((lambda + 1) / 2.0) - std::log(i + 1.0);
+    // Active CMA (the tutorial's 2016 weights): the best mu pull the mean
+    // and C towards them; the worst lambda - mu push C away from theirs.
+    Eigen::VectorXd prime(lambda);
+    for (int i = 0; i < lambda; ++i) {
+      prime[i] = std::log((lambda + 1) / 2.0) - std::log(i + 1.0);
     }
-    weights /= weights.sum();
-    mueff = 1 / weights.squaredNorm();
+    const Eigen::VectorXd best = prime.head(mu),
+                          worst = prime.tail(lambda - mu);
+    mueff = best.sum() * best.sum() / best.squaredNorm();
+    const double mueff_minus =
+        worst.size() > 0 ? worst.sum() * worst.sum() / worst.squaredNorm() : 0;
     cc = (4 + mueff / n) / (n + 4 + 2 * mueff / n);
     cs = (mueff + 2) / (n + mueff + 5);
     c1 = 2 / ((n + 1.3) * (n + 1.3) + mueff);
     cmu = std::min(
         1 - c1, 2 * (mueff - 2 + 1 / mueff) / ((n + 2.0) * (n + 2.0) + mueff));
+    // The negative weights' total, kept small enough that C stays positive
+    // definite (eqs. 50-52).
+    double alpha_minus =
+        std::min(1 + c1 / cmu, 1 + 2 * mueff_minus / (mueff + 2));
+    if (cmu > 0)
+      alpha_minus = std::min(alpha_minus, (1 - c1 - cmu) / (n * cmu));
+    weights.resize(lambda);
+    for (int i = 0; i < lambda; ++i) {
+      weights[i] = i < mu            ? prime[i] / best.sum()
+                   : worst.sum() < 0 ? alpha_minus * prime[i] / -worst.sum()
+                                     : 0.0;
+    }
     ds = 1 + 2 * std::max(0.0, std::sqrt((mueff - 1) / (n + 1)) - 1) + cs;
     chi_n = std::sqrt(n) * (1 - 1.0 / (4 * n) + 1.0 / (21.0 * n * n));
     mean = start;
@@ -89,10 +106,18 @@ struct CmaEsSearcher::Cma {
   void Tell(const std::vector<Eigen::VectorXd>& ranked, double best) {
     Eigen::VectorXd yw = Eigen::VectorXd::Zero(n);
     Eigen::MatrixXd rank_mu = Eigen::MatrixXd::Zero(n, n);
-    for (int i = 0; i < mu; ++i) {
+    for (int i = 0; i < lambda; ++i) {
       const Eigen::VectorXd y = (ranked[i] - mean) / sigma;
-      yw += weights[i] * y;
-      rank_mu += weights[i] * y * y.transpose();
+      if (i < mu) {
+        yw += weights[i] * y;
+        rank_mu += weights[i] * y * y.transpose();
+      } else if (weights[i] < 0) {
+        // Scaled to the length of a typical step, so a far outlier cannot
+        // shrink C by much along its direction (eq. 46).
+        const double white =
+            (basis.transpose() * y).cwiseQuotient(scale).squaredNorm();
+        rank_mu += weights[i] * n / std::max(white, 1e-300) * y * y.transpose();
+      }
     }
     mean += sigma * yw;
     // C^(-1/2) yw, for the step-size path.
@@ -105,7 +130,8 @@ struct CmaEsSearcher::Cma {
         (1.4 + 2.0 / (n + 1)) * chi_n;
     pc = (1 - cc) * pc + (hsig ? std::sqrt(cc * (2 - cc) * mueff) : 0.0) * yw;
     const double dh = hsig ? 0 : cc * (2 - cc);
-    c = (1 + c1 * dh - c1 - cmu) * c + c1 * pc * pc.transpose() + cmu * rank_mu;
+    c = (1 + c1 * dh - c1 - cmu * weights.sum()) * c +
+        c1 * pc * pc.transpose() + cmu * rank_mu;
     // Capped at e per generation (as pycma), against a burst of outliers
     // from an older distribution.
     sigma *= std::exp(std::min(1.0, cs / ds * (ps.norm() / chi_n - 1)));
@@ -157,7 +183,7 @@ absl::Status CmaEsSearcher::Validate(const v1::StudySpec& spec) {
   }
   if (!(cmaes.sigma0() >= 0 && cmaes.sigma0() <= 1)) {
     return absl::InvalidArgumentError(
-        "searcher.cmaes.sigma0: must be in [0, 1] (0: 0.3)");
+        "searcher.cmaes.sigma0: must be in [0, 1] (0: 0.125)");
   }
   if (cmaes.max_restarts() < -1 || cmaes.max_restarts() > 100) {
     return absl::InvalidArgumentError(

@@ -13,8 +13,10 @@
 //    trials count when they have the objective; other states are ignored.
 //  - Update: finished trials are told in finish order, `lambda` at a time,
 //    whichever distribution drew them (asynchronous tells); a trial's point
-//    is its params re-encoded, so enqueued trials count too. The standard
-//    rank-one and rank-mu update with positive weights (no active CMA).
+//    is its params re-encoded, so enqueued trials count too. The rank-one
+//    and rank-mu update of Hansen's 2016 tutorial with its negative
+//    weights (active CMA): the worse half of a generation shrinks C along
+//    its directions.
 //  - IPOP: when the step collapses (sigma * sqrt(max eig C) < 1e-8), C's
 //    condition number passes 1e14, or the best fitness of the last
 //    10 + ceil(30 n / lambda) generations stays within 1e-12, the search
@@ -44,7 +46,7 @@ class CmaEsSearcher : public Searcher {
   struct Options {
     uint64_t seed = 0;
     int population_size = 0;  // lambda; 0: 4 + floor(3 ln n)
-    double sigma0 = 0.3;      // in unit coordinates
+    double sigma0 = 0.125;    // in unit coordinates
     int max_restarts = 9;
   };
   // Its rules, the registry's check: INVALID_ARGUMENT for conditional

@@ -133,6 +133,33 @@ TEST(CmaEsSearcherTest, ConvergesOnASphereWhereRandomSearchDoesNot) {
   }
 }
 
+// An ellipsoid of condition 1e4 in 4-D, its axes rotated 45 degrees in
+// the (x0, x1) and (x2, x3) planes, its minimum (0) off the centre.
+double RotatedEllipsoid(const Params& p) {
+  double x[4];
+  for (int i = 0; i < 4; ++i) {
+    x[i] = p.at("x" + std::to_string(i)).double_value() - 0.5 - 0.25 * i;
+  }
+  const double r = std::sqrt(0.5);
+  const double y[4] = {r * (x[0] + x[1]), r * (x[0] - x[1]), r * (x[2] + x[3]),
+                       r * (x[2] - x[3])};
+  double s = 0;
+  for (int i = 0; i < 4; ++i) s += std::pow(1e4, i / 3.0) * y[i] * y[i];
+  return s;
+}
+
+TEST(CmaEsSearcherTest, ActiveUpdateLearnsAnIllConditionedValley) {
+  // The worst of each generation shrink C along their directions (active
+  // CMA): the best of 600 trials is under 3e-3 for each of seeds 1..9. With
+  // positive weights only, 7 of the 9 stayed above it.
+  for (uint64_t seed = 1; seed <= 9; ++seed) {
+    auto cmaes = CmaEsSearcher::Create(Spec(kBox4, Seeded("cmaes", seed)));
+    ASSERT_TRUE(cmaes.ok()) << cmaes.status();
+    EXPECT_LT(BestAfter(**cmaes, 600, RotatedEllipsoid), 3e-3)
+        << "seed " << seed;
+  }
+}
+
 TEST(CmaEsSearcherTest, ReplayingTheHistoryGivesTheSameSuggestions) {
   const auto spec = Spec(kMixed, Seeded("cmaes", 5, ", population_size: 6"));
   auto running = CmaEsSearcher::Create(spec);
