@@ -25,8 +25,12 @@ void AppendLine(const std::string& path, const std::string& line) {
 
 bool IsRetryable(const absl::Status& s) {
   if (IsCheckpointQuotaRefusal(s)) return false;  // final: the trial fails
+  // CANCELLED: a scheduler shutting its server down (a standby becoming
+  // the leader, a leader ending its term) cancels the calls in flight,
+  // having done nothing with them. The worker never cancels its own.
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
-         absl::IsResourceExhausted(s) || absl::IsAborted(s);
+         absl::IsResourceExhausted(s) || absl::IsAborted(s) ||
+         absl::IsCancelled(s);
 }
 
 bool IsFence(const absl::Status& s) {

@@ -29,7 +29,8 @@
 namespace dial::worker {
 
 // Whether a failed call to the scheduler is worth repeating (the scheduler
-// is unreachable, overloaded or timed out), as opposed to refused.
+// is unreachable, overloaded, timed out, or cancelled the call while its
+// server shut down), as opposed to refused.
 bool IsRetryable(const absl::Status& status);
 // Whether a refusal fences the attempt: it is stale (FAILED_PRECONDITION)
 // or its worker is unknown (NOT_FOUND); the trial belongs to someone else

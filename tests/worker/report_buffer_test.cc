@@ -78,6 +78,8 @@ TEST(ReportRetryTest, AQuotaRefusalIsFinal) {
       "checkpoint quota: 'alice' holds 120 bytes of its 150-byte quota")));
   EXPECT_TRUE(IsRetryable(absl::ResourceExhaustedError("busy")));
   EXPECT_TRUE(IsRetryable(absl::UnavailableError("down")));
+  // A scheduler's server shutting down cancels the calls in flight.
+  EXPECT_TRUE(IsRetryable(absl::CancelledError("Cancelled")));
 }
 
 }  // namespace

@@ -123,6 +123,10 @@ class FakeScheduler : public SchedulerClient {
       --unavailable_reports_;
       return absl::UnavailableError("scheduler down");
     }
+    if (cancelled_reports_ > 0) {
+      --cancelled_reports_;
+      return absl::CancelledError("Cancelled");  // a server shutting down
+    }
     if (request.step() == fence_step_) {
       return absl::FailedPreconditionError("attempt 1 is stale");
     }
@@ -147,6 +151,10 @@ class FakeScheduler : public SchedulerClient {
   void AnswerReportsUnavailable(int n) {
     absl::MutexLock lock(&mu_);
     unavailable_reports_ = n;
+  }
+  void AnswerReportsCancelled(int n) {
+    absl::MutexLock lock(&mu_);
+    cancelled_reports_ = n;
   }
   void FenceAtStep(int64_t step) {
     absl::MutexLock lock(&mu_);
@@ -192,6 +200,7 @@ class FakeScheduler : public SchedulerClient {
   std::deque<v1::AcquireTrialResponse> offers_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   int unavailable_reports_ ABSL_GUARDED_BY(mu_) = 0;
+  int cancelled_reports_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t fence_step_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t reject_step_ ABSL_GUARDED_BY(mu_) = -1;
   int not_found_heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
@@ -383,6 +392,22 @@ TEST_F(WorkerTest, BuffersReportsWhileTheSchedulerIsUnavailable) {
   EXPECT_EQ(finish.error(), "");
   EXPECT_FALSE(finish.requeue());
   EXPECT_EQ(finish.final_metrics().at("loss"), 3.0);
+}
+
+// A scheduler whose server shuts down (a standby taking the lease, as in
+// FailoverE2eTest) cancels the calls in flight: the report is sent again,
+// not taken as a rejection that fails the trial.
+TEST_F(WorkerTest, AReportCancelledByASchedulerShuttingDownIsSentAgain) {
+  scheduler_.AnswerReportsCancelled(1);
+  scheduler_.Offer(ShellTrial(ReportSteps(3)));
+  StartWorker(Options());
+
+  ASSERT_TRUE(scheduler_.WaitUntil(
+      [](const Calls& c) { return c.finishes.size() == 1; }));
+  const Calls calls = scheduler_.Snapshot();
+  EXPECT_THAT(calls.delivered, ElementsAre(1, 2, 3));
+  EXPECT_EQ(calls.finishes[0].error(), "");
+  EXPECT_EQ(calls.finishes[0].final_metrics().at("loss"), 3.0);
 }
 
 TEST_F(WorkerTest, ReplaysBufferedReportsWithBackoffAfterTheTrialEnds) {
