@@ -27,6 +27,18 @@ absl::Status CheckProgress(const std::string& token, const std::string& next,
   return absl::OkStatus();
 }
 
+// This client never cancels a unary call: a CANCELLED one was cancelled by
+// a scheduler whose server shut down with it in flight (a standby taking
+// the lease, a leader ending its term). As UNAVAILABLE it follows the same
+// failover, and callers retry it by the same rules.
+grpc::Status CancelledAsUnavailable(const grpc::Status& status) {
+  if (status.error_code() != grpc::StatusCode::CANCELLED) return status;
+  return grpc::Status(
+      grpc::StatusCode::UNAVAILABLE,
+      "the scheduler cancelled the call (its server shut down): " +
+          status.error_message());
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DialClient>> DialClient::Create(
@@ -87,16 +99,17 @@ absl::Status DialClient::CheckHealth(const std::string& service) {
 
 // Runs one unary RPC with the client's deadline and token; a standby's
 // refusal goes again to the leader (at most once per address).
-#define DIAL_CALL(method, request, response)                      \
-  grpc::Status grpc_status;                                       \
-  for (int attempt = 0; attempt < channels_->size(); ++attempt) { \
-    grpc::ClientContext ctx;                                      \
-    Prepare(ctx);                                                 \
-    const LeaderChannels::Pick pick = channels_->Current();       \
-    grpc_status = v1::StudyService::NewStub(pick.channel)         \
-                      ->method(&ctx, request, &response);         \
-    if (!channels_->Observe(pick, grpc_status, ctx)) break;       \
-  }                                                               \
+#define DIAL_CALL(method, request, response)                            \
+  grpc::Status grpc_status;                                             \
+  for (int attempt = 0; attempt < channels_->size(); ++attempt) {       \
+    grpc::ClientContext ctx;                                            \
+    Prepare(ctx);                                                       \
+    const LeaderChannels::Pick pick = channels_->Current();             \
+    grpc_status =                                                       \
+        CancelledAsUnavailable(v1::StudyService::NewStub(pick.channel)  \
+                                   ->method(&ctx, request, &response)); \
+    if (!channels_->Observe(pick, grpc_status, ctx)) break;             \
+  }                                                                     \
   if (!grpc_status.ok()) return FromGrpcStatus(grpc_status)
 
 absl::StatusOr<v1::Study> DialClient::CreateStudy(const v1::StudySpec& spec) {

@@ -1,7 +1,8 @@
 // DialClient against a fake StudyService on 127.0.0.1:0: the token travels
 // with every call (the WatchStudy stream included), pages are joined, a
-// server that repeats a page token cannot make the client loop, and bad TLS
-// options fail at Create.
+// server that repeats a page token cannot make the client loop, a call the
+// server cancelled is UNAVAILABLE, and bad TLS options fail at Create.
+#include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -31,6 +32,14 @@ class FakeStudyService final : public v1::StudyService::Service {
   std::vector<std::string> Methods() {
     absl::MutexLock lock(&mu_);
     return methods_;
+  }
+
+  // As a scheduler's server shutting down with the call in flight.
+  grpc::Status GetStudy(grpc::ServerContext* ctx,
+                        const v1::GetStudyRequest* request,
+                        v1::GetStudyResponse* response) override {
+    Record(ctx, "GetStudy");
+    return {grpc::StatusCode::CANCELLED, "Cancelled"};
   }
 
   grpc::Status ListStudies(grpc::ServerContext* ctx,
@@ -170,6 +179,18 @@ TEST_F(DialClientTest, ListStudiesJoinsEveryPageAndSendsTheTokenEachTime) {
   }
   EXPECT_EQ(service_.Authorizations(),
             std::vector<std::string>(3, "Bearer tok"));
+}
+
+// FailoverE2eTest's ask/tell client gave up on a CANCELLED call: a server
+// that shuts down cancels the calls in flight. It is UNAVAILABLE to the
+// caller, who retries it as any failover.
+TEST_F(DialClientTest, ACallTheSchedulerCancelledIsUnavailable) {
+  auto client = Connect("");
+  auto study = client->GetStudy("s");
+  EXPECT_EQ(study.status().code(), absl::StatusCode::kUnavailable)
+      << study.status();
+  EXPECT_THAT(std::string(study.status().message()),
+              ::testing::HasSubstr("cancelled the call"));
 }
 
 TEST_F(DialClientTest, GetTrialJoinsTheHistoryWithTheLastPagesFields) {
