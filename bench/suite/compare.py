@@ -30,17 +30,6 @@ import functions  # noqa: E402
 import local_dial  # noqa: E402
 
 
-def active(fn, point):
-    """The parameters of `fn` present at `point` (conditionals whose parent
-    allows them)."""
-    out = []
-    for p in fn.params:
-        if p.when and point.get(p.when[0]) not in p.when[1]:
-            continue
-        out.append(p)
-    return out
-
-
 def regrets(fn, values, budgets):
     best, out = float("inf"), {}
     for i, v in enumerate(values, 1):
@@ -67,7 +56,7 @@ def optuna_run(args):
     def objective(trial):
         point = {}
         for p in fn.params:
-            if p.when and point.get(p.when[0]) not in p.when[1]:
+            if not functions.is_active(p, point):
                 continue
             if p.kind == "float":
                 point[p.name] = trial.suggest_float(p.name, p.low, p.high,

@@ -468,7 +468,9 @@ def dim(fn) -> int:
     return len(fn.params)
 
 
-def _active(q, point):
+def is_active(q, point):
+    """Whether parameter `q` is present at `point` (its parent, if any,
+    allows it)."""
     return not q.when or point.get(q.when[0]) in q.when[1]
 
 
@@ -476,7 +478,7 @@ def sample(fn, rng) -> dict:
     """A uniformly random valid point (log-uniform for log params); parents come first."""
     point = {}
     for q in fn.params:
-        if not _active(q, point):
+        if not is_active(q, point):
             continue
         if q.kind == "categorical":
             point[q.name] = rng.choice(q.choices)
@@ -498,7 +500,7 @@ def _invalid(fn, point):
     """Why `point` is not a valid point of `fn`, or None."""
     seen = {}
     for q in fn.params:
-        if not _active(q, seen):
+        if not is_active(q, seen):
             if q.name in point:
                 return f"{q.name} present but inactive"
             continue
