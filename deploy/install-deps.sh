@@ -39,8 +39,10 @@ PACKAGES=(
   dataset-fashion-mnist sqlite3
   # Python peers for tests and benchmarks (use /usr/bin/python3)
   python3 python3-grpcio python3-protobuf python3-optuna python3-torch
-  # the parameter-importance peer (Optuna's fANOVA needs scikit-learn)
-  python3-sklearn
+  # the parameter-importance peer (Optuna's fANOVA needs scikit-learn);
+  # dial.sklearn and dial.xgboost (optional imports of the SDK) are tested
+  # with them
+  python3-sklearn python3-xgboost
   # plots in bench/README.md (bench/fairness/run.sh)
   python3-matplotlib
   # the Python SDK (python/): installed into a virtualenv that sees these

@@ -10,9 +10,13 @@ Studies and ask/tell::
     print(study.best_trial)
 
 Trial programs run by workers: ``from dial import trial`` (dial.trial);
-PyTorch checkpoints that resume exactly: ``dial.pytorch``.
+PyTorch checkpoints that resume exactly: ``dial.pytorch``; scikit-learn
+search: ``dial.sklearn.DialSearchCV``; XGBoost early stopping:
+``dial.xgboost.PruningCallback``; a scheduler of this process's own:
+``dial.LocalScheduler``.
 """
 from ._client import Client, Study, Trial, connect
+from ._local import LocalScheduler
 from ._errors import (AlreadyExists, DeadlineExceeded, Error,
                       FailedPrecondition, InvalidArgument, NotFound,
                       PermissionDenied, Pruned, ResourceExhausted,
@@ -23,7 +27,7 @@ from ._types import (BestTrials, Decision, MetricPoint, StudyEvent,
 __version__ = "0.2.0"
 
 __all__ = [
-    "connect", "Client", "Study", "Trial", "TrialRecord", "BestTrials",
+    "connect", "Client", "LocalScheduler", "Study", "Trial", "TrialRecord", "BestTrials",
     "MetricPoint", "StudyEvent", "Decision", "parse_spec", "Error",
     "InvalidArgument", "NotFound", "AlreadyExists", "FailedPrecondition",
     "PermissionDenied", "Unauthenticated", "Unavailable", "DeadlineExceeded",

@@ -149,6 +149,18 @@ class Client:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    # A connection is shared, not copied: scikit-learn's clone() deep-copies
+    # the parameters of an estimator such as DialSearchCV(client=...).
+    def __copy__(self) -> "Client":
+        return self
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "Client":
+        return self
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a dial.Client is a live connection and cannot be "
+                        "pickled; connect again where it is unpickled")
+
     def close(self) -> None:
         """Closes the connection."""
         for _, channel in self._channels:

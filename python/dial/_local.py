@@ -1,0 +1,167 @@
+"""A dial-scheduler of this process's own, for work that needs no shared
+service (``dial.sklearn.DialSearchCV`` without a client, notebooks)::
+
+    with dial.LocalScheduler() as local:
+        study = local.client.create_study(spec)
+        study.optimize(objective, n_trials=50)
+
+It runs the real ``dial-scheduler`` binary as a child process on a free
+loopback port, with its database in a temporary directory, and stops it
+(and removes the directory) on ``close()``, at the end of the ``with``
+block, or when this interpreter exits. On Linux the child also gets
+SIGTERM if this process dies without cleaning up.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any, Optional, Sequence
+
+from ._client import Client, connect
+from ._errors import FailedPrecondition
+
+__all__ = ["LocalScheduler", "find_scheduler_binary"]
+
+_BINARY = "dial-scheduler"
+_START_SECONDS = 60
+
+
+def find_scheduler_binary() -> str:
+    """The ``dial-scheduler`` to start: ``$DIAL_SCHEDULER_BIN``, else the
+    one on ``PATH``, else the build tree's when this interpreter is the
+    build's virtualenv (``build/python-venv``). Raises
+    ``dial.FailedPrecondition`` naming all three when none is found."""
+    explicit = os.environ.get("DIAL_SCHEDULER_BIN")
+    if explicit:
+        if os.access(explicit, os.X_OK):
+            return explicit
+        raise FailedPrecondition(
+            f"DIAL_SCHEDULER_BIN: '{explicit}' is not an executable file")
+    on_path = shutil.which(_BINARY)
+    if on_path:
+        return on_path
+    in_build = os.path.join(os.path.dirname(os.path.abspath(sys.prefix)),
+                            "scheduler", _BINARY)
+    if os.access(in_build, os.X_OK):
+        return in_build
+    raise FailedPrecondition(
+        f"no {_BINARY} to start a local scheduler: set DIAL_SCHEDULER_BIN, "
+        f"put {_BINARY} on PATH, or pass a client connected to a running "
+        f"scheduler")
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """PR_SET_PDEATHSIG: SIGTERM when the parent exits (Linux only)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+class LocalScheduler:
+    """A ``dial-scheduler`` child process; ``address`` and ``client`` once
+    started. ``directory``: where its database lives (default a temporary
+    directory, removed on close); ``binary``: the executable (default
+    ``find_scheduler_binary()``); ``flags``: more command-line flags."""
+
+    def __init__(self, directory: Optional[str] = None, *,
+                 binary: Optional[str] = None, flags: Sequence[str] = ()):
+        self._directory = directory
+        self._binary = binary
+        self._flags = list(flags)
+        self._owned_dir: Optional[str] = None
+        self._proc: Optional[subprocess.Popen] = None
+        self._client: Optional[Client] = None
+        self._lock = threading.Lock()
+        self.address: Optional[str] = None
+
+    def __enter__(self) -> "LocalScheduler":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def client(self) -> Client:
+        """A client connected to it (started on first use)."""
+        self.start()
+        assert self._client is not None
+        return self._client
+
+    def start(self) -> "LocalScheduler":
+        """Starts the scheduler unless it runs; waits until it listens.
+        Raises ``dial.FailedPrecondition`` with its log's end when it does
+        not start."""
+        with self._lock:
+            if self._proc is not None:
+                return self
+            binary = self._binary or find_scheduler_binary()
+            directory = self._directory
+            if directory is None:
+                directory = self._owned_dir = tempfile.mkdtemp(
+                    prefix="dial-local-")
+            log_path = os.path.join(directory, "scheduler.log")
+            argv = [binary, "--db=" + os.path.join(directory, "dial.db"),
+                    "--checkpoint-root=" + os.path.join(directory, "ckpt"),
+                    "--listen=127.0.0.1:0", "--log-level=warn",
+                    *self._flags]
+            with open(log_path, "w") as log:
+                proc = subprocess.Popen(
+                    argv, stdout=subprocess.PIPE, stderr=log,
+                    stdin=subprocess.DEVNULL, text=True,
+                    preexec_fn=_die_with_parent if sys.platform.startswith(
+                        "linux") else None)
+            ready, _, _ = select.select([proc.stdout], [], [], _START_SECONDS)
+            line = proc.stdout.readline() if ready else ""
+            if "listening on " not in line:
+                _stop(proc)
+                with open(log_path, errors="replace") as f:
+                    tail = f.read()[-2000:]
+                self._remove_dir()
+                raise FailedPrecondition(
+                    f"the local {_BINARY} ({binary}) did not start: "
+                    f"{line.strip() or 'no readiness line'}\n{tail}")
+            self._proc = proc
+            self.address = line.split("listening on ", 1)[1].split()[0]
+            self._client = connect(self.address, token="")
+            atexit.register(self.close)
+            return self
+
+    def close(self) -> None:
+        """Stops the scheduler (SIGTERM, SIGKILL after 20 s) and removes a
+        directory it made. Safe to call twice."""
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+            if self._proc is not None:
+                _stop(self._proc)
+                self._proc = None
+            self._remove_dir()
+        atexit.unregister(self.close)
+
+    def _remove_dir(self) -> None:
+        if self._owned_dir is not None:
+            shutil.rmtree(self._owned_dir, ignore_errors=True)
+            self._owned_dir = None
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
