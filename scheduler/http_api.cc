@@ -20,6 +20,7 @@
 #include "dial/v1/service.grpc.pb.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "scheduler/trial_table.h"
 
 namespace dial::scheduler {
 namespace {
@@ -93,16 +94,6 @@ std::string ToJson(const google::protobuf::Message& message) {
   std::string out;
   (void)google::protobuf::util::MessageToJsonString(message, &out, options);
   return out;
-}
-
-void AppendNumber(double v, std::string& out) {
-  if (!std::isfinite(v)) {
-    out += "null";
-    return;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  out += buf;
 }
 
 // A unary method: JSON request in, JSON answer out, through the stub.
@@ -199,83 +190,6 @@ absl::Status ForEachPage(
   } while (!request.page_token().empty());
   return absl::OkStatus();
 }
-
-// TrialTable: {"params": [{"name", "type"}], "number": [...], "state":
-// [...], "value": [...], "lastStep": [...], "attempt": [...], "param":
-// {"NAME": [...]}}, one entry per trial in every array; null where a
-// param is inactive or a trial has no value.
-class TableBuilder {
- public:
-  explicit TableBuilder(const v1::StudySpec& spec) {
-    for (const auto& p : spec.search_space()) {
-      names_.push_back(p.name());
-      columns_.emplace_back();
-    }
-  }
-  void Add(const v1::Trial& t) {
-    Sep(number_);
-    absl::StrAppend(&number_, t.number());
-    Sep(state_);
-    AppendJsonString(v1::TrialState_Name(t.state()), state_);
-    Sep(value_);
-    if (t.has_objective_value()) {
-      AppendNumber(t.objective_value(), value_);
-    } else {
-      value_ += "null";
-    }
-    Sep(last_step_);
-    absl::StrAppend(&last_step_, t.last_step());
-    for (size_t i = 0; i < names_.size(); ++i) {
-      std::string& col = columns_[i];
-      Sep(col);
-      auto it = t.params().find(names_[i]);
-      if (it == t.params().end()) {
-        col += "null";
-      } else if (it->second.has_string_value()) {
-        AppendJsonString(it->second.string_value(), col);
-      } else if (it->second.has_int_value()) {
-        absl::StrAppend(&col, it->second.int_value());
-      } else {
-        AppendNumber(it->second.double_value(), col);
-      }
-    }
-  }
-  std::string Finish(const v1::StudySpec& spec) {
-    std::string out = "{\"params\": [";
-    for (int i = 0; i < spec.search_space_size(); ++i) {
-      const auto& p = spec.search_space(i);
-      if (i) out += ", ";
-      out += "{\"name\": ";
-      AppendJsonString(p.name(), out);
-      out += ", \"type\": ";
-      AppendJsonString(p.has_categorical() ? "categorical"
-                       : p.has_discrete()  ? "discrete"
-                       : p.has_int_()      ? "int"
-                                           : "float",
-                       out);
-      const bool log = (p.has_float_() && p.float_().scale() == v1::LOG) ||
-                       (p.has_int_() && p.int_().scale() == v1::LOG);
-      out += log ? ", \"log\": true}" : ", \"log\": false}";
-    }
-    absl::StrAppend(&out, "], \"number\": [", number_, "], \"state\": [",
-                    state_, "], \"value\": [", value_, "], \"lastStep\": [",
-                    last_step_, "], \"param\": {");
-    for (size_t i = 0; i < names_.size(); ++i) {
-      if (i) out += ", ";
-      AppendJsonString(names_[i], out);
-      absl::StrAppend(&out, ": [", columns_[i], "]");
-    }
-    out += "}}\n";
-    return out;
-  }
-
- private:
-  static void Sep(std::string& s) {
-    if (!s.empty()) s += ",";
-  }
-  std::vector<std::string> names_, columns_;
-  std::string number_, state_, value_, last_step_;
-};
 
 absl::StatusOr<v1::StudySpec> SpecOf(
     Stub& stub, const std::optional<std::string>& credential,
@@ -484,7 +398,7 @@ void HttpApi::Install(http::Server& server) {
     std::optional<std::string> credential = Credential(req);
     absl::StatusOr<v1::StudySpec> spec = SpecOf(*stub, credential, study);
     if (!spec.ok()) return SendError(res, spec.status());
-    TableBuilder table(*spec);
+    TrialTableBuilder table(*spec);
     absl::Status s = ForEachPage(*stub, credential, study,
                                  [&](const v1::ListTrialsResponse& page) {
                                    for (const auto& t : page.trials()) {
@@ -493,7 +407,7 @@ void HttpApi::Install(http::Server& server) {
                                    return true;
                                  });
     if (!s.ok()) return SendError(res, s);
-    res.set_content(table.Finish(*spec), "application/json");
+    res.set_content(table.Finish(), "application/json");
   });
 
   server.Get("/api/v1/ExportStudy", [this, stub](const http::Request& req,

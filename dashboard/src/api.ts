@@ -17,6 +17,7 @@ export interface RungSchedule {
   minSteps: string;
   maxSteps: string;
   reductionFactor: number;
+  promotion?: boolean;
 }
 
 export interface StudySpec {
@@ -26,6 +27,7 @@ export interface StudySpec {
   searcher?: Record<string, unknown>;
   scheduler?: { asha?: RungSchedule; hyperband?: RungSchedule; pbt?: object; [k: string]: unknown };
   budget: { maxTrials: number; maxParallelTrials: number };
+  constraints?: { metric: string; max?: number; min?: number }[];
   priority?: number;
   trial?: { resources?: { gpus?: number; selector?: Record<string, string[]> } };
 }
@@ -64,6 +66,7 @@ export interface Trial {
   clientId: string;
   finalMetrics: Record<string, number>;
   objectiveValue?: number;
+  objectiveValues?: number[];  // several objectives, in the spec's order
   error: string;
   lastStep: string;
   createTime?: string;
@@ -103,6 +106,11 @@ export interface TrialTable {
   value: (number | null)[];
   lastStep: number[];
   param: Record<string, Cell[]>;
+  // Several objectives: each one's final values, by metric.
+  objectives?: { metric: string; goal: 'MAXIMIZE' | 'MINIMIZE' }[];
+  values?: Record<string, (number | null)[]>;
+  // Studies with constraints: null until a trial has final metrics.
+  feasible?: (boolean | null)[];
 }
 
 export interface StudyEvent {

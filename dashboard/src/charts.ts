@@ -1,7 +1,7 @@
 // ECharts, with only the charts and components the pages use (tree-shaken),
 // and a registry of the live instances: tests read `window.__dial.charts`.
 import * as echarts from 'echarts/core';
-import { BarChart, GraphChart, HeatmapChart, LineChart, ParallelChart, ScatterChart } from 'echarts/charts';
+import { BarChart, HeatmapChart, LineChart, LinesChart, ParallelChart, ScatterChart } from 'echarts/charts';
 import {
   DataZoomComponent, GridComponent, LegendComponent, MarkLineComponent, MarkPointComponent,
   ParallelComponent, TitleComponent, TooltipComponent, VisualMapComponent,
@@ -9,7 +9,7 @@ import {
 import { CanvasRenderer } from 'echarts/renderers';
 
 echarts.use([
-  BarChart, GraphChart, HeatmapChart, LineChart, ParallelChart, ScatterChart,
+  BarChart, HeatmapChart, LineChart, LinesChart, ParallelChart, ScatterChart,
   DataZoomComponent, GridComponent, LegendComponent, MarkLineComponent, MarkPointComponent,
   ParallelComponent, TitleComponent, TooltipComponent, VisualMapComponent, CanvasRenderer,
 ]);

@@ -1,14 +1,16 @@
-// Dial's dashboard: a hash router over five pages (docs/dashboard.md).
+// Dial's dashboard: a hash router over six pages (docs/dashboard.md).
 // Only `/` and `/assets/*` are ever fetched from the server besides the API:
 //   #/                          studies
 //   #/study/NAME                one study
 //   #/study/NAME/trial/N        one trial
 //   #/workers                   workers
 //   #/usage                     usage by owner or study
+//   #/compare?studies=A,B&x=X   studies side by side
 import './style.css';
 import { ApiError, Whoami, call, get, setSessionKey } from './api';
 import { disposeAll } from './charts';
 import { append, h } from './dom';
+import { renderCompare } from './pages/compare';
 import { renderStudies } from './pages/studies';
 import { renderStudy } from './pages/study';
 import { renderTrial } from './pages/trial';
@@ -35,7 +37,8 @@ function leave(): void {
 async function route(): Promise<void> {
   leave();
   const g = ++generation;
-  const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
+  const [path, query] = location.hash.replace(/^#\/?/, '').split('?', 2);
+  const parts = path.split('/').map(decodeURIComponent);
   const root = h('div', { class: 'page' });
   app.append(root);
   try {
@@ -48,6 +51,8 @@ async function route(): Promise<void> {
       done = await renderWorkers(root);
     } else if (parts[0] === 'usage') {
       done = await renderUsage(root);
+    } else if (parts[0] === 'compare') {
+      done = await renderCompare(root, new URLSearchParams(query ?? ''));
     } else {
       done = await renderStudies(root);
     }
@@ -70,7 +75,7 @@ function header(me: Whoami): void {
   append(top,
     h('a', { href: '#/', class: 'brand' }, 'Dial'),
     h('nav', {}, h('a', { href: '#/' }, 'Studies'), h('a', { href: '#/workers' }, 'Workers'),
-      h('a', { href: '#/usage' }, 'Usage')),
+      h('a', { href: '#/usage' }, 'Usage'), h('a', { href: '#/compare', 'data-testid': 'nav-compare' }, 'Compare')),
     h('span', { class: 'who', 'data-testid': 'whoami' },
       me.anonymous ? `anonymous (${me.role})` : `${me.name} (${me.role})`),
     me.anonymous ? null : h('a', {

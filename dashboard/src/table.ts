@@ -8,7 +8,7 @@ import { STATES, fmt, h, trialLink } from './dom';
 export const ROW_HEIGHT = 24;
 export const PAGE_ROWS = 25;
 
-type Key = 'number' | 'state' | 'value' | 'lastStep' | `param:${string}`;
+type Key = 'number' | 'state' | 'value' | 'lastStep' | `param:${string}` | `obj:${string}`;
 
 export class TrialTableView {
   readonly el: HTMLElement;
@@ -66,12 +66,16 @@ export class TrialTableView {
   }
 
   private buildControls(): void {
-    const columns: [Key, string][] = [['number', '#'], ['state', 'State'], ['value', 'Value'], ['lastStep', 'Step'],
+    // Several objectives: a column each instead of the first one's value.
+    const values: [Key, string][] = this.data.objectives
+      ? this.data.objectives.map((o): [Key, string] => [`obj:${o.metric}`, o.metric])
+      : [['value', 'Value']];
+    const columns: [Key, string][] = [['number', '#'], ['state', 'State'], ...values, ['lastStep', 'Step'],
       ...this.data.params.map((p): [Key, string] => [`param:${p.name}`, p.name])];
     this.head.replaceChildren(...columns.map(([key, title]) => h('th', {
       'data-testid': `sort-${key}`, class: 'sortable',
       onclick: () => {
-        this.sortDesc = this.sortKey === key ? !this.sortDesc : key === 'value' || key === 'lastStep';
+        this.sortDesc = this.sortKey === key ? !this.sortDesc : key === 'value' || key === 'lastStep' || key.startsWith('obj:');
         this.sortKey = key;
         this.apply();
       },
@@ -163,6 +167,7 @@ export class TrialTableView {
 
   private column(key: Key): Cell[] {
     if (key.startsWith('param:')) return this.data.param[key.slice(6)] ?? [];
+    if (key.startsWith('obj:')) return this.data.values?.[key.slice(4)] ?? [];
     return this.data[key as 'number' | 'state' | 'value' | 'lastStep'];
   }
 
@@ -180,7 +185,9 @@ export class TrialTableView {
       out.push(h('tr', { 'data-testid': 'trial-row', 'data-number': number },
         h('td', { class: 'num' }, h('a', { href: trialLink(this.study, number) }, number)),
         h('td', { class: `state ${d.state[i]}` }, d.state[i]),
-        h('td', { class: 'num' }, fmt(d.value[i])),
+        ...(d.objectives && d.values
+          ? d.objectives.map((o) => h('td', { class: 'num', 'data-objective': o.metric }, fmt(d.values![o.metric][i])))
+          : [h('td', { class: 'num' }, fmt(d.value[i]))]),
         h('td', { class: 'num' }, d.lastStep[i] < 0 ? '–' : d.lastStep[i]),
         ...d.params.map((p) => h('td', { class: 'num' }, fmt(d.param[p.name][i])))));
     }

@@ -1,7 +1,8 @@
 // One study: its header (state, counts, best, Stop, exports), the charts of
 // TrialTable's columns (optimisation history, parallel coordinates, slices,
 // contour), parameter importance, learning curves with the ASHA rungs, the
-// PBT lineage graph and the trial table; live through WatchStudy.
+// Pareto view (several objectives), members over time (PBT exploits, ASHA
+// pauses) and the trial table; live through WatchStudy.
 import {
   ApiError, Cell, Study, StudyEvent, StudySpec, Trial, TrialTable, call, get, getTrial, sessionUrl, paramValue, pool,
 } from '../api';
@@ -9,14 +10,16 @@ import { Chart, draw } from '../charts';
 import { STATES, STATE_COLORS, append, esc, fmt, h, throttle, trialLink } from '../dom';
 import { TrialTableView } from '../table';
 import { kindOf, progress } from './studies';
-import { changes } from './trial';
+import { compareLink } from './compare';
+import { paretoView } from './pareto';
+import { drawPopulation } from './population';
 
 // Lines in the parallel coordinates at most: the best, then an even sample.
 export const PARALLEL_MAX = 2000;
 // Trials whose histories the learning curves show at most.
 export const CURVES_BEST = 50;
 export const CURVES_MAX = 150;
-// PBT populations drawn in the lineage graph at most.
+// PBT members drawn over time at most.
 export const LINEAGE_MAX = 300;
 const CONTOUR_BINS = 16;
 const COLORS = ['#313695', '#4575b4', '#74add1', '#abd9e9', '#fee090', '#fdae61', '#f46d43', '#d73027'];
@@ -30,6 +33,16 @@ export function rungs(spec: StudySpec): number[] {
   if (!(min > 0) || !(f > 1)) return out;
   for (let s = min; s < max && out.length < 64; s *= f) out.push(Math.round(s));
   return out;
+}
+
+// As the scheduler decides it: null until the trial has final metrics.
+function feasible(spec: StudySpec, t: Trial): boolean | null {
+  const finished = t.state === 'COMPLETED' || (t.state === 'STOPPED' && Object.keys(t.finalMetrics ?? {}).length > 0);
+  if (!finished) return null;
+  return (spec.constraints ?? []).every((c) => {
+    const v = t.finalMetrics?.[c.metric];
+    return v !== undefined && Number.isFinite(v) && (c.max === undefined || v <= c.max) && (c.min === undefined || v >= c.min);
+  });
 }
 
 function cellOf(t: Trial, name: string): Cell {
@@ -48,6 +61,7 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
   const maximize = spec.objective.goal !== 'MINIMIZE';
   const metric = spec.objective.metric;
   const isPbt = !!spec.scheduler?.pbt;
+  const isPromotion = !!spec.scheduler?.asha?.promotion;
   const rowOf = new Map<number, number>();
   table.number.forEach((n, i) => rowOf.set(n, i));
   let best: Trial | undefined;
@@ -102,7 +116,7 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
       waitingEl,
       h('div', {}, h('b', {}, 'Live '), liveEl, ' events ', eventsEl),
       h('div', {}, h('b', {}, 'Export '), exportLink('CSV', 'csv', '0'), ' · ', exportLink('JSON lines', 'jsonl', '0'), ' · ',
-        exportLink('CSV with history', 'csv', '1'))),
+        exportLink('CSV with history', 'csv', '1'), ' · ', h('a', { href: compareLink([name]), 'data-testid': 'compare-link' }, 'compare with…'))),
     progressEl, countsEl, h('div', {}, stopButton), stopError);
 
   // ---- chart containers ----
@@ -124,15 +138,18 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
   const contour = box('Contour', 'contour', 'chart', h('div', {}, 'x ', contourX, ' y ', contourY));
   const curvesNote = h('small', { 'data-testid': 'curves-note' });
   const curves = box('Intermediate values', 'curves', 'chart tall', curvesNote);
-  const lineage = box('PBT lineage', 'lineage', 'chart tall');
+  const populationNote = h('small', { 'data-testid': 'population-note' });
+  const population = box(isPbt ? 'Population over time' : 'Paused and resumed', 'population', 'chart tall', populationNote);
+  const pareto = table.objectives ? paretoView(name, table) : undefined;
   const tableView = new TrialTableView(name, table);
   window.__dial.table = tableView;
   append(root,
+    pareto?.section,
     h('div', { class: 'cols2' }, history.section, importance.section),
     parallel.section,
     h('section', { class: 'panel' }, h('h2', {}, 'Slices'), slices),
     contour.section, curves.section,
-    isPbt ? lineage.section : null,
+    isPbt || isPromotion ? population.section : null,
     h('section', { class: 'panel' }, h('h2', {}, 'Trials'), tableView.el));
 
   const goTo = (c: Chart, numberOf: (p: { value: unknown; dataIndex: number; data: unknown }) => number | undefined) => {
@@ -217,20 +234,23 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
       : `${shown.length} trials with a value. Drag along an axis to brush.`;
     const [lo, hi] = valueRange();
     const params = table.params;
+    // Every objective gets an axis (the first one colours the lines).
+    const objectives = table.objectives ? table.objectives.map((o) => o.metric) : [metric];
+    const objective = (m: string, i: number) => (table.values ? table.values[m][i] : table.value[i]);
     const c = draw('parallel', parallel.el, {
       parallelAxis: [
         ...params.map((p, k) => ({ dim: k, name: p.name, ...axisFor(p),
           ...(p.type === 'categorical' ? { data: [...new Set(table.param[p.name].filter((v) => v !== null))].map(String).sort() } : {}) })),
-        { dim: params.length, name: metric, type: 'value', scale: true },
+        ...objectives.map((m, k) => ({ dim: params.length + k, name: m, type: 'value', scale: true })),
       ],
       parallel: { left: 60, right: 120, top: 40, bottom: 30 },
       visualMap: { type: 'continuous', dimension: params.length, min: lo, max: hi, calculable: true, formatter: (v: number) => fmt(v), right: 10, top: 'middle', inRange: { color: maximize ? COLORS : [...COLORS].reverse() } },
       series: [{
         name: 'trials', type: 'parallel', lineStyle: { width: 1, opacity: 0.5 }, progressive: 0, smooth: false,
-        data: shown.map((i) => [...params.map((p) => table.param[p.name][i] ?? '-'), table.value[i], table.number[i]]),
+        data: shown.map((i) => [...params.map((p) => table.param[p.name][i] ?? '-'), ...objectives.map((m) => objective(m, i)), table.number[i]]),
       }],
     });
-    goTo(c, (p) => (p.value as number[])[params.length + 1]);
+    goTo(c, (p) => (p.value as number[])[params.length + objectives.length]);
   }
 
   function drawSlices(): void {
@@ -357,43 +377,16 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
     goTo(c, (p) => Number((p as unknown as { seriesName: string }).seriesName?.slice(1)));
   }
 
-  function drawLineage(): void {
-    if (!isPbt) return;
+  function drawMembers(): void {
+    if (!isPbt && !isPromotion) return;
     const trials = [...details.values()];
-    const nodes = trials.map((t) => ({
-      name: `#${t.number}`, value: t.objectiveValue ?? null, symbolSize: 18, x: 0, y: 0,
-      itemStyle: { color: STATE_COLORS[t.state] }, label: { show: true },
-    }));
-    const known = new Set(nodes.map((n) => n.name));
-    const links = trials.flatMap((t) => t.lineage.map((l) => ({
-      source: `#${l.sourceTrial}`, target: `#${t.number}`,
-      label: { show: true, formatter: `step ${l.step}: ${changes(l.oldParams, l.newParams)}`, fontSize: 9 },
-    })));
-    for (const l of links) {
-      if (!known.has(l.source)) {
-        known.add(l.source);
-        nodes.push({ name: l.source, value: null, symbolSize: 12, x: 0, y: 0, itemStyle: { color: '#bbb' }, label: { show: true } });
-      }
-    }
-    // The population on a circle, in trial order (a stable picture as it grows).
-    nodes.forEach((node, k) => {
-      node.x = 100 * Math.cos((2 * Math.PI * k) / nodes.length - Math.PI / 2);
-      node.y = 100 * Math.sin((2 * Math.PI * k) / nodes.length - Math.PI / 2);
-    });
-    const many = links.length > 6;
-    const c = draw('lineage', lineage.el, {
-      tooltip: { formatter: (p: { dataType: string; name: string; value: number | null; data: { label?: { formatter: string } } }) =>
-        p.dataType === 'edge' ? esc(p.data.label?.formatter ?? '') : `${esc(p.name)}: ${esc(fmt(p.value))}` },
-      series: [{
-        type: 'graph', layout: 'none', roam: true, autoCurveness: true, left: 60, right: 60, top: 30, bottom: 30,
-        edgeSymbol: ['none', 'arrow'], edgeSymbolSize: 7, lineStyle: { color: '#888', width: 1, opacity: 0.7 },
-        edgeLabel: { show: !many }, emphasis: { focus: 'adjacency', edgeLabel: { show: true } },
-        data: nodes, links,
-      }],
-    });
-    goTo(c, (p) => {
-      const q = p as unknown as { dataType: string; name: string };
-      return q.dataType === 'node' ? Number(q.name.slice(1)) : undefined;
+    const exploits = trials.reduce((a, t) => a + t.lineage.length, 0);
+    populationNote.textContent = isPbt
+      ? `${trials.length} members, ${exploits} exploits: each arrow runs from the donor at the step of its checkpoint to the member that took it (hover: the parameters before and after).`
+      : `${trials.length} trials: a line breaks where the trial paused at a rung and goes on where it resumed (◆ a pause, hover for the wait; ▲ stopped).`;
+    drawPopulation(population.el, trials, metric, {
+      rungs: isPromotion ? rungLines : [],
+      onClick: (n) => (location.hash = trialLink(name, n)),
     });
   }
 
@@ -434,6 +427,7 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
     timed('slices', drawSlices);
     timed('contour', drawContour);
     timed('table', () => tableView.setData(table));
+    if (pareto) timed('pareto', () => pareto.redraw(table));
   };
   drawHeader();
   drawColumns();
@@ -443,13 +437,14 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
   window.__dial.interactive = true;
 
   const loadRest = async () => {
-    const bestTrials = await call<{ trials: Trial[] }>('GetBestTrials', { study: name, count: CURVES_BEST });
+    const bestTrials = await call<{ trials: Trial[]; referencePoint?: number[] }>('GetBestTrials', { study: name, count: CURVES_BEST });
     best = bestTrials.trials[0];
+    if (bestTrials.referencePoint?.length) pareto?.setReference(bestTrials.referencePoint);
     drawHeader();
     await Promise.all([drawImportance(), fetchDetails(curveSet(bestTrials.trials.map((t) => Number(t.number))))]);
     if (closed) return;
     drawCurves();
-    drawLineage();
+    drawMembers();
     performance.mark('dial-loaded');
     window.__dial.loaded = true;
   };
@@ -467,9 +462,13 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
       table.value.push(null);
       table.lastStep.push(-1);
       for (const p of table.params) table.param[p.name].push(null);
+      for (const col of Object.values(table.values ?? {})) col.push(null);
+      table.feasible?.push(null);
     }
     table.state[i] = t.state;
     table.value[i] = t.objectiveValue ?? null;
+    table.objectives?.forEach((o, k) => (table.values![o.metric][i] = t.objectiveValues?.[k] ?? null));
+    if (table.feasible) table.feasible[i] = feasible(spec, t);
     table.lastStep[i] = Number(t.lastStep);
     for (const p of table.params) table.param[p.name][i] = cellOf(t, p.name);
   };
@@ -484,10 +483,15 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
     await fetchDetails(numbers);
     if (closed) return;
     drawCurves();
-    drawLineage();
+    drawMembers();
     if (performance.now() > importanceDue) {
       importanceDue = performance.now() + 10000;
       void drawImportance();
+    }
+    // The reference point moves with the trials when the spec sets none.
+    if (pareto) {
+      void call<{ referencePoint?: number[] }>('GetBestTrials', { study: name, count: 1 })
+        .then((r) => r.referencePoint?.length && !closed && pareto.setReference(r.referencePoint)).catch(() => undefined);
     }
   }, () => 2500);
   let snapshots = 0;
