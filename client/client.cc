@@ -159,6 +159,18 @@ absl::StatusOr<v1::Study> DialClient::UpdateStudy(
   return response.study();
 }
 
+absl::StatusOr<v1::SetNoteResponse> DialClient::SetNote(
+    const std::string& study, std::optional<int64_t> trial,
+    const std::string& note) {
+  v1::SetNoteRequest request;
+  request.set_study(study);
+  if (trial) request.set_trial(*trial);
+  request.set_note(note);
+  v1::SetNoteResponse response;
+  DIAL_CALL(SetNote, request, response);
+  return response;
+}
+
 absl::StatusOr<v1::Study> DialClient::StopStudy(const std::string& study) {
   v1::StopStudyRequest request;
   request.set_study(study);

@@ -69,6 +69,10 @@ class DialClient {
       const std::string& study, int32_t max_trials, int32_t max_parallel_trials,
       std::optional<int32_t> priority = std::nullopt);
   absl::StatusOr<v1::Study> StopStudy(const std::string& study);
+  // Sets (empty: clears) the study's note, or trial `trial`'s.
+  absl::StatusOr<v1::SetNoteResponse> SetNote(const std::string& study,
+                                              std::optional<int64_t> trial,
+                                              const std::string& note);
   absl::Status DeleteStudy(const std::string& study);
 
   absl::StatusOr<v1::ListTrialsResponse> ListTrials(

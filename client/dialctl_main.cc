@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "client/client.h"
 #include "client/dialctl_migrate.h"
+#include "client/dialctl_notes.h"
 #include "client/format.h"
 #include "client/lineage.h"
 #include "common/export.h"
@@ -279,6 +280,22 @@ int StudyReplay(DialClient& client, const Args& args) {
             << " segments); run it with: dialctl study create -f " << out_file
             << "\n";
   return 0;
+}
+
+int StudyNote(DialClient& client, const Args& args) {
+  absl::Status s = dial::cli::RunNote(client, args[2], std::nullopt,
+                                      {args.begin() + 3, args.end()}, Json(),
+                                      std::cin, std::cout);
+  return s.ok() ? 0 : Fail(s);
+}
+
+int TrialsNote(DialClient& client, const Args& args) {
+  int64_t number = 0;
+  if (!TrialNumber(args, &number)) return Usage("trials note needs STUDY N");
+  absl::Status s = dial::cli::RunNote(client, args[2], number,
+                                      {args.begin() + 4, args.end()}, Json(),
+                                      std::cin, std::cout);
+  return s.ok() ? 0 : Fail(s);
 }
 
 int TrialsList(DialClient& client, const Args& args) {
@@ -757,6 +774,10 @@ constexpr Command kCommands[] = {
     {"study", "update",
      "STUDY [--max-trials=N] [--max-parallel-trials=N] [--priority=N]", "",
      true, StudyUpdate},
+    {"study", "note", "STUDY [TEXT...]",
+     "show the study's note, or set it (\"-\": read\n"
+     "it from stdin; \"\": clear it)",
+     true, StudyNote},
     {"study", "delete", "STUDY", "delete a study and its trials", true,
      StudyDelete},
     {"study", "export", "STUDY [--format=csv|jsonl] [--history] [-o FILE]",
@@ -792,6 +813,8 @@ constexpr Command kCommands[] = {
      true, StudyReevaluate},
     {"trials", "get", "STUDY N", "one trial with its metric history", true,
      TrialsGet},
+    {"trials", "note", "STUDY N [TEXT...]",
+     "show a trial's note, or set it (as study note)", true, TrialsNote},
     {"trials", "lineage", "STUDY N",
      "the hyperparameter schedule behind a PBT trial", true, TrialsLineage},
     {"trials", "evaluate", "STUDY N [--split=test] [--checkpoint-root=DIR]",

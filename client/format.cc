@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/params.h"
 #include "google/protobuf/struct.pb.h"
@@ -197,6 +198,18 @@ std::string FormatStudies(const std::vector<v1::Study>& studies) {
       {"STUDY", "OWNER", "STATE", "TRIALS", "OBJECTIVE", "CREATED"}, rows);
 }
 
+namespace {
+
+// A note under its label: later lines indented to the text's column.
+std::string NoteLines(const char* label, const std::string& note) {
+  if (note.empty()) return "";
+  const std::string indent(std::string(label).size(), ' ');
+  return absl::StrCat(label, absl::StrReplaceAll(note, {{"\n", "\n" + indent}}),
+                      "\n");
+}
+
+}  // namespace
+
 std::string FormatStudy(const v1::Study& s) {
   const auto& spec = s.spec();
   std::string out;
@@ -245,6 +258,7 @@ std::string FormatStudy(const v1::Study& s) {
                   "), at most ", spec.budget().max_parallel_trials(),
                   " at once\n");
   absl::StrAppend(&out, "created:     ", FormatTime(s.create_time()), "\n");
+  out += NoteLines("note:        ", s.note());
   out += "parameters:\n";
   for (const auto& p : spec.search_space()) {
     absl::StrAppend(&out, "  ", p.name(), ": ", Domain(p));
@@ -398,6 +412,7 @@ std::string FormatTrial(const v1::Trial& t, const std::string& metric) {
     absl::StrAppend(&out, "checkpoint: ", t.checkpoint(), "\n");
   }
   if (!t.error().empty()) absl::StrAppend(&out, "error:    ", t.error(), "\n");
+  out += NoteLines("note:     ", t.note());
   if (!t.final_metrics().empty()) {
     std::vector<std::string> parts;
     for (const auto& [k, v] : t.final_metrics()) {

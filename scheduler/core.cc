@@ -359,6 +359,18 @@ Reply<v1::Study> SchedulerCore::UpdateStudy(const std::string& name,
   });
 }
 
+Reply<v1::SetNoteResponse> SchedulerCore::SetNote(const std::string& name,
+                                                  std::optional<int64_t> trial,
+                                                  const std::string& note,
+                                                  const auth::Principal& who) {
+  return Locked<v1::SetNoteResponse>(
+      [&]() -> absl::StatusOr<v1::SetNoteResponse> {
+        DIAL_ASSIGN_OR_RETURN(StudyEntry * entry,
+                              FindFor(who, name, Access::kWrite));
+        return study_lifecycle_.SetNote(*entry, trial, note, who);
+      });
+}
+
 Reply<v1::Study> SchedulerCore::StopStudy(const std::string& name,
                                           const auth::Principal& who) {
   return Locked<v1::Study>([&]() -> absl::StatusOr<v1::Study> {

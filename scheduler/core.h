@@ -161,6 +161,11 @@ class SchedulerCore {
                              const auth::Principal& who = auth::Anonymous());
   StatusReply DeleteStudy(const std::string& name,
                           const auth::Principal& who = auth::Anonymous());
+  // Sets the note of the study or of its trial `trial` (owner or admin);
+  // see StudyLifecycle::SetNote.
+  Reply<v1::SetNoteResponse> SetNote(
+      const std::string& name, std::optional<int64_t> trial,
+      const std::string& note, const auth::Principal& who = auth::Anonymous());
 
   // Trials in number order; `page_token` from the previous page.
   Reply<TrialPage> ListTrials(const std::string& name,

@@ -128,6 +128,7 @@ const std::map<std::string, Unary>& Routes() {
       {"ListStudies", Route(&Stub::ListStudies)},
       {"UpdateStudy", Route(&Stub::UpdateStudy)},
       {"StopStudy", Route(&Stub::StopStudy)},
+      {"SetNote", Route(&Stub::SetNote)},
       {"DeleteStudy", Route(&Stub::DeleteStudy)},
       {"ListTrials", Route(&Stub::ListTrials)},
       {"GetTrial", Route(&Stub::GetTrial)},

@@ -59,6 +59,26 @@ absl::Status CheckMetrics(const searchers::Metrics& metrics,
   return CheckMetrics(metrics, field, Limits{});
 }
 
+absl::Status CheckNote(const std::string& note) {
+  size_t chars = 0;
+  for (size_t i = 0; i < note.size(); ++chars) {
+    const unsigned char c = static_cast<unsigned char>(note[i]);
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7F) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("note: control character ", static_cast<int>(c),
+                       " at byte ", i, "; only newline and tab are allowed"));
+    }
+    // The sequence's length from its first byte (proto3 strings are valid
+    // UTF-8 already: only the count and control characters matter).
+    i += c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  }
+  if (chars > kMaxNoteChars) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "note: must be at most ", kMaxNoteChars, " characters, got ", chars));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckReport(int64_t step, const searchers::Metrics& metrics,
                          const std::string& checkpoint) {
   return CheckReport(step, metrics, checkpoint, Limits{});

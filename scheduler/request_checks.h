@@ -27,6 +27,12 @@ absl::Status CheckMetrics(const searchers::Metrics& metrics, const char* field,
 absl::Status CheckReport(int64_t step, const searchers::Metrics& metrics,
                          const std::string& checkpoint, const Limits& limits);
 
+// A study's or trial's note (SetNote): at most kMaxNoteChars characters
+// of UTF-8, no control characters but newline and tab. INVALID_ARGUMENT
+// naming `note`.
+inline constexpr size_t kMaxNoteChars = 2000;
+absl::Status CheckNote(const std::string& note);
+
 // The same with the default limits (Limits{}).
 absl::Status CheckMetrics(const searchers::Metrics& metrics, const char* field);
 absl::Status CheckReport(int64_t step, const searchers::Metrics& metrics,

@@ -260,6 +260,23 @@ grpc::ServerUnaryReactor* StudyServiceImpl::UpdateStudy(
   });
 }
 
+grpc::ServerUnaryReactor* StudyServiceImpl::SetNote(
+    grpc::CallbackServerContext* ctx, const v1::SetNoteRequest* request,
+    v1::SetNoteResponse* response) {
+  return AsPrincipal(tokens_, ctx, [&](const auth::Principal& who) {
+    return Answer(core_, ctx,
+                  core_->SetNote(request->study(),
+                                 request->has_trial()
+                                     ? std::optional<int64_t>(request->trial())
+                                     : std::nullopt,
+                                 request->note(), who),
+                  [&](v1::SetNoteResponse& r) {
+                    if (r.has_trial()) Redact(who, *r.mutable_trial());
+                    *response = std::move(r);
+                  });
+  });
+}
+
 grpc::ServerUnaryReactor* StudyServiceImpl::StopStudy(
     grpc::CallbackServerContext* ctx, const v1::StopStudyRequest* request,
     v1::StopStudyResponse* response) {

@@ -44,6 +44,9 @@ class StudyServiceImpl final : public v1::StudyService::CallbackService {
   grpc::ServerUnaryReactor* UpdateStudy(
       grpc::CallbackServerContext* ctx, const v1::UpdateStudyRequest* request,
       v1::UpdateStudyResponse* response) override;
+  grpc::ServerUnaryReactor* SetNote(grpc::CallbackServerContext* ctx,
+                                    const v1::SetNoteRequest* request,
+                                    v1::SetNoteResponse* response) override;
   grpc::ServerUnaryReactor* StopStudy(grpc::CallbackServerContext* ctx,
                                       const v1::StopStudyRequest* request,
                                       v1::StopStudyResponse* response) override;

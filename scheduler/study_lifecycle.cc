@@ -7,6 +7,7 @@
 #include "common/random.h"
 #include "common/spec.h"
 #include "common/status.h"
+#include "scheduler/request_checks.h"
 #include "scheduler/warm_start.h"
 #include "searchers/pareto.h"
 #include "searchers/registry.h"
@@ -168,6 +169,40 @@ absl::StatusOr<v1::Study> StudyLifecycle::Update(StudyEntry& entry,
   p_.outbox->dispatch = true;  // a new priority may change who goes first
   DIAL_RETURN_IF_ERROR(p_.trials->MaybeFinish(entry));
   return entry.WithCounts();
+}
+
+absl::StatusOr<v1::SetNoteResponse> StudyLifecycle::SetNote(
+    StudyEntry& entry, std::optional<int64_t> trial, const std::string& note,
+    const auth::Principal& who) {
+  DIAL_RETURN_IF_ERROR(CheckNote(note));
+  v1::SetNoteResponse out;
+  if (trial) {
+    auto it = entry.trials().find(*trial);
+    if (it == entry.trials().end()) {
+      return absl::NotFoundError(absl::StrCat("trial: study '", entry.name(),
+                                              "' has no trial ", *trial));
+    }
+    v1::Trial updated = it->second;
+    updated.set_note(note);
+    // The note alone: no state change, so none of SaveTrial's effects.
+    DIAL_ASSIGN_OR_RETURN(Stored<v1::Trial> stored,
+                          Save::Trial(*p_.store, std::move(updated)));
+    entry.Mirror(std::move(stored));
+    *out.mutable_trial() = entry.trials().at(*trial);
+  } else {
+    v1::Study updated = entry.study();
+    updated.set_note(note);
+    *updated.mutable_update_time() = p_.trials->Now();
+    DIAL_ASSIGN_OR_RETURN(Stored<v1::Study> stored,
+                          Save::Study(*p_.store, std::move(updated)));
+    entry.Apply(std::move(stored));
+    *out.mutable_study() = entry.WithCounts();
+  }
+  // The audit log says who changed which note, not what it says.
+  Audit(who, "SetNote", entry.name(),
+        absl::StrCat(trial ? absl::StrCat("trial ", *trial) : "study", ", ",
+                     note.size(), " bytes"));
+  return out;
 }
 
 absl::StatusOr<v1::Study> StudyLifecycle::Stop(StudyEntry& entry,

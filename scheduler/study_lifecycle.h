@@ -104,6 +104,14 @@ class StudyLifecycle {
       StudyEntry& entry, int32_t top, int32_t seeds, const auth::Principal& who,
       int32_t* max_trials);
 
+  // Sets (an empty note clears) the study's note, or trial `trial`'s.
+  // INVALID_ARGUMENT for a note CheckNote refuses, NOT_FOUND for no such
+  // trial. Answers the study or the trial.
+  absl::StatusOr<v1::SetNoteResponse> SetNote(StudyEntry& entry,
+                                              std::optional<int64_t> trial,
+                                              const std::string& note,
+                                              const auth::Principal& who);
+
   // Records an action in the audit log; a failure to write it is logged.
   void Audit(const auth::Principal& who, const std::string& action,
              const std::string& study, const std::string& detail);

@@ -64,6 +64,7 @@ absl::Status MemoryStudyStore::UpdateStudy(const v1::Study& study) {
   *stored.mutable_update_time() = study.update_time();
   *stored.mutable_queue() = study.queue();
   stored.set_next_queue_id(study.next_queue_id());
+  stored.set_note(study.note());
   return absl::OkStatus();
 }
 

@@ -37,6 +37,7 @@ std::string StudyExtra(const v1::Study& study) {
   v1::Study extra;
   *extra.mutable_queue() = study.queue();
   extra.set_next_queue_id(study.next_queue_id());
+  extra.set_note(study.note());
   return extra.SerializeAsString();
 }
 
@@ -91,6 +92,7 @@ std::string TrialDetail(const v1::Trial& trial) {
   detail.set_queue_id(trial.queue_id());
   if (trial.has_origin()) detail.set_origin(trial.origin());
   if (trial.has_seed()) detail.set_seed(trial.seed());
+  detail.set_note(trial.note());
   return detail.SerializeAsString();
 }
 

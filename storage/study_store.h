@@ -61,7 +61,7 @@ class StudyStore {
   // NOT_FOUND if absent. trial_counts are not filled.
   virtual absl::StatusOr<v1::Study> GetStudy(const std::string& name) = 0;
   virtual absl::StatusOr<std::vector<v1::Study>> ListStudies() = 0;
-  // Replaces spec, state, update_time, queue and next_queue_id (never
+  // Replaces spec, state, update_time, queue, next_queue_id and note (never
   // prior_trials: those are written once, by CreateStudy). NOT_FOUND if
   // absent.
   virtual absl::Status UpdateStudy(const v1::Study& study) = 0;

@@ -280,6 +280,68 @@ TEST_F(SecurityTest, UsersActOnlyOnTheirOwnStudies) {
             grpc::StatusCode::OK);
 }
 
+// Issue 37: a note is written by the study's owner or an admin and read by
+// everyone who may read the study.
+TEST_F(SecurityTest, NotesAreWrittenByOwnersAndAdminsAndReadByReaders) {
+  Create(kAskTell, kAlice);
+  v1::SuggestTrialsRequest suggest;
+  suggest.set_study("asktell");
+  suggest.set_client_id("alice-client");
+  v1::SuggestTrialsResponse suggested;
+  ASSERT_EQ(Call(studies_, &v1::StudyService::Stub::SuggestTrials, kAlice,
+                 suggest, &suggested),
+            grpc::StatusCode::OK);
+  ASSERT_EQ(suggested.trials_size(), 1);
+  const int64_t number = suggested.trials(0).number();
+  v1::SetNoteRequest note;
+  note.set_study("asktell");
+  note.set_note("<script>alert(1)</script> is text");
+  v1::SetNoteResponse set;
+  EXPECT_EQ(
+      Call(studies_, &v1::StudyService::Stub::SetNote, kAlice, note, &set),
+      grpc::StatusCode::OK);
+  EXPECT_EQ(set.study().note(), note.note());
+  // Bob and a worker cannot see the study; the viewer may not write.
+  v1::SetNoteRequest overwrite = note;
+  overwrite.set_note("bob was here");
+  EXPECT_EQ(
+      Call(studies_, &v1::StudyService::Stub::SetNote, kBob, overwrite, &set),
+      grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Call(studies_, &v1::StudyService::Stub::SetNote, kViewer, overwrite,
+                 &set),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Call(studies_, &v1::StudyService::Stub::SetNote, kWorker, overwrite,
+                 &set),
+            grpc::StatusCode::NOT_FOUND);
+  // An admin notes Alice's trial; the answer carries no lease token.
+  v1::SetNoteRequest trial_note;
+  trial_note.set_study("asktell");
+  trial_note.set_trial(number);
+  trial_note.set_note("checked by the admin");
+  EXPECT_EQ(Call(studies_, &v1::StudyService::Stub::SetNote, kAdmin, trial_note,
+                 &set),
+            grpc::StatusCode::OK);
+  EXPECT_EQ(set.trial().note(), "checked by the admin");
+  EXPECT_TRUE(set.trial().lease_token().empty());
+  for (const char* reader : {kViewer, kAlice}) {
+    v1::GetStudyRequest get;
+    get.set_study("asktell");
+    v1::GetStudyResponse study;
+    ASSERT_EQ(
+        Call(studies_, &v1::StudyService::Stub::GetStudy, reader, get, &study),
+        grpc::StatusCode::OK);
+    EXPECT_EQ(study.study().note(), note.note()) << reader;
+    v1::GetTrialRequest trial;
+    trial.set_study("asktell");
+    trial.set_trial(number);
+    v1::GetTrialResponse got;
+    ASSERT_EQ(
+        Call(studies_, &v1::StudyService::Stub::GetTrial, reader, trial, &got),
+        grpc::StatusCode::OK);
+    EXPECT_EQ(got.trial().note(), "checked by the admin") << reader;
+  }
+}
+
 // Finding 3: a rogue RegisterWorker + AcquireTrial received a trial and its
 // environment; a report at step 10^12 and a FinishTrial(requeue) in the
 // real worker's name were taken.

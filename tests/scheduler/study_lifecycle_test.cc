@@ -225,6 +225,56 @@ TEST_F(StudyLifecycleTest, ReevaluationQueuesNewSeedsOfTheBest) {
 
 // Issue 33: a study-level change whose write fails leaves memory exactly
 // as it was, and the same call works once the store does.
+// Issue 37: notes are written before memory follows, audited without their
+// text, and checked.
+TEST_F(StudyLifecycleTest, NotesAreStoredAuditedAndChecked) {
+  ASSERT_TRUE(Create(SmallSpec("s", 4), User("ann")).ok());
+  RunAndComplete("s", 0, 0.5);
+  auto study =
+      studies_.SetNote(Entry("s"), std::nullopt, "wider lr\tnext", User("ann"));
+  ASSERT_TRUE(study.ok()) << study.status();
+  EXPECT_EQ(study->study().note(), "wider lr\tnext");
+  EXPECT_FALSE(study->has_trial());
+  EXPECT_EQ(store_->inner().GetStudy("s")->note(), "wider lr\tnext");
+  EXPECT_EQ(Audit().front().action(), "SetNote");
+  EXPECT_EQ(Audit().front().detail(), "study, 13 bytes");
+
+  // 2,000 characters of 3 bytes each are within the limit.
+  std::string long_note;
+  for (int i = 0; i < 2000; ++i) long_note += "\xe2\x82\xac";  // U+20AC
+  auto trial = studies_.SetNote(Entry("s"), 0, long_note, User("ann"));
+  ASSERT_TRUE(trial.ok()) << trial.status();
+  EXPECT_EQ(trial->trial().note(), long_note);
+  EXPECT_EQ(trial->trial().state(), v1::COMPLETED);
+  EXPECT_EQ(Entry("s").trials().at(0).note(), long_note);
+  EXPECT_EQ(store_->inner().GetTrial("s", 0)->note(), long_note);
+  EXPECT_EQ(Audit().front().detail(), "trial 0, 6000 bytes");
+
+  auto too_long = studies_.SetNote(Entry("s"), 0, long_note + "x", User("ann"));
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_long.status().message(),
+              HasSubstr("note: must be at most 2000 characters, got 2001"));
+  auto control =
+      studies_.SetNote(Entry("s"), std::nullopt, "a\x1b[31mred", User("ann"));
+  EXPECT_EQ(control.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(control.status().message(),
+              HasSubstr("note: control character 27 at byte 1"));
+  EXPECT_EQ(studies_.SetNote(Entry("s"), 7, "x", User("ann")).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Entry("s").study().note(), "wider lr\tnext");
+
+  store_->FailWrites();
+  EXPECT_FALSE(
+      studies_.SetNote(Entry("s"), std::nullopt, "lost", User("ann")).ok());
+  EXPECT_FALSE(studies_.SetNote(Entry("s"), 0, "lost", User("ann")).ok());
+  EXPECT_EQ(Entry("s").study().note(), "wider lr\tnext");
+  EXPECT_EQ(Entry("s").trials().at(0).note(), long_note);
+  store_->Heal();
+  auto cleared = studies_.SetNote(Entry("s"), std::nullopt, "", User("ann"));
+  ASSERT_TRUE(cleared.ok());
+  EXPECT_EQ(store_->inner().GetStudy("s")->note(), "");
+}
+
 TEST_F(StudyLifecycleTest, AFailedWriteChangesNothing) {
   ASSERT_TRUE(Create(SmallSpec("s", 1), User("ann")).ok());
   RunAndComplete("s", 0, 0.5);

@@ -301,6 +301,27 @@ TEST_P(StudyStoreContract, TrialsRoundTripWithParamsAndDetail) {
             absl::StatusCode::kNotFound);
 }
 
+// Issue 37: notes ride with the study and the trial, and a report keeps
+// the trial's.
+TEST_P(StudyStoreContract, NotesRoundTrip) {
+  ASSERT_TRUE(store_->CreateStudy(MakeStudy("s")).ok());
+  v1::Study noted = MakeStudy("s");
+  noted.set_note("round two\n<b>wider</b> ranges");
+  ASSERT_TRUE(store_->UpdateStudy(noted).ok());
+  EXPECT_EQ(store_->GetStudy("s")->note(), noted.note());
+  EXPECT_EQ(store_->ListStudies()->front().note(), noted.note());
+  v1::Trial t = MakeTrial("s", 0);
+  t.set_note("diverged");
+  ASSERT_TRUE(store_->PutTrial(t).ok());
+  EXPECT_EQ(store_->GetTrial("s", 0)->note(), "diverged");
+  v1::MetricPoint point;
+  point.set_step(1);
+  (*point.mutable_metrics())["loss"] = 0.5;
+  t.set_last_step(1);
+  ASSERT_TRUE(store_->RecordReport(t, point).ok());
+  EXPECT_EQ(store_->GetTrial("s", 0)->note(), "diverged");
+}
+
 TEST_P(StudyStoreContract, ListTrialsFiltersAndPages) {
   ASSERT_TRUE(store_->CreateStudy(MakeStudy("s")).ok());
   for (int i = 0; i < 10; ++i) {
