@@ -576,7 +576,7 @@ absl::Status PgStudyStore::UpdateStudy(const v1::Study& study) {
     *stored.mutable_update_time() = study.update_time();
     *stored.mutable_queue() = study.queue();
     stored.set_next_queue_id(study.next_queue_id());
-  stored.set_note(study.note());
+    stored.set_note(study.note());
     return conn_
         ->Exec("UPDATE studies SET study = $2 WHERE name = $1",
                PgParams().Text(study.name()).Bytes(Serialize(stored)))

@@ -2,7 +2,7 @@
 """DialSearchCV against scikit-learn's RandomizedSearchCV at equal trials.
 
 usage: build/python-venv/bin/python bench/sklearn/compare.py
-           [--seeds 5] [--trials 30] [--tasks digits-svc,cancer-gb]
+           [--seeds 5] [--trials 30] [--tasks digits-svc,cancer-svc,cancer-gb]
            [--searcher bayesian]
 
 Each task is one of scikit-learn's bundled datasets (no download), split
@@ -26,6 +26,8 @@ from sklearn.datasets import load_breast_cancer, load_digits
 from sklearn.ensemble import GradientBoostingClassifier
 from sklearn.model_selection import (RandomizedSearchCV, StratifiedKFold,
                                      train_test_split)
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 from sklearn.svm import SVC
 
 from dial.sklearn import DialSearchCV
@@ -37,6 +39,11 @@ TASKS = {
         {"C": {"float": {"min": 1e-2, "max": 1e3, "scale": "LOG"}},
          "gamma": {"float": {"min": 1e-5, "max": 1e-1, "scale": "LOG"}}},
         {"C": loguniform(1e-2, 1e3), "gamma": loguniform(1e-5, 1e-1)}),
+    "cancer-svc": (
+        load_breast_cancer, lambda: make_pipeline(StandardScaler(), SVC()),
+        {"svc__C": {"float": {"min": 1e-2, "max": 1e3, "scale": "LOG"}},
+         "svc__gamma": {"float": {"min": 1e-5, "max": 1.0, "scale": "LOG"}}},
+        {"svc__C": loguniform(1e-2, 1e3), "svc__gamma": loguniform(1e-5, 1.0)}),
     "cancer-gb": (
         load_breast_cancer, lambda: GradientBoostingClassifier(random_state=0),
         {"learning_rate": {"float": {"min": 1e-3, "max": 1.0,
