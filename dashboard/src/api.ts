@@ -42,6 +42,7 @@ export interface Study {
   trialsCreated: number;
   owner: string;
   waiting?: string;  // why its ready trials wait, when not for a free slot
+  note?: string;
 }
 
 export interface LineageEntry {
@@ -79,6 +80,7 @@ export interface Trial {
   attempt: number;
   failures: number;
   workerId: string;
+  note?: string;
 }
 
 export interface Worker {

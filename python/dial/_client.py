@@ -446,6 +446,26 @@ class Study:
         return pandas.DataFrame(rows)
 
     # -- changing it ------------------------------------------------------
+    @property
+    def note(self) -> str:
+        """The study's note (plain text; "" for none), read now."""
+        return self.refresh().note
+
+    def set_note(self, note: str, trial: Optional[int] = None
+                 ) -> Union[study_pb2.Study, TrialRecord]:
+        """Sets the study's note, or trial ``trial``'s (``""`` clears it):
+        plain text, at most 2,000 characters, no control characters but
+        newline and tab. The study's owner or an admin. Returns the study
+        message, or the trial's record."""
+        request = service_pb2.SetNoteRequest(study=self.name, note=note)
+        if trial is not None:
+            request.trial = int(trial)
+        response = self.client._call("SetNote", request)
+        if trial is not None:
+            return TrialRecord.from_proto(response.trial)
+        self._proto = response.study
+        return response.study
+
     def stop(self) -> None:
         """Stops the study: no new trials; running ones get STOP at their
         next report."""

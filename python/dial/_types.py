@@ -108,6 +108,7 @@ class TrialRecord:
     seed: Optional[int]
     lineage: Tuple[Dict[str, Any], ...]
     history: Tuple[MetricPoint, ...] = ()
+    note: str = ""
     proto: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -144,7 +145,7 @@ class TrialRecord:
             lineage=lineage,
             history=tuple(MetricPoint(p.step, dict(p.metrics), _time(p.time))
                           for p in history),
-            proto=t)
+            note=t.note, proto=t)
 
 
 @dataclass(frozen=True)

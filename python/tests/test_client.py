@@ -740,6 +740,27 @@ def test_delete(client, new_study):
     assert study.name not in [s.name for s in client.studies()]
 
 
+def test_notes_on_the_study_and_a_trial(new_study):
+    study = new_study(2)
+    trial = study.ask()
+    trial.complete(1.0)
+    assert study.note == ""
+    assert study.set_note("round 2\n<i>wider</i>").note == \
+        "round 2\n<i>wider</i>"
+    assert study.note == "round 2\n<i>wider</i>"
+    record = study.set_note("looks noisy", trial=trial.number)
+    assert record.note == "looks noisy" and record.state == "COMPLETED"
+    assert study.get_trial(trial.number).note == "looks noisy"
+    assert [t.note for t in study.trials()] == ["looks noisy"]
+    with pytest.raises(dial.InvalidArgument) as e:
+        study.set_note("x" * 2001)
+    assert e.value.field == "note"
+    with pytest.raises(dial.NotFound):
+        study.set_note("no such trial", trial=99)
+    study.set_note("")
+    assert study.note == ""
+
+
 def test_enqueued_params_are_evaluated_first(new_study):
     study = new_study(5, 5, params=[
         {"name": "x", "float": {"min": -1.0, "max": 1.0}},

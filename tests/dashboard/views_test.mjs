@@ -8,6 +8,7 @@
 //    entry, starting at its source step.
 //  - ASHA with promotion: each trial's line breaks once per pause.
 //  - Comparison: overlays exactly the chosen studies, its state in the URL.
+//  - Notes: edited on the study page, shown as text: a <script> runs nothing.
 // Screenshots go to --out.
 //
 // usage: node views_test.mjs --scheduler=BIN --worker=BIN --python=PATH
@@ -226,6 +227,29 @@ try {
   checkEq(await other.evaluate(() => window.__dial.charts['compare-best'].getOption().series.map((s) => s.name)), chosen,
     'comparison: a shared link shows the same studies');
   await other.close();
+
+  // ---- notes: always text, never markup ----
+  const payload = 'round 1 <script>window.__pwned = 1</script>\n<img src=x onerror="window.__pwned = 2"> & more';
+  await page.goto(`${base}/#/study/views-round1`);
+  await page.waitForFunction(() => window.__dial.interactive === true, null, { timeout: 30000 });
+  await page.getByTestId('study-note-edit').click();
+  await page.getByTestId('study-note-input').fill(payload);
+  await page.getByTestId('study-note-save').click();
+  await page.getByTestId('study-note').filter({ hasText: 'round 1' }).waitFor({ timeout: 10000 });
+  checkEq((await h.api('GetStudy', { study: 'views-round1' }, 'admin')).study.note, payload, 'note: saved through SetNote');
+  await page.reload();
+  await page.waitForFunction(() => window.__dial.interactive === true, null, { timeout: 30000 });
+  const shown = await page.evaluate(() => {
+    const el = document.querySelector('[data-testid=study-note]');
+    return { text: el.textContent, children: el.children.length, pwned: window.__pwned ?? null };
+  });
+  checkEq(shown, { text: payload, children: 0, pwned: null }, 'note: a <script> and an onerror are shown as text and run nothing');
+  await shot('note-study');
+  await h.api('SetNote', { study: 'views-round1', trial: '0', note: payload }, 'admin');
+  await page.goto(`${base}/#/study/views-round1/trial/0`);
+  await page.getByTestId('trial-note').filter({ hasText: 'round 1' }).waitFor({ timeout: 10000 });
+  checkEq(await page.evaluate(() => [document.querySelector('[data-testid=trial-note]').textContent, window.__pwned ?? null]),
+    [payload, null], 'trial note: text, nothing run');
 
   checkEq(errors, [], 'no script errors in the page');
   ok = true;

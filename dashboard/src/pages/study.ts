@@ -11,6 +11,7 @@ import { STATES, STATE_COLORS, append, esc, fmt, h, throttle, trialLink } from '
 import { TrialTableView } from '../table';
 import { kindOf, progress } from './studies';
 import { compareLink } from './compare';
+import { noteView } from '../note';
 import { paretoView } from './pareto';
 import { drawPopulation } from './population';
 
@@ -92,7 +93,10 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
   }, 'Stop study');
   const exportLink = (label: string, format: string, history: string) =>
     h('a', { href: sessionUrl('ExportStudy', { study: name, format, history }), download: '', 'data-testid': `export-${format}${history === '1' ? '-history' : ''}` }, label);
+  const note = noteView('study-note', study.note ?? '', async (text) =>
+    (await call<{ study: Study }>('SetNote', { study: name, note: text })).study.note ?? '');
   const drawHeader = () => {
+    note.update(study.note ?? '');
     stateEl.textContent = study.state.replace('STUDY_', '');
     stateEl.className = `state ${study.state}`;
     countsEl.replaceChildren(...STATES.filter((s) => study.trialCounts[s]).map((s) =>
@@ -117,7 +121,7 @@ export async function renderStudy(root: HTMLElement, name: string): Promise<() =
       h('div', {}, h('b', {}, 'Live '), liveEl, ' events ', eventsEl),
       h('div', {}, h('b', {}, 'Export '), exportLink('CSV', 'csv', '0'), ' · ', exportLink('JSON lines', 'jsonl', '0'), ' · ',
         exportLink('CSV with history', 'csv', '1'), ' · ', h('a', { href: compareLink([name]), 'data-testid': 'compare-link' }, 'compare with…'))),
-    progressEl, countsEl, h('div', {}, stopButton), stopError);
+    note.el, progressEl, countsEl, h('div', {}, stopButton), stopError);
 
   // ---- chart containers ----
   const box = (title: string, testid: string, cls = 'chart', ...extra: (HTMLElement | null)[]) => {

@@ -1,8 +1,9 @@
-// One trial: params, final metrics, its metric history, attempts and
+// One trial: its note, params, final metrics, its metric history, attempts and
 // failures, worker, checkpoint, error (with the stderr tail) and lineage.
 import { Study, call, getTrial, paramValue } from '../api';
 import { draw } from '../charts';
 import { append, fmt, h, studyLink, time, trialLink } from '../dom';
+import { noteView } from '../note';
 import { rungs } from './study';
 
 function kv(rows: [string, unknown][], testid: string): HTMLElement {
@@ -19,6 +20,8 @@ export async function renderTrial(root: HTMLElement, study: string, number: numb
   append(root,
     h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Studies'), ' / ', h('a', { href: studyLink(study) }, study), ` / trial ${number}`),
     h('h1', {}, `${study} / trial ${number} `, h('span', { class: `state ${trial.state}`, 'data-testid': 'trial-state' }, trial.state)),
+    noteView('trial-note', trial.note ?? '', async (text) =>
+      (await call<{ trial: { note?: string } }>('SetNote', { study, trial: String(number), note: text })).trial.note ?? '').el,
     h('div', { class: 'cols' },
       h('section', {}, h('h2', {}, 'Params'),
         kv(Object.entries(trial.params).map(([k, v]) => [k, paramValue(v)]), 'trial-params')),
