@@ -28,6 +28,7 @@ v1::Study EventStudy(const v1::Study& study) {
   *out.mutable_trial_counts() = study.trial_counts();
   out.set_trials_created(study.trials_created());
   out.set_owner(study.owner());
+  out.set_note(study.note());  // issue 37: pages follow a note live
   return out;
 }
 

@@ -94,6 +94,7 @@ TEST(EventHubTest, EventStudyKeepsAllButTheSpec) {
   (*study.mutable_trial_counts())["COMPLETED"] = 3;
   study.set_trials_created(3);
   study.set_owner("bob");
+  study.set_note("round 2");
   v1::Study expected = study;
   v1::StudySpec small;
   *small.mutable_objective() = study.spec().objective();
@@ -105,7 +106,7 @@ TEST(EventHubTest, EventStudyKeepsAllButTheSpec) {
   // purpose): this count makes whoever adds one look. Left out: queue,
   // prior_trials and next_queue_id (issue 20), which can be large, and
   // waiting (issue 34), which only GetStudy and ListStudies work out.
-  EXPECT_EQ(v1::Study::descriptor()->field_count(), 12);
+  EXPECT_EQ(v1::Study::descriptor()->field_count(), 13);
 }
 
 // Each watcher gets its snapshot first, then every event of its study in

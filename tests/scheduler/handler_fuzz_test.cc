@@ -127,6 +127,8 @@ const std::map<std::string, std::string>& BaseRequests() {
       {"GetParameterImportance", R"(study: "$STUDY" top_quantile: 0.2)"},
       {"ListWorkers", ""},
       {"GetUsage", R"(by: "study" since { seconds: 1 })"},
+      {"SetNote",
+       R"(study: "$STUDY" trial: $TRIAL note: "a note\nof two lines")"},
       {"WatchStudy", R"(study: "$STUDY")"},
       {"SuggestTrials", R"(study: "$STUDY" count: 2 client_id: "fz")"},
       {"ReportIntermediate",
