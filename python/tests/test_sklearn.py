@@ -191,3 +191,25 @@ def test_multi_metric_scoring_maximises_the_refit_metric(local_binary,
     assert results["rank_test_f1_macro"][search.best_index_] == 1
     assert search.best_score_ == results["mean_test_f1_macro"][
         search.best_index_]
+
+
+def test_a_dial_search_space_list_and_a_timeout(local_binary, digits):
+    X, y = digits
+    space = [{"name": "C", "float": {"min": 0.1, "max": 100, "scale": "LOG"}},
+             {"name": "kernel", "categorical": {"values": ["rbf", "linear"]}},
+             {"name": "gamma", "float": {"min": 1e-4, "max": 1e-2,
+                                         "scale": "LOG"},
+              "when": {"kernel": ["rbf"]}}]
+    search = DialSearchCV(SVC(), space, n_trials=6, cv=2, random_state=5,
+                          searcher="tpe")
+    search.fit(X, y)
+    results = search.cv_results_
+    assert len(results["params"]) == 6
+    for params, gamma in zip(results["params"], results["param_gamma"]):
+        # gamma is searched only for the rbf kernel, else left out.
+        assert ("gamma" in params) == (params["kernel"] == "rbf")
+        assert (gamma is np.ma.masked) == (params["kernel"] != "rbf")
+    # A timeout already past starts no trial at all.
+    with pytest.raises(ValueError, match="0 finished"):
+        DialSearchCV(SVC(), space, n_trials=6, cv=2,
+                     timeout=1e-9).fit(X, y)
