@@ -161,10 +161,11 @@ export function paretoView(study: string, first: TrialTable): ParetoView {
   function redraw(t: TrialTable): void {
     table = t;
     rowOf = new Map(table.number.map((n, i) => [n, i]));
-    const front = new Set(frontRows(table, candidates(table)));
+    const rows = candidates(table);
+    const front = new Set(frontRows(table, rows));
     const x = xSel.value, y = ySel.value;
     const goal = (m: string) => table.objectives!.find((o) => o.metric === m)!.goal === 'MAXIMIZE' ? 'max' : 'min';
-    note.textContent = `${front.size} trials on the front of ${candidates(table).length} completed feasible ones` +
+    note.textContent = `${front.size} trials on the front of ${rows.length} completed feasible ones` +
       (table.feasible ? `, ${table.feasible.filter((f) => f === false).length} infeasible (▲)` : '') +
       `. Front in red, dominated faded; click a point to open the trial.`;
     const series: object[] = pairSeries(x, y, front);
