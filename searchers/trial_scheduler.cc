@@ -3,6 +3,7 @@
 #include "searchers/curve_stopping.h"
 #include "searchers/early_stopping.h"
 #include "searchers/pbt.h"
+#include "searchers/rank_check.h"
 
 namespace dial::searchers {
 
@@ -13,7 +14,9 @@ v1::Decision FifoScheduler::OnReport(const v1::Trial& trial, int64_t step,
   return decision;
 }
 
-absl::StatusOr<std::unique_ptr<TrialScheduler>> CreateTrialScheduler(
+namespace {
+
+absl::StatusOr<std::unique_ptr<TrialScheduler>> CreateKind(
     const v1::StudySpec& spec) {
   const auto& s = spec.scheduler();
   switch (s.kind_case()) {
@@ -40,6 +43,16 @@ absl::StatusOr<std::unique_ptr<TrialScheduler>> CreateTrialScheduler(
     }
   }
   return absl::InvalidArgumentError("scheduler: unknown kind");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TrialScheduler>> CreateTrialScheduler(
+    const v1::StudySpec& spec) {
+  auto made = CreateKind(spec);
+  if (!made.ok() || !spec.scheduler().has_rank_check()) return made;
+  return std::unique_ptr<TrialScheduler>(
+      std::make_unique<RankCheckedScheduler>(spec, std::move(*made)));
 }
 
 }  // namespace dial::searchers

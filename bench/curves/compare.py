@@ -171,6 +171,8 @@ def outcome(table, events, budget, resource):
 
 # -- Optuna ----------------------------------------------------------------
 def optuna_run(table, pruner_name, seed, budget, resource):
+    """optuna-PRUNER with RandomSampler; optuna-tpe-PRUNER with TPESampler
+    (defaults)."""
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     first, last = table.rungs(resource)
@@ -185,9 +187,12 @@ def optuna_run(table, pruner_name, seed, budget, resource):
         "optuna-hyperband": lambda: optuna.pruners.HyperbandPruner(
             min_resource=first, max_resource=last, reduction_factor=3),
     }
-    study = optuna.create_study(
-        sampler=optuna.samplers.RandomSampler(seed=seed),
-        pruner=pruners[pruner_name]())
+    if pruner_name.startswith("optuna-tpe-"):
+        sampler = optuna.samplers.TPESampler(seed=seed)
+        pruner_name = "optuna-" + pruner_name[len("optuna-tpe-"):]
+    else:
+        sampler = optuna.samplers.RandomSampler(seed=seed)
+    study = optuna.create_study(sampler=sampler, pruner=pruners[pruner_name]())
     events, spent = [], {"total": 0.0}
 
     def objective(trial):
@@ -261,6 +266,16 @@ CURVE = {}  # more fields of scheduler.curve (--curve-optimism)
 
 
 def dial_scheduler_spec(method, table, resource):
+    """(searcher, scheduler) of a Dial method; NAME-checked is NAME with
+    scheduler.rank_check at its defaults."""
+    if method.endswith("-checked"):
+        searcher, scheduler = dial_scheduler_spec(method[:-len("-checked")],
+                                                  table, resource)
+        return searcher, dict(scheduler, rank_check={})
+    if method.startswith("dial-gp-"):
+        _, scheduler = dial_scheduler_spec("dial-" + method[len("dial-gp-"):],
+                                           table, resource)
+        return {"bayesian": {}}, scheduler
     first, last = table.rungs(resource)
     asha = {"min_steps": first, "max_steps": last, "reduction_factor": 3}
     return {
@@ -343,9 +358,17 @@ DIAL = ["dial-fifo", "dial-median", "dial-asha", "dial-asha-promotion",
         "dial-hyperband", "dial-bohb", "dial-curve"]
 # Synchronous Hyperband sizes its brackets from max_trials, which a budget
 # cut here sets far above what runs: its first bracket never finishes.
-MORE = ["dial-hyperband-sync"]
+# NAME-checked: NAME with scheduler.rank_check (docs/searchers.md).
+CHECKED = [m + "-checked" for m in DIAL if m != "dial-fifo"]
+# dial-gp-NAME: NAME with the bayesian (GP) searcher instead of random;
+# optuna-tpe-NAME: Optuna's pruner NAME with its TPESampler.
+MODEL = ["dial-gp-asha", "dial-gp-asha-promotion", "dial-gp-hyperband",
+         "dial-gp-median"]
+MORE = ["dial-hyperband-sync"] + CHECKED + MODEL + \
+    [m + "-checked" for m in MODEL]
 OPTUNA = ["optuna-nop", "optuna-median", "optuna-percentile", "optuna-sha",
           "optuna-hyperband"]
+OPTUNA_TPE = ["optuna-tpe-" + m[len("optuna-"):] for m in OPTUNA]
 
 
 def quantile(xs, q):
@@ -380,9 +403,9 @@ def main():
         CURVE["min_curves"] = a.curve_min_curves
     methods = a.methods.split(",")
     for m in methods:
-        if m not in DIAL + MORE + OPTUNA:
+        if m not in DIAL + MORE + OPTUNA + OPTUNA_TPE:
             sys.exit(f"--methods: unknown {m!r}; known: "
-                     f"{', '.join(DIAL + MORE + OPTUNA)}")
+                     f"{', '.join(DIAL + MORE + OPTUNA + OPTUNA_TPE)}")
     if a.seeds < 1 or a.budget <= 0:
         sys.exit("--seeds and --budget must be positive")
     table = Table(a.table, a.metric, a.goal)
@@ -414,7 +437,7 @@ def main():
         finally:
             fleet.close()
     for m in methods:
-        if m in OPTUNA:
+        if m in OPTUNA + OPTUNA_TPE:
             for s in range(1, a.seeds + 1):
                 runs[(m, s)] = optuna_run(table, m, s, budget, a.resource)
     for m in methods:
