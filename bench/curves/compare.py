@@ -192,7 +192,10 @@ def optuna_run(table, pruner_name, seed, budget, resource):
         pruner_name = "optuna-" + pruner_name[len("optuna-tpe-"):]
     else:
         sampler = optuna.samplers.RandomSampler(seed=seed)
-    study = optuna.create_study(sampler=sampler, pruner=pruners[pruner_name]())
+    # A fixed name: HyperbandPruner picks a trial's bracket from a hash of
+    # the study's name and the trial number, and the default name is random.
+    study = optuna.create_study(study_name=f"curves-{seed}", sampler=sampler,
+                                pruner=pruners[pruner_name]())
     events, spent = [], {"total": 0.0}
 
     def objective(trial):
@@ -263,6 +266,7 @@ class DialFleet:
 
 
 CURVE = {}  # more fields of scheduler.curve (--curve-optimism)
+RANK_CHECK = {}  # fields of scheduler.rank_check (--rank-check-min-trials)
 
 
 def dial_scheduler_spec(method, table, resource):
@@ -271,11 +275,12 @@ def dial_scheduler_spec(method, table, resource):
     if method.endswith("-checked"):
         searcher, scheduler = dial_scheduler_spec(method[:-len("-checked")],
                                                   table, resource)
-        return searcher, dict(scheduler, rank_check={})
-    if method.startswith("dial-gp-"):
-        _, scheduler = dial_scheduler_spec("dial-" + method[len("dial-gp-"):],
-                                           table, resource)
-        return {"bayesian": {}}, scheduler
+        return searcher, dict(scheduler, rank_check=dict(RANK_CHECK))
+    for prefix, searcher in (("dial-gp-", "bayesian"), ("dial-tpe-", "tpe")):
+        if method.startswith(prefix):
+            _, scheduler = dial_scheduler_spec(
+                "dial-" + method[len(prefix):], table, resource)
+            return {searcher: {}}, scheduler
     first, last = table.rungs(resource)
     asha = {"min_steps": first, "max_steps": last, "reduction_factor": 3}
     return {
@@ -360,12 +365,13 @@ DIAL = ["dial-fifo", "dial-median", "dial-asha", "dial-asha-promotion",
 # cut here sets far above what runs: its first bracket never finishes.
 # NAME-checked: NAME with scheduler.rank_check (docs/searchers.md).
 CHECKED = [m + "-checked" for m in DIAL if m != "dial-fifo"]
-# dial-gp-NAME: NAME with the bayesian (GP) searcher instead of random;
+# dial-gp-NAME, dial-tpe-NAME: NAME with the bayesian (GP) or tpe searcher
+# instead of random;
 # optuna-tpe-NAME: Optuna's pruner NAME with its TPESampler.
-MODEL = ["dial-gp-asha", "dial-gp-asha-promotion", "dial-gp-hyperband",
-         "dial-gp-median"]
+MODEL = ["dial-gp-fifo", "dial-gp-asha", "dial-gp-asha-promotion",
+         "dial-gp-hyperband", "dial-gp-median", "dial-tpe-fifo"]
 MORE = ["dial-hyperband-sync"] + CHECKED + MODEL + \
-    [m + "-checked" for m in MODEL]
+    [m + "-checked" for m in MODEL if not m.endswith("-fifo")]
 OPTUNA = ["optuna-nop", "optuna-median", "optuna-percentile", "optuna-sha",
           "optuna-hyperband"]
 OPTUNA_TPE = ["optuna-tpe-" + m[len("optuna-"):] for m in OPTUNA]
@@ -396,7 +402,15 @@ def main():
                     help="scheduler.curve.optimism for dial-curve")
     ap.add_argument("--curve-min-curves", type=int, default=0,
                     help="scheduler.curve.min_curves for dial-curve")
+    ap.add_argument("--rank-check-min-trials", type=int, default=0,
+                    help="scheduler.rank_check.min_trials for NAME-checked")
+    ap.add_argument("--rank-check-min-correlation", type=float, default=0,
+                    help="scheduler.rank_check.min_correlation")
     a = ap.parse_args()
+    if a.rank_check_min_trials:
+        RANK_CHECK["min_trials"] = a.rank_check_min_trials
+    if a.rank_check_min_correlation:
+        RANK_CHECK["min_correlation"] = a.rank_check_min_correlation
     if a.curve_optimism:
         CURVE["optimism"] = a.curve_optimism
     if a.curve_min_curves:

@@ -1,7 +1,12 @@
 """Turns compare.py's JSON lines into a markdown table (stdout) and a plot
 of median regret against consumed budget, one panel per table.
 
-usage: summarize.py RESULTS.jsonl [--plot OUT.png]
+usage: summarize.py RESULTS.jsonl [--plot OUT.png] [--plot-methods A,B,..]
+                    [--matrix]
+
+--matrix prints one table of every method's median regret on every table
+instead (bold: lower than FIFO with the same searcher, or the best of its
+side).
 """
 import argparse
 import json
@@ -9,10 +14,61 @@ import math
 from collections import OrderedDict
 
 
+def fifo_of(method):
+    """The FIFO run with the same searcher as `method`."""
+    for prefix in ("dial-gp-", "dial-tpe-", "optuna-tpe-"):
+        if method.startswith(prefix):
+            return prefix + ("nop" if prefix.startswith("optuna") else "fifo")
+    if method.startswith("dial-bohb"):
+        return "dial-tpe-fifo"
+    return "optuna-nop" if method.startswith("optuna") else "dial-fifo"
+
+
+def matrix(by_table):
+    tables = list(by_table)
+    methods = []
+    for rows in by_table.values():
+        for r in rows:
+            if r["method"] not in methods:
+                methods.append(r["method"])
+    value = {(t, r["method"]): r["median_regret"]
+             for t, rows in by_table.items() for r in rows}
+    best = {(t, side): min(v for (tt, m), v in value.items()
+                           if tt == t and m.startswith(side))
+            for t in tables for side in ("dial", "optuna")}
+    print("| method | " + " | ".join(t.split(".")[0] for t in tables) +
+          " |")
+    print("|---|" + "---|" * len(tables))
+    for m in methods:
+        cells = []
+        for t in tables:
+            v = value.get((t, m))
+            if v is None:
+                cells.append("")
+                continue
+            fifo = value.get((t, fifo_of(m)))
+            cell = f"{v:.4f}"
+            if fifo is not None and m != fifo_of(m):
+                cell += " <" if v < fifo else " =" if v == fifo else " >"
+            if v == best[(t, m.split("-")[0])]:
+                cell = f"**{cell}**"
+            cells.append(cell)
+        print(f"| {m} | " + " | ".join(cells) + " |")
+    print()
+    for t in tables:
+        d, o = best[(t, "dial")], best[(t, "optuna")]
+        verdict = "lower" if d < o else "equal" if d == o else "higher"
+        print(f"- {t.split('.')[0]}: Dial's best {d:.4f}, Optuna's best "
+              f"{o:.4f}: Dial {verdict}.")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
     ap.add_argument("--plot")
+    ap.add_argument("--plot-methods",
+                    help="comma-separated: only these in the plot")
+    ap.add_argument("--matrix", action="store_true")
     a = ap.parse_args()
     by_table = OrderedDict()
     with open(a.results) as f:
@@ -21,7 +77,9 @@ def main():
             if line.startswith("{"):
                 r = json.loads(line)
                 by_table.setdefault(r["table"], []).append(r)
-    for table, rows in by_table.items():
+    if a.matrix:
+        matrix(by_table)
+    for table, rows in ([] if a.matrix else by_table.items()):
         best = {}
         for side in ("dial", "optuna"):
             mine = [r for r in rows if r["method"].startswith(side)]
@@ -53,6 +111,9 @@ def main():
         fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
         for ax, (table, rows) in zip(axes[0], by_table.items()):
             for r in rows:
+                if a.plot_methods and \
+                        r["method"] not in a.plot_methods.split(","):
+                    continue
                 xs = [c[0] / r["budget"] for c in r["regret_vs_consumed"]]
                 ys = [c[1] for c in r["regret_vs_consumed"]]
                 ax.plot(xs, ys, marker="o", markersize=3,

@@ -234,7 +234,8 @@ class DialSearchCV(MetaEstimatorMixin, BaseEstimator):
         spec = self.scheduler or {"asha": {
             "min_steps": max(1, self.max_iter // 9),
             "max_steps": int(self.max_iter), "reduction_factor": 3}}
-        kind = next(iter(spec), "")
+        # The kind is the key beside the optional rank_check guard.
+        kind = next((k for k in spec if k != "rank_check"), "")
         options = spec.get(kind) or {}
         if (kind == "asha" and options.get("promotion")) or \
                 (kind == "hyperband" and options.get("synchronous")) or \

@@ -163,6 +163,13 @@ def test_bad_arguments_name_the_parameter(local_binary, digits):
                      enable_pruning=True,
                      scheduler={"asha": {"min_steps": 1, "max_steps": 9,
                                          "promotion": True}}).fit(X, y)
+    # The rank_check guard beside the kind does not hide it.
+    with pytest.raises(ValueError, match="scheduler: asha pauses"):
+        DialSearchCV(SGDClassifier(), {"alpha": [1e-4, 1e-3]},
+                     enable_pruning=True,
+                     scheduler={"rank_check": {},
+                                "asha": {"min_steps": 1, "max_steps": 9,
+                                         "promotion": True}}).fit(X, y)
     # What only the scheduler checks comes back naming the spec's field.
     with pytest.raises(dial.InvalidArgument) as e:
         DialSearchCV(SVC(), {"C": {"float": {"min": 5, "max": 1}}}).fit(X, y)

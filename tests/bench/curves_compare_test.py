@@ -32,8 +32,8 @@ with tempfile.TemporaryDirectory(prefix="dial-curves-test-") as tmp:
     with open(table, "w") as f:
         f.write("config_id,lr,width,act,step,val_loss,elapsed_s\n")
         f.write("\n".join(rows) + "\n")
-    methods = ["dial-fifo", "dial-asha", "dial-curve", "optuna-nop",
-               "optuna-sha"]
+    methods = ["dial-fifo", "dial-asha", "dial-asha-checked", "dial-curve",
+               "optuna-nop", "optuna-sha", "optuna-tpe-sha"]
 
     def run():
         out = subprocess.run(

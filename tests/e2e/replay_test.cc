@@ -107,6 +107,30 @@ TEST_F(ReplayE2eTest, TheSameTableMethodAndSeedGiveTheSameDecisions) {
   }
 }
 
+TEST_F(ReplayE2eTest, TheRankCheckLetsNothingStopUntilRankingsAreShownToHold) {
+  // The same crossing curves, ASHA with and without scheduler.rank_check.
+  const std::string asha =
+      "{asha: {min_steps: 10, max_steps: 90, reduction_factor: 3}";
+  const Outcome plain = Run("plain", asha + "}");
+  const Outcome checked = Run("checked", asha + ", rank_check: {}}");
+  ASSERT_EQ(checked.lines.size(), 14u);
+  EXPECT_NE(plain.lines, checked.lines);
+  EXPECT_EQ(Run("again", asha + ", rank_check: {}}").lines, checked.lines);
+  // Plain ASHA cuts one of the first trials; with the check every trial
+  // runs to the end until five have completed.
+  int completed = 0, plain_cut_early = 0;
+  for (const auto& t : histories_["checked"]) {
+    if (completed < 5) {
+      EXPECT_EQ(t.state(), v1::COMPLETED) << t.number() << ": " << t.error();
+    }
+    completed += t.state() == v1::COMPLETED;
+  }
+  for (const auto& t : histories_["plain"]) {
+    plain_cut_early += t.number() < 5 && t.state() == v1::STOPPED;
+  }
+  EXPECT_GE(plain_cut_early, 1);
+}
+
 TEST_F(ReplayE2eTest, EachTrialReplaysTheCurveOfItsNearestConfiguration) {
   auto table = replay::CurveTable::Load(Table().string());
   ASSERT_TRUE(table.ok()) << table.status();
