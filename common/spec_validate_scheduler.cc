@@ -126,7 +126,7 @@ absl::Status ValidateScheduler(const v1::StudySpec& spec) {
     const auto& check = sched.rank_check();
     if (check.min_trials() < 0 || check.min_trials() > 1000) {
       return Invalid("scheduler.rank_check.min_trials",
-                     "must be in [2, 1000] (0: the default, 5)");
+                     "must be in [2, 1000] (0: the default, 8)");
     }
     if (check.min_trials() == 1) {
       return Invalid("scheduler.rank_check.min_trials",

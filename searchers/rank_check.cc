@@ -52,7 +52,7 @@ RankCheckedScheduler::RankCheckedScheduler(
       steps_(inner_->ReplaySteps()),
       min_trials_(spec.scheduler().rank_check().min_trials() > 0
                       ? spec.scheduler().rank_check().min_trials()
-                      : 5),
+                      : 8),
       min_correlation_(spec.scheduler().rank_check().min_correlation() > 0
                            ? spec.scheduler().rank_check().min_correlation()
                            : 0.7) {

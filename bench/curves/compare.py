@@ -395,7 +395,9 @@ def main():
                     choices=["minimize", "maximize"])
     ap.add_argument("--resource", default="steps",
                     choices=["steps", "seconds"])
-    ap.add_argument("--methods", default=",".join(DIAL + OPTUNA))
+    ap.add_argument("--methods", default=",".join(DIAL + OPTUNA),
+                    help="comma-separated, or 'all' (with NAME-checked, "
+                    "dial-gp-NAME and optuna-tpe-NAME)")
     ap.add_argument("--parallel", type=int, default=8,
                     help="Dial studies replayed side by side")
     ap.add_argument("--curve-optimism", type=float, default=0,
@@ -416,6 +418,10 @@ def main():
     if a.curve_min_curves:
         CURVE["min_curves"] = a.curve_min_curves
     methods = a.methods.split(",")
+    if a.methods == "all":
+        methods = DIAL + CHECKED + MODEL + \
+            [m + "-checked" for m in MODEL if not m.endswith("-fifo")] + \
+            OPTUNA + OPTUNA_TPE
     for m in methods:
         if m not in DIAL + MORE + OPTUNA + OPTUNA_TPE:
             sys.exit(f"--methods: unknown {m!r}; known: "

@@ -14,12 +14,17 @@ OUT=bench/curves/results
 mkdir -p "$OUT"
 STAMP=$(date -u +%Y-%m-%d-%H%M%S)
 RESULTS="$OUT/$STAMP-$RESOURCE.jsonl"
+# The plot keeps to FIFO, the guarded schedulers and each side's best.
+PLOTTED=dial-fifo,dial-asha,dial-asha-checked,dial-hyperband-checked,dial-gp-fifo,dial-gp-asha,dial-gp-hyperband-checked,optuna-nop,optuna-sha,optuna-hyperband,optuna-tpe-hyperband
 # Every table by its validation loss (lower is better).
 for t in bench/curves/tables/*.csv.gz; do
   "$PY" bench/curves/compare.py "$t" --seeds "$SEEDS" --budget "$BUDGET" \
     --resource "$RESOURCE" --metric val_loss --goal minimize \
-    --parallel 2 | tee -a "$RESULTS"
+    --parallel 2 --methods all | tee -a "$RESULTS"
 done
 /usr/bin/python3 bench/curves/summarize.py "$RESULTS" \
-  --plot "$OUT/$STAMP-$RESOURCE.png" | tee "$OUT/$STAMP-$RESOURCE.md"
+  --plot "$OUT/$STAMP-$RESOURCE.png" --plot-methods "$PLOTTED" \
+  > "$OUT/$STAMP-$RESOURCE.md"
+/usr/bin/python3 bench/curves/summarize.py "$RESULTS" --matrix \
+  | tee "$OUT/$STAMP-$RESOURCE-matrix.md"
 echo "results: $RESULTS"

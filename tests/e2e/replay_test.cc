@@ -117,10 +117,10 @@ TEST_F(ReplayE2eTest, TheRankCheckLetsNothingStopUntilRankingsAreShownToHold) {
   EXPECT_NE(plain.lines, checked.lines);
   EXPECT_EQ(Run("again", asha + ", rank_check: {}}").lines, checked.lines);
   // Plain ASHA cuts one of the first trials; with the check every trial
-  // runs to the end until five have completed.
+  // runs to the end until eight (the default min_trials) have completed.
   int completed = 0, plain_cut_early = 0;
   for (const auto& t : histories_["checked"]) {
-    if (completed < 5) {
+    if (completed < 8) {
       EXPECT_EQ(t.state(), v1::COMPLETED) << t.number() << ": " << t.error();
     }
     completed += t.state() == v1::COMPLETED;

@@ -90,10 +90,11 @@ TEST(RankCheckTest, KeepsALateBloomerThatPlainAshaStops) {
     RunTrial(plain, t, Fast);  // plain ASHA stops the two worse ones
   }
   EXPECT_EQ(RunTrial(plain, 3, Slow), 10);
-  // With the check, nothing stops before 5 completed trials, and these
-  // (3 fast, 2 slow) rank at step 10 against their end with a correlation
-  // below 0.7, so slow starters keep going after that too.
-  for (int t = 3; t < 8; ++t) EXPECT_EQ(RunTrial(checked, t, Slow), 0) << t;
+  // With the check, nothing stops before 8 completed trials (the
+  // default min_trials), and these (3 fast, 5 slow) rank at step 10
+  // against their end with a correlation below 0.7, so slow starters keep
+  // going after that too.
+  for (int t = 3; t < 11; ++t) EXPECT_EQ(RunTrial(checked, t, Slow), 0) << t;
   std::optional<double> rho;
   EXPECT_FALSE(checked.Holds(10, &rho));
   ASSERT_TRUE(rho.has_value());
@@ -105,15 +106,16 @@ TEST(RankCheckTest, StopsAClearlyBadCurveOnceRankingsAreShownToHold) {
   RankCheckedScheduler s(spec,
                          std::make_unique<AshaScheduler>(spec, 10, 100, 3.0));
   // Fast starters only: rankings at every rung are their final ones.
-  for (int t = 0; t < 4; ++t) EXPECT_EQ(RunTrial(s, t, Fast), 0);
-  // Four completed trials are too few (min_trials 5): a bad one goes on.
+  for (int t = 0; t < 7; ++t) EXPECT_EQ(RunTrial(s, t, Fast), 0);
+  // Seven completed trials are too few (min_trials 8 by default): a bad
+  // one goes on.
   auto bad = [](int, int step) { return 3.0 + 1.0 / step; };
-  EXPECT_EQ(RunTrial(s, 4, bad), 0);
+  EXPECT_EQ(RunTrial(s, 7, bad), 0);
   std::optional<double> rho;
   EXPECT_TRUE(s.Holds(10, &rho));
   EXPECT_NEAR(*rho, 1.0, 1e-12);
-  // Now five agree: the next bad curve stops at the first rung.
-  EXPECT_EQ(RunTrial(s, 5, bad), 10);
+  // Now eight agree: the next bad curve stops at the first rung.
+  EXPECT_EQ(RunTrial(s, 8, bad), 10);
 }
 
 TEST(RankCheckTest, GuardsTheMedianRuleAtEveryStep) {
@@ -263,7 +265,7 @@ TEST(RankCheckTest, SpecFieldsAreValidatedByName) {
                         "1000]: one trial ranks nothing"));
   EXPECT_THAT(error(asha + "rank_check: {min_trials: 5000}}"),
               HasSubstr("scheduler.rank_check.min_trials: must be in [2, "
-                        "1000] (0: the default, 5)"));
+                        "1000] (0: the default, 8)"));
   EXPECT_THAT(error(asha + "rank_check: {min_correlation: 1.5}}"),
               HasSubstr("scheduler.rank_check.min_correlation: must be in "
                         "(0, 1]"));
