@@ -124,13 +124,13 @@ absl::Status ValidateScheduler(const v1::StudySpec& spec) {
   }
   if (sched.has_rank_check()) {
     const auto& check = sched.rank_check();
-    if (check.min_trials() < 0 || check.min_trials() > 1000) {
+    if (check.min_trials() < 0 || check.min_trials() > 200) {
       return Invalid("scheduler.rank_check.min_trials",
-                     "must be in [2, 1000] (0: the default, 8)");
+                     "must be in [2, 200] (0: the default, 8)");
     }
     if (check.min_trials() == 1) {
       return Invalid("scheduler.rank_check.min_trials",
-                     "must be in [2, 1000]: one trial ranks nothing");
+                     "must be in [2, 200]: one trial ranks nothing");
     }
     if (!(check.min_correlation() > 0 && check.min_correlation() <= 1) &&
         check.min_correlation() != 0) {

@@ -99,7 +99,7 @@ bool RankCheckedScheduler::Holds(int64_t step,
     key = rung == steps_.begin() ? -1 : *std::prev(rung);
   }
   auto cached = cache_.find(key);
-  if (cached == cache_.end() || cached->second.first != finished_) {
+  if (cached == cache_.end()) {
     std::vector<double> early, final;
     for (int64_t number : completed_) {
       const Curve& curve = curves_.at(number);
@@ -113,15 +113,19 @@ bool RankCheckedScheduler::Holds(int64_t step,
       rho = SpearmanCorrelation(early, final);
       if (!rho) rho = 0;  // constant values rank nothing
     }
-    cached = cache_.insert_or_assign(key, std::make_pair(finished_, rho)).first;
+    cached = cache_.emplace(key, rho).first;
   }
-  if (correlation) *correlation = cached->second.second;
-  return cached->second.second && *cached->second.second >= min_correlation_;
+  if (correlation) *correlation = cached->second;
+  return cached->second && *cached->second >= min_correlation_;
 }
 
 v1::Decision RankCheckedScheduler::OnReport(const v1::Trial& trial,
                                             int64_t step,
                                             const Metrics& metrics) {
+  // A trial let past a PAUSE has now gone past that rung: the inner
+  // scheduler counts it as promoted there, and a later PAUSE of it may
+  // stand and be promoted as any other.
+  went_on_.erase(trial.number());
   if (auto score = objective_.Score(metrics)) {
     Record(trial.number(), step, *score);
   }
@@ -141,7 +145,10 @@ v1::Decision RankCheckedScheduler::OnReport(const v1::Trial& trial,
 
 void RankCheckedScheduler::Replay(const v1::Trial& trial, int64_t step,
                                   const Metrics& metrics) {
-  if (auto score = objective_.Score(metrics)) {
+  // Only completed and still open trials' curves can be evidence; a
+  // restart does not hold every stopped trial's reports.
+  const bool kept = trial.state() != v1::STOPPED && trial.state() != v1::FAILED;
+  if (auto score = objective_.Score(metrics); score && kept) {
     Record(trial.number(), step, *score);
   }
   inner_->Replay(trial, step, metrics);
@@ -160,7 +167,7 @@ void RankCheckedScheduler::OnTrialFinished(const v1::Trial& trial) {
   }
   it->second.completed = true;
   completed_.push_back(trial.number());
-  ++finished_;
+  cache_.clear();
   if (completed_.size() > kMaxCompared) {
     curves_.erase(completed_.front());
     completed_.pop_front();

@@ -76,10 +76,9 @@ class RankCheckedScheduler : public TrialScheduler {
   // Running trials' curves and the latest completed ones'.
   std::map<int64_t, Curve> curves_;
   std::deque<int64_t> completed_;  // the compared window, oldest first
-  size_t finished_ = 0;            // trials ever completed
   std::set<int64_t> went_on_;      // trials whose PAUSE was overruled
-  // The check's key step -> (finished_ when worked out, correlation)
-  std::map<int64_t, std::pair<size_t, std::optional<double>>> cache_;
+  // The check's key step -> its correlation, until the next completion
+  std::map<int64_t, std::optional<double>> cache_;
 };
 
 }  // namespace dial::searchers

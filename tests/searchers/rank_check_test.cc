@@ -135,25 +135,37 @@ TEST(RankCheckTest, GuardsTheMedianRuleAtEveryStep) {
   EXPECT_EQ(RunTrial(plain, 3, Slow), 10);
 }
 
-TEST(RankCheckTest, OverruledPauseIsNotPromotedLater) {
+TEST(RankCheckTest, AnOverruledPauseIsSkippedThenALaterOneIsPromoted) {
   auto spec = Spec(
       "{asha: {min_steps: 10, max_steps: 100, reduction_factor: 3, "
       "promotion: true}, rank_check: {}}");
   auto made = CreateTrialScheduler(spec);
   ASSERT_TRUE(made.ok()) << made.status();
   TrialScheduler& s = **made;
-  // Unchecked, each of these would pause at step 10; here each goes on to
-  // step 30 and past the rung, and none is offered for promotion.
-  for (int t = 0; t < 3; ++t) {
-    EXPECT_EQ(s.OnReport(T(t), 10, M(Fast(t, 10))).action(),
-              v1::Decision::CONTINUE);
-  }
+  // Unchecked, trial 0 (the best curve) would pause at rung 10; with no
+  // completed trial the pause is overruled. While it runs on, the rung
+  // offers it for promotion and the offer is skipped.
+  auto best = [](int, int step) { return Fast(-4, step); };
+  EXPECT_EQ(s.OnReport(T(0), 10, M(best(0, 10))).action(),
+            v1::Decision::CONTINUE);
   EXPECT_FALSE(s.NextPromotion().has_value());
-  for (int t = 0; t < 3; ++t) {
-    EXPECT_EQ(s.OnReport(T(t), 20, M(Fast(t, 20))).action(),
-              v1::Decision::CONTINUE);
+  EXPECT_EQ(s.OnReport(T(0), 20, M(best(0, 20))).action(),
+            v1::Decision::CONTINUE);
+  // Eight trials complete (their pauses overruled too), ranked at every
+  // rung as at their end: the check now holds.
+  for (int t = 1; t <= 8; ++t) {
+    for (int step = 10; step <= 100; step += 10) {
+      ASSERT_EQ(s.OnReport(T(t), step, M(Fast(t, step))).action(),
+                v1::Decision::CONTINUE)
+          << t << " " << step;
+    }
+    s.OnTrialFinished(T(t, v1::COMPLETED));
   }
-  EXPECT_FALSE(s.NextPromotion().has_value());
+  // Trial 0's pause at rung 30 stands, and the rung promotes it.
+  EXPECT_EQ(s.OnReport(T(0), 30, M(best(0, 30))).action(), v1::Decision::PAUSE);
+  auto next = s.NextPromotion();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(*next, 0);
 }
 
 // Reports of 14 trials, two running at a time, interleaved, on curves
@@ -224,21 +236,27 @@ std::vector<Event> Drive(std::unique_ptr<TrialScheduler>& s,
 }
 
 TEST(RankCheckTest, ARestartMidStudyGivesTheSameDecisions) {
-  auto spec = Spec(kAsha);
-  std::unique_ptr<TrialScheduler> s = *CreateTrialScheduler(spec);
-  const std::vector<Event> whole = Drive(s, spec);
-  int stops = 0;
-  for (const auto& e : whole) stops += std::get<2>(e) == v1::Decision::STOP;
-  ASSERT_GT(stops, 0) << "the study must stop something to compare";
-  // And the check must have overruled something: plain ASHA decides
-  // otherwise.
-  v1::StudySpec plain_spec = spec;
-  plain_spec.mutable_scheduler()->clear_rank_check();
-  std::unique_ptr<TrialScheduler> plain = *CreateTrialScheduler(plain_spec);
-  ASSERT_NE(Drive(plain, plain_spec), whole);
-  for (size_t cut : {whole.size() / 3, whole.size() / 2, whole.size() - 7}) {
-    std::unique_ptr<TrialScheduler> again = *CreateTrialScheduler(spec);
-    EXPECT_EQ(Drive(again, spec, whole, cut), whole) << "restart at " << cut;
+  // ASHA replays only its rungs' reports; the median rule replays all.
+  for (const std::string& scheduler :
+       {std::string(kAsha),
+        std::string("{median: {grace_steps: 10}, rank_check: {}}")}) {
+    SCOPED_TRACE(scheduler);
+    auto spec = Spec(scheduler);
+    std::unique_ptr<TrialScheduler> s = *CreateTrialScheduler(spec);
+    const std::vector<Event> whole = Drive(s, spec);
+    int stops = 0;
+    for (const auto& e : whole) stops += std::get<2>(e) == v1::Decision::STOP;
+    ASSERT_GT(stops, 0) << "the study must stop something to compare";
+    // And the check must have overruled something: the scheduler alone
+    // decides otherwise.
+    v1::StudySpec plain_spec = spec;
+    plain_spec.mutable_scheduler()->clear_rank_check();
+    std::unique_ptr<TrialScheduler> plain = *CreateTrialScheduler(plain_spec);
+    ASSERT_NE(Drive(plain, plain_spec), whole);
+    for (size_t cut : {whole.size() / 3, whole.size() / 2, whole.size() - 7}) {
+      std::unique_ptr<TrialScheduler> again = *CreateTrialScheduler(spec);
+      EXPECT_EQ(Drive(again, spec, whole, cut), whole) << "restart at " << cut;
+    }
   }
 }
 
@@ -262,10 +280,11 @@ TEST(RankCheckTest, SpecFieldsAreValidatedByName) {
       "{asha: {min_steps: 1, max_steps: 9, reduction_factor: 3}, ";
   EXPECT_THAT(error(asha + "rank_check: {min_trials: 1}}"),
               HasSubstr("scheduler.rank_check.min_trials: must be in [2, "
-                        "1000]: one trial ranks nothing"));
-  EXPECT_THAT(error(asha + "rank_check: {min_trials: 5000}}"),
+                        "200]: one trial ranks nothing"));
+  // More than the 200 completed trials the check keeps would never hold.
+  EXPECT_THAT(error(asha + "rank_check: {min_trials: 201}}"),
               HasSubstr("scheduler.rank_check.min_trials: must be in [2, "
-                        "1000] (0: the default, 8)"));
+                        "200] (0: the default, 8)"));
   EXPECT_THAT(error(asha + "rank_check: {min_correlation: 1.5}}"),
               HasSubstr("scheduler.rank_check.min_correlation: must be in "
                         "(0, 1]"));
