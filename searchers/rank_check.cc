@@ -75,17 +75,18 @@ void RankCheckedScheduler::Record(int64_t trial, int64_t step, double score) {
   }
 }
 
-std::optional<double> RankCheckedScheduler::ValueAt(const Curve& curve,
-                                                    int64_t step) const {
-  if (steps_.empty()) {
-    auto it = curve.at.lower_bound(step);
-    if (it == curve.at.end()) return std::nullopt;
-    return it->second;
-  }
+std::optional<int64_t> RankCheckedScheduler::KeyOf(int64_t step) const {
+  if (steps_.empty()) return step;
   // The decision is about the last replay step (rung) the report reached.
   auto rung = std::upper_bound(steps_.begin(), steps_.end(), step);
   if (rung == steps_.begin()) return std::nullopt;
-  auto it = curve.at.find(*std::prev(rung));
+  return *std::prev(rung);
+}
+
+std::optional<double> RankCheckedScheduler::ValueAt(const Curve& curve,
+                                                    int64_t key) const {
+  // Every report is kept without replay steps: the first at or after it.
+  auto it = steps_.empty() ? curve.at.lower_bound(key) : curve.at.find(key);
   if (it == curve.at.end()) return std::nullopt;
   return it->second;
 }
@@ -93,17 +94,17 @@ std::optional<double> RankCheckedScheduler::ValueAt(const Curve& curve,
 bool RankCheckedScheduler::Holds(int64_t step,
                                  std::optional<double>* correlation) {
   // Decisions at steps sharing a rung (or a report step) share the answer.
-  int64_t key = step;
-  if (!steps_.empty()) {
-    auto rung = std::upper_bound(steps_.begin(), steps_.end(), step);
-    key = rung == steps_.begin() ? -1 : *std::prev(rung);
+  const std::optional<int64_t> key = KeyOf(step);
+  if (!key) {
+    if (correlation) *correlation = std::nullopt;
+    return false;  // before the first rung: nothing to compare
   }
-  auto cached = cache_.find(key);
+  auto cached = cache_.find(*key);
   if (cached == cache_.end()) {
     std::vector<double> early, final;
     for (int64_t number : completed_) {
       const Curve& curve = curves_.at(number);
-      if (auto value = ValueAt(curve, step)) {
+      if (auto value = ValueAt(curve, *key)) {
         early.push_back(*value);
         final.push_back(curve.last);
       }
@@ -113,7 +114,7 @@ bool RankCheckedScheduler::Holds(int64_t step,
       rho = SpearmanCorrelation(early, final);
       if (!rho) rho = 0;  // constant values rank nothing
     }
-    cached = cache_.emplace(key, rho).first;
+    cached = cache_.emplace(*key, rho).first;
   }
   if (correlation) *correlation = cached->second;
   return cached->second && *cached->second >= min_correlation_;

@@ -65,8 +65,11 @@ class RankCheckedScheduler : public TrialScheduler {
     bool completed = false;
   };
   void Record(int64_t trial, int64_t step, double score);
-  // The key of `at` a decision at `step` compares.
-  std::optional<double> ValueAt(const Curve& curve, int64_t step) const;
+  // The key of `at` a decision at `step` compares: the step itself, or
+  // with replay steps the last one at or before it (nullopt: none).
+  std::optional<int64_t> KeyOf(int64_t step) const;
+  // A curve's value at that key.
+  std::optional<double> ValueAt(const Curve& curve, int64_t key) const;
 
   ObjectiveReader objective_;
   std::unique_ptr<TrialScheduler> inner_;
