@@ -4,12 +4,15 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/random.h"
 #include "common/status.h"
 #include "searchers/pareto.h"
+#include "searchers/quadratic_model.h"
 
 namespace dial::searchers {
 namespace {
@@ -19,6 +22,12 @@ constexpr int kMaxResamples = 100;
 constexpr int kMaxPopulation = 1 << 20;
 constexpr uint64_t kSuggestStream = 1;
 constexpr uint64_t kRestartStream = 2;
+constexpr uint64_t kGenerationStream = 3;
+// Model-assisted generations: the model's recent rank agreement (Kendall's
+// tau of its predictions before each evaluation against the results) must
+// reach this, over the last kAgreementWindow predicted evaluations.
+constexpr double kMinAgreement = 0.85;
+constexpr int kAgreementWindow = 15;
 
 // A random stream per (seed, purpose, index), so suggestions and restarts
 // draw independently of each other and of call order.
@@ -160,6 +169,24 @@ struct CmaEsSearcher::Cma {
   }
 };
 
+// Model-assisted generations (see the header): the run's feasible results,
+// the current generation's offspring and the order they are handed out in.
+struct CmaEsSearcher::Assist {
+  struct Result {
+    Eigen::VectorXd x;
+    double value;
+    double predicted;  // by the model in force when it was told; NaN: none
+  };
+  std::vector<Result> archive;
+  std::vector<Eigen::VectorXd> offspring;  // empty: a plain generation
+  std::vector<int> order;                  // offspring in suggestion order
+  std::optional<QuadraticModel> model;
+  int64_t first_number = 0;  // the generation's first trial number
+  int told = 0;              // results told from this generation
+  uint64_t generations = 0;  // all runs' generations (the offspring stream)
+  int64_t trusted = 0;       // generations the model ended
+};
+
 absl::Status CmaEsSearcher::Validate(const v1::StudySpec& spec) {
   // Checked before the space, so these messages win over generic ones.
   for (const auto& p : spec.search_space()) {
@@ -202,6 +229,7 @@ absl::StatusOr<std::unique_ptr<CmaEsSearcher>> CmaEsSearcher::Create(
   options.seed = cmaes.seed();
   options.population_size = std::min(cmaes.population_size(), kMaxPopulation);
   if (cmaes.sigma0() > 0) options.sigma0 = cmaes.sigma0();
+  options.surrogate = !cmaes.no_surrogate();
   if (cmaes.max_restarts() != 0) {
     options.max_restarts = std::max(0, cmaes.max_restarts());
   }
@@ -221,18 +249,29 @@ CmaEsSearcher::CmaEsSearcher(SearchSpace space, const v1::StudySpec& spec,
   if (lambda == 0) lambda = 4 + static_cast<int>(std::floor(3 * std::log(n)));
   cma_ = std::make_unique<Cma>(n, options_.sigma0);
   cma_->Start(lambda, Eigen::VectorXd::Constant(n, 0.5));
+  assist_ = std::make_unique<Assist>();
 }
 
 CmaEsSearcher::~CmaEsSearcher() = default;
 
 int CmaEsSearcher::population_size() const { return cma_ ? cma_->lambda : 0; }
 
+int64_t CmaEsSearcher::model_generations() const {
+  return assist_ ? assist_->trusted : 0;
+}
+
 absl::StatusOr<Params> CmaEsSearcher::Suggest(
     int64_t number, const std::vector<Params>& pending) {
   std::mt19937_64 rng =
       Stream(options_.seed, kSuggestStream, static_cast<uint64_t>(number));
   if (!cma_) return space_.Sample(rng);
-  const Eigen::VectorXd x = cma_->Sample(rng);
+  // A model-assisted generation hands out its offspring best-predicted
+  // first; past them (more trials in flight than lambda), plain draws.
+  const int64_t slot = number - assist_->first_number;
+  const bool assisted = !assist_->offspring.empty() && slot >= 0 &&
+                        slot < static_cast<int64_t>(assist_->order.size());
+  const Eigen::VectorXd x =
+      assisted ? assist_->offspring[assist_->order[slot]] : cma_->Sample(rng);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   Params out;
   int k = 0;
@@ -266,9 +305,40 @@ void CmaEsSearcher::Observe(const v1::Trial& trial) {
     if (it == trial.params().end()) return;  // no point to tell
     told.x.push_back(space_.ToUnit(i, it->second));
   }
+  const Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(
+      told.x.data(), static_cast<Eigen::Index>(told.x.size()));
+  if (told.tier == 0) {
+    assist_->archive.push_back(
+        {x, told.value,
+         assist_->model ? assist_->model->Predict(x)
+                        : std::numeric_limits<double>::quiet_NaN()});
+  }
+  if (trial.number() >= assist_->first_number) ++assist_->told;
   batch_.push_back(std::move(told));
-  if (static_cast<int>(batch_.size()) < cma_->lambda) return;
 
+  if (static_cast<int>(batch_.size()) < cma_->lambda) {
+    // A model-assisted generation ends early once the model has ranked
+    // well enough: the offspring ranked by the model update the
+    // distribution, as if all had run.
+    if (assist_->offspring.empty() || !RefitAndTrust()) return;
+    std::vector<int> rank(assist_->offspring.size());
+    std::iota(rank.begin(), rank.end(), 0);
+    std::vector<double> predicted;
+    for (const auto& o : assist_->offspring) {
+      predicted.push_back(assist_->model->Predict(o));
+    }
+    std::stable_sort(rank.begin(), rank.end(),
+                     [&](int a, int b) { return predicted[a] < predicted[b]; });
+    std::vector<Eigen::VectorXd> ranked;
+    for (int r : rank) ranked.push_back(assist_->offspring[r]);
+    double best = kInf;
+    for (const Told& t : batch_) {
+      if (t.tier == 0) best = std::min(best, t.value);
+    }
+    ++assist_->trusted;
+    Update(ranked, best);
+    return;
+  }
   std::stable_sort(batch_.begin(), batch_.end(),
                    [](const Told& a, const Told& b) {
                      if (a.tier != b.tier) return a.tier < b.tier;
@@ -279,10 +349,76 @@ void CmaEsSearcher::Observe(const v1::Trial& trial) {
     ranked.push_back(Eigen::Map<const Eigen::VectorXd>(
         t.x.data(), static_cast<Eigen::Index>(t.x.size())));
   }
-  const double best = batch_[0].tier == 0 ? batch_[0].value : kInf;
+  Update(ranked, batch_[0].tier == 0 ? batch_[0].value : kInf);
+}
+
+void CmaEsSearcher::Update(const std::vector<Eigen::VectorXd>& ranked,
+                           double best) {
   batch_.clear();
   cma_->Tell(ranked, best);
-  if (cma_->Stalled() && restarts_ < options_.max_restarts) Restart();
+  if (cma_->Stalled() && restarts_ < options_.max_restarts) {
+    Restart();
+  } else {
+    StartGeneration();
+  }
+}
+
+bool CmaEsSearcher::RefitAndTrust() {
+  Assist& a = *assist_;
+  const int n = cma_->n;
+  // The latest results: enough for a full quadratic model twice over, and
+  // at least two generations.
+  const int want = std::max((n + 1) * (n + 2), 2 * cma_->lambda);
+  const int size = static_cast<int>(a.archive.size());
+  std::vector<Eigen::VectorXd> points;
+  std::vector<double> values;
+  for (int i = std::max(0, size - want); i < size; ++i) {
+    points.push_back(a.archive[i].x);
+    values.push_back(a.archive[i].value);
+  }
+  // In the distribution's whitened coordinates.
+  QuadraticModel::Frame frame{cma_->mean,
+                              cma_->scale.cwiseInverse().asDiagonal() *
+                                  cma_->basis.transpose() / cma_->sigma};
+  a.model = QuadraticModel::Fit(points, values, std::move(frame));
+  if (!a.model) return false;
+  // The rest of the generation, best predicted first.
+  const int fixed = std::min<int>(a.told, static_cast<int>(a.order.size()));
+  std::stable_sort(a.order.begin() + fixed, a.order.end(), [&](int l, int r) {
+    return a.model->Predict(a.offspring[l]) < a.model->Predict(a.offspring[r]);
+  });
+  for (const Told& t : batch_) {
+    if (t.tier != 0) return false;
+  }
+  std::vector<double> predicted, actual;
+  for (int i = size - 1;
+       i >= 0 && static_cast<int>(predicted.size()) < kAgreementWindow; --i) {
+    if (!std::isfinite(a.archive[i].predicted)) continue;
+    predicted.push_back(a.archive[i].predicted);
+    actual.push_back(a.archive[i].value);
+  }
+  if (static_cast<int>(predicted.size()) < kAgreementWindow) return false;
+  return KendallTau(predicted, actual) >= kMinAgreement;
+}
+
+void CmaEsSearcher::StartGeneration() {
+  Assist& a = *assist_;
+  a.first_number = max_number_ + 1;
+  a.told = 0;
+  a.offspring.clear();
+  a.order.clear();
+  a.model.reset();
+  const int n = cma_->n;
+  if (!options_.surrogate || static_cast<int>(a.archive.size()) < 2 * n + 2) {
+    return;
+  }
+  std::mt19937_64 rng =
+      Stream(options_.seed, kGenerationStream, a.generations++);
+  for (int i = 0; i < cma_->lambda; ++i) {
+    a.offspring.push_back(cma_->Sample(rng));
+    a.order.push_back(i);
+  }
+  RefitAndTrust();
 }
 
 void CmaEsSearcher::Restart() {
@@ -294,6 +430,8 @@ void CmaEsSearcher::Restart() {
   Eigen::VectorXd start(cma_->n);
   for (int k = 0; k < cma_->n; ++k) start[k] = unit(rng);
   cma_->Start(std::min(2 * cma_->lambda, kMaxPopulation), start);
+  assist_->archive.clear();
+  StartGeneration();
 }
 
 }  // namespace dial::searchers
