@@ -28,6 +28,9 @@ constexpr uint64_t kGenerationStream = 3;
 // reach this, over the last kAgreementWindow predicted evaluations.
 constexpr double kMinAgreement = 0.85;
 constexpr int kAgreementWindow = 15;
+// Above this many numeric parameters every generation is plain: the model
+// would cost more per result than it saves.
+constexpr int kMaxAssistedDimensions = 64;
 
 // A random stream per (seed, purpose, index), so suggestions and restarts
 // draw independently of each other and of call order.
@@ -308,6 +311,13 @@ void CmaEsSearcher::Observe(const v1::Trial& trial) {
   const Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(
       told.x.data(), static_cast<Eigen::Index>(told.x.size()));
   if (told.tier == 0) {
+    // The model and the agreement look at the latest few hundred at most.
+    const size_t keep = std::max<size_t>(
+        4096, 2 * QuadraticModel::WantedPoints(cma_->n) + kAgreementWindow);
+    if (assist_->archive.size() >= 2 * keep) {
+      assist_->archive.erase(assist_->archive.begin(),
+                             assist_->archive.end() - keep);
+    }
     assist_->archive.push_back(
         {x, told.value,
          assist_->model ? assist_->model->Predict(x)
@@ -366,9 +376,9 @@ void CmaEsSearcher::Update(const std::vector<Eigen::VectorXd>& ranked,
 bool CmaEsSearcher::RefitAndTrust() {
   Assist& a = *assist_;
   const int n = cma_->n;
-  // The latest results: enough for a full quadratic model twice over, and
-  // at least two generations.
-  const int want = std::max((n + 1) * (n + 2), 2 * cma_->lambda);
+  // The latest results: enough for the richest model twice over, and at
+  // least two generations.
+  const int want = std::max(QuadraticModel::WantedPoints(n), 2 * cma_->lambda);
   const int size = static_cast<int>(a.archive.size());
   std::vector<Eigen::VectorXd> points;
   std::vector<double> values;
@@ -409,7 +419,8 @@ void CmaEsSearcher::StartGeneration() {
   a.order.clear();
   a.model.reset();
   const int n = cma_->n;
-  if (!options_.surrogate || static_cast<int>(a.archive.size()) < 2 * n + 2) {
+  if (!options_.surrogate || n > kMaxAssistedDimensions ||
+      static_cast<int>(a.archive.size()) < 2 * n + 2) {
     return;
   }
   std::mt19937_64 rng =

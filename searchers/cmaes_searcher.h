@@ -18,7 +18,8 @@
 //    weights (active CMA): the worse half of a generation shrinks C along
 //    its directions.
 //  - Model-assisted generations (lq-CMA-ES, Hansen 2019; on unless
-//    `no_surrogate`): once the run has 2n + 2 feasible results, each
+//    `no_surrogate`, for up to 64 numeric parameters): once the run has
+//    2n + 2 feasible results, each
 //    generation draws its lambda offspring up front (a stream per
 //    generation), fits a QuadraticModel on the run's latest results in the
 //    distribution's whitened coordinates, and hands the offspring out

@@ -23,6 +23,10 @@ Eigen::VectorXd QuadraticModel::Features(const Eigen::VectorXd& z, Kind kind) {
   return f;
 }
 
+int QuadraticModel::WantedPoints(int n) {
+  return 2 * (n <= kMaxFullInputs ? (n + 1) * (n + 2) / 2 : 2 * n + 1);
+}
+
 std::optional<QuadraticModel> QuadraticModel::Fit(
     const std::vector<Eigen::VectorXd>& points,
     const std::vector<double>& values, Frame frame) {
@@ -33,9 +37,10 @@ std::optional<QuadraticModel> QuadraticModel::Fit(
   }
   const int n = static_cast<int>(frame.centre.size());
   QuadraticModel model;
-  model.kind_ = m >= 1.2 * (n + 1) * (n + 2) / 2 ? Kind::kFull
-                : m >= 1.2 * (2 * n + 1)         ? Kind::kDiagonal
-                                                 : Kind::kLinear;
+  const bool full = n <= kMaxFullInputs && m >= 1.2 * (n + 1) * (n + 2) / 2;
+  model.kind_ = full                     ? Kind::kFull
+                : m >= 1.2 * (2 * n + 1) ? Kind::kDiagonal
+                                         : Kind::kLinear;
   const int size =
       static_cast<int>(Features(Eigen::VectorXd::Zero(n), model.kind_).size());
   Eigen::MatrixXd a(m, size);

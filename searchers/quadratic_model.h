@@ -6,8 +6,8 @@
 //    elongated the search has become).
 //  - The terms grow with the data: linear below 1.2 (2n + 1) points,
 //    diagonal-quadratic below 1.2 (n + 1)(n + 2) / 2, full quadratic
-//    above. Solved by column-pivoted QR, so a rank-deficient fit still
-//    gives a usable model.
+//    above (up to kMaxFullInputs inputs; diagonal beyond). Solved by
+//    column-pivoted QR, so a rank-deficient fit still gives a usable model.
 #pragma once
 
 #include <Eigen/Dense>
@@ -23,6 +23,12 @@ class QuadraticModel {
     Eigen::VectorXd centre;
     Eigen::MatrixXd transform;
   };
+  // Full quadratic models only up to this many inputs (91 terms); above,
+  // at most diagonal ones, whose cost grows with n instead of n^2.
+  static constexpr int kMaxFullInputs = 12;
+  // The most points a fit of n inputs wants: twice its richest model's
+  // terms.
+  static int WantedPoints(int n);
   // Fitted on the points and their values (same length, at least 2);
   // nullopt when a value is not finite.
   static std::optional<QuadraticModel> Fit(

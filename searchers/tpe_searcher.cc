@@ -8,6 +8,7 @@
 #include "common/random.h"
 #include "common/status.h"
 #include "searchers/parzen.h"
+#include "searchers/tpe_refine.h"
 
 namespace dial::searchers {
 namespace {
@@ -35,6 +36,7 @@ absl::StatusOr<std::unique_ptr<TpeSearcher>> TpeSearcher::Create(
   if (spec.searcher().tpe().initial_trials() > 0) {
     options.initial_trials = spec.searcher().tpe().initial_trials();
   }
+  options.refine = !spec.searcher().tpe().no_surrogate();
   return std::unique_ptr<TpeSearcher>(
       new TpeSearcher(std::move(space), options, spec));
 }
@@ -123,6 +125,9 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
   }
   for (const auto& p : pending) bad.push_back(&p);
 
+  if (options_.refine && !ranked_split_ && number % 2 == 0) {
+    if (auto refined = Refine(obs, pending, number)) return *refined;
+  }
   Params out;
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   for (int i = 0; i < space_.size(); ++i) {
@@ -218,6 +223,80 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
       }
     }
     out[spec.name()] = space_.FromUnit(i, best);
+  }
+  return out;
+}
+
+std::optional<Params> TpeSearcher::Refine(const std::vector<Observation>& obs,
+                                          const std::vector<Params>& pending,
+                                          int64_t number) const {
+  const Observation* best = nullptr;
+  for (const auto& o : obs) {
+    if (std::isfinite(o.y[0]) && (!best || o.y[0] < best->y[0])) best = &o;
+  }
+  if (!best) return std::nullopt;
+  // The numeric parameters active in the incumbent; the model sees the
+  // results where all of them were active.
+  std::vector<int> numeric;
+  for (int i = 0; i < space_.size(); ++i) {
+    const auto& p = space_.param(i);
+    if ((p.has_float_() || p.has_int_()) && best->params.count(p.name())) {
+      numeric.push_back(i);
+    }
+  }
+  if (numeric.empty()) return std::nullopt;
+  auto unit_point = [&](const Params& params) {
+    std::vector<double> u;
+    for (int i : numeric) {
+      auto it = params.find(space_.param(i).name());
+      if (it == params.end() || !space_.Contains(i, it->second)) break;
+      u.push_back(space_.ToUnit(i, it->second));
+    }
+    return u;
+  };
+  std::vector<std::vector<double>> points;
+  std::vector<double> values;
+  for (const auto& o : obs) {
+    if (!std::isfinite(o.y[0])) continue;
+    std::vector<double> u = unit_point(o.params);
+    if (u.size() != numeric.size()) continue;
+    points.push_back(std::move(u));
+    values.push_back(o.y[0]);
+  }
+  const auto step = QuadraticRefinement(
+      points, values,
+      SplitMix64(options_.seed ^ 0x7ef1) ^ static_cast<uint64_t>(number));
+  if (!step) return std::nullopt;
+  Params out = best->params;
+  for (size_t k = 0; k < numeric.size(); ++k) {
+    out[space_.param(numeric[k]).name()] =
+        space_.FromUnit(numeric[k], step->point[k]);
+  }
+  // Never a configuration already tried or in flight, nor one beside a
+  // pending step (parallel suggestions would all refine to one point).
+  auto same = [&](const Params& a, const Params& b) {
+    if (a.size() != b.size()) return false;
+    for (const auto& [name, value] : a) {
+      auto it = b.find(name);
+      if (it == b.end() ||
+          it->second.SerializeAsString() != value.SerializeAsString()) {
+        return false;
+      }
+    }
+    return true;
+  };
+  for (const auto& o : obs) {
+    if (same(o.params, out)) return std::nullopt;
+  }
+  for (const auto& p : pending) {
+    if (same(p, out)) return std::nullopt;
+    const std::vector<double> u = unit_point(p);
+    if (u.size() != numeric.size()) continue;
+    double d = 0;
+    for (size_t k = 0; k < u.size(); ++k) {
+      d = std::max(d, std::abs(u[k] - step->point[k]) / step->radius[k]);
+    }
+    if (d < 0.1) return std::nullopt;
   }
   return out;
 }

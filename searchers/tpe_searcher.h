@@ -8,6 +8,12 @@
 // coordinate (log space for LOG) with a prior component; categoricals use
 // smoothed counts. Of 24 draws from l, the one maximising l/g wins. The
 // first `initial_trials` (default 10) are random.
+// Refinement steps (on unless `no_surrogate`): every even-numbered trial
+// past the random ones, a linear-quadratic model of the best results
+// (tpe_refine.h) proposes its minimum in a box around the incumbent when
+// it ranks held-out results well enough; otherwise, and for several
+// objectives or constraints, the trial is TPE's. Only the numeric
+// parameters active in the incumbent move; the rest are the incumbent's.
 // Several objectives (MOTPE) and constraints: "best" is the order of
 // constrained non-dominated sorting (feasible first, then rank, crowding
 // distance, trial number; pareto.h); failed trials come last. Deterministic for
@@ -15,6 +21,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "searchers/pareto.h"
@@ -29,6 +36,7 @@ class TpeSearcher : public Searcher {
     int initial_trials = 10;
     int candidates = 24;
     double prior_weight = 1.0;
+    bool refine = true;  // quadratic-model refinement steps
   };
   static absl::StatusOr<std::unique_ptr<TpeSearcher>> Create(
       const v1::StudySpec& spec);
@@ -53,6 +61,12 @@ class TpeSearcher : public Searcher {
     Point y;  // minimised; +infinity for failed trials
     double violation = 0;
   };
+  // A refinement step (see the header comment), or nullopt when the model
+  // of the best results does not predict them well enough, or the step
+  // would repeat a configuration tried or in flight.
+  std::optional<Params> Refine(const std::vector<Observation>& obs,
+                               const std::vector<Params>& pending,
+                               int64_t number) const;
   TpeSearcher(SearchSpace space, const Options& options,
               const v1::StudySpec& spec)
       : space_(std::move(space)),

@@ -3,6 +3,13 @@ CmaEsSampler (their defaults) on the function suite of functions.py.
 
 usage: compare.py [--seeds N] [--budgets 50,100,200] [--samplers tpe,cmaes]
                   [--functions a,b] [--parallel K] [--side dial|optuna|both]
+                  [--module FILE]
+
+--module FILE runs the functions of another Python file instead of
+functions.py's: it must define SUITE (a sequence of functions.Function),
+by_name(name) and is_active(param, point) as functions.py does (importing
+them from functions.py is enough), so functions the suite does not hold can
+be checked the same way.
 
 Dial runs through the real ask/tell API (the Python SDK over gRPC to a
 local dial-scheduler), one study per function, sampler and seed, trials one
@@ -122,6 +129,16 @@ def dial_run(client, name, sampler, seed, budgets):
             "seconds": round(time.monotonic() - start, 2)}
 
 
+def use_module(path):
+    """Replaces the suite by the functions of the Python file `path`."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("suite_functions", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    global functions
+    functions = module
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=10)
@@ -131,7 +148,11 @@ def main():
     ap.add_argument("--parallel", type=int, default=2)
     ap.add_argument("--side", default="both",
                     choices=["dial", "optuna", "both"])
+    ap.add_argument("--module", default="",
+                    help="a Python file with other functions (see above)")
     args = ap.parse_args()
+    if args.module:
+        use_module(args.module)
     budgets = sorted(int(b) for b in args.budgets.split(","))
     names = [n for n in args.functions.split(",") if n] or \
         [f.name for f in functions.SUITE]

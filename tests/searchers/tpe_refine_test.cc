@@ -1,0 +1,169 @@
+// TPE's refinement steps: the quadratic step itself, and what it changes
+// in a study.
+#include "searchers/tpe_refine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/spec.h"
+#include "searchers/tpe_searcher.h"
+
+namespace dial::searchers {
+namespace {
+
+// A shifted quadratic with a cross term in 3-D (unit coordinates).
+double Bowl(const std::vector<double>& x) {
+  const double a = x[0] - 0.3, b = x[1] - 0.6, c = x[2] - 0.45;
+  return 2 * a * a + b * b + 0.5 * c * c + 0.8 * a * b;
+}
+
+// No structure a model could rank: a hash of the point.
+double Hash(const std::vector<double>& x) {
+  const double h =
+      std::sin(x[0] * 12.9898e3 + x[1] * 78.233e3 + x[2] * 3.7e4) * 43758.5;
+  return h - std::floor(h);
+}
+
+std::vector<std::vector<double>> Uniform(int count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<std::vector<double>> out(count);
+  for (auto& p : out) p = {unit(rng), unit(rng), unit(rng)};
+  return out;
+}
+
+TEST(QuadraticRefinementTest, StepsTowardsTheMinimumOfASmoothFunction) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    const auto points = Uniform(40, seed);
+    std::vector<double> values;
+    for (const auto& p : points) values.push_back(Bowl(p));
+    const double best = *std::min_element(values.begin(), values.end());
+    auto step = QuadraticRefinement(points, values, seed);
+    ASSERT_TRUE(step.has_value()) << "seed " << seed;
+    ASSERT_EQ(step->point.size(), 3u);
+    ASSERT_EQ(step->radius.size(), 3u);
+    for (double u : step->point) {
+      EXPECT_GE(u, 0.0);
+      EXPECT_LE(u, 1.0);
+    }
+    // The exact model's minimum within its box: better than every result.
+    EXPECT_LT(Bowl(step->point), best) << "seed " << seed;
+  }
+}
+
+TEST(QuadraticRefinementTest, NoStepWhereTheModelCannotRank) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    const auto points = Uniform(40, seed);
+    std::vector<double> values;
+    for (const auto& p : points) values.push_back(Hash(p));
+    EXPECT_FALSE(QuadraticRefinement(points, values, seed).has_value())
+        << "seed " << seed;
+  }
+}
+
+TEST(QuadraticRefinementTest, NoStepFromTooFewResults) {
+  // n = 3: at least max(2n + 3, 8) = 9 results.
+  const auto points = Uniform(8, 1);
+  std::vector<double> values;
+  for (const auto& p : points) values.push_back(Bowl(p));
+  EXPECT_FALSE(QuadraticRefinement(points, values, 1).has_value());
+  EXPECT_FALSE(QuadraticRefinement({}, {}, 1).has_value());
+}
+
+constexpr char kBox4[] = R"(
+  - {name: x0, float: {min: -5, max: 5}}
+  - {name: x1, float: {min: -5, max: 5}}
+  - {name: x2, float: {min: -5, max: 5}}
+  - {name: x3, float: {min: -5, max: 5}})";
+
+v1::StudySpec Spec(const std::string& searcher) {
+  auto spec = ParseStudySpec(
+      "name: t\nobjective: {metric: y, goal: MINIMIZE}\n"
+      "budget: {max_trials: 1000}\nsearcher: " +
+      searcher + "\nsearch_space:\n" + kBox4);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+// An ellipsoid of condition 1e3 rotated 45 degrees in the (x0, x1) and
+// (x2, x3) planes, its minimum (0) off the centre: a diagonal valley that
+// per-parameter densities follow slowly.
+double Valley(const Params& p) {
+  double x[4];
+  for (int i = 0; i < 4; ++i) {
+    x[i] = p.at("x" + std::to_string(i)).double_value() - 0.5 - 0.25 * i;
+  }
+  const double r = std::sqrt(0.5);
+  const double y[4] = {r * (x[0] + x[1]), r * (x[0] - x[1]), r * (x[2] + x[3]),
+                       r * (x[2] - x[3])};
+  double s = 0;
+  for (int i = 0; i < 4; ++i) s += std::pow(1e3, i / 3.0) * y[i] * y[i];
+  return s;
+}
+
+v1::Trial Finished(int64_t number, const Params& params, double value) {
+  v1::Trial t;
+  t.set_number(number);
+  t.set_state(v1::COMPLETED);
+  *t.mutable_params() = params;
+  (*t.mutable_final_metrics())["y"] = value;
+  return t;
+}
+
+double BestAfter(Searcher& searcher, int trials) {
+  double best = 1e300;
+  for (int n = 0; n < trials; ++n) {
+    auto p = searcher.Suggest(n);
+    EXPECT_TRUE(p.ok()) << p.status();
+    const double v = Valley(*p);
+    best = std::min(best, v);
+    searcher.Observe(Finished(n, *p, v));
+  }
+  return best;
+}
+
+TEST(TpeRefinementTest, ClosesInOnADiagonalValley) {
+  // Seeds 1..5, best of 100 trials: at most 1.6e-5 with the steps, 8.5 to
+  // 42 without.
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    const std::string s = std::to_string(seed);
+    auto refined = TpeSearcher::Create(Spec("{tpe: {seed: " + s + "}}"));
+    auto plain = TpeSearcher::Create(
+        Spec("{tpe: {seed: " + s + ", no_surrogate: true}}"));
+    ASSERT_TRUE(refined.ok() && plain.ok());
+    const double a = BestAfter(**refined, 100), b = BestAfter(**plain, 100);
+    EXPECT_LT(a, 1e-3) << "seed " << seed;
+    EXPECT_LT(a * 1e3, b) << "seed " << seed;
+  }
+}
+
+// A step in flight is not taken again by a parallel suggestion.
+TEST(TpeRefinementTest, APendingStepIsNotRepeated) {
+  auto tpe = TpeSearcher::Create(Spec("{tpe: {seed: 3}}"));
+  ASSERT_TRUE(tpe.ok());
+  BestAfter(**tpe, 40);
+  auto first = (*tpe)->Suggest(40);
+  auto alone = (*tpe)->Suggest(42);
+  auto beside = (*tpe)->Suggest(42, {*first});
+  ASSERT_TRUE(first.ok() && alone.ok() && beside.ok());
+  double near = 0, apart = 0;
+  for (int i = 0; i < 4; ++i) {
+    const std::string x = "x" + std::to_string(i);
+    near = std::max(near, std::abs(alone->at(x).double_value() -
+                                   first->at(x).double_value()));
+    apart = std::max(apart, std::abs(beside->at(x).double_value() -
+                                     first->at(x).double_value()));
+  }
+  // Without the pending trial, trial 42 refines to the same spot as 40
+  // (no result in between; 0.045 apart); beside it, it is TPE's instead.
+  EXPECT_LT(near, 0.2);
+  EXPECT_GT(apart, 2 * near);
+}
+
+}  // namespace
+}  // namespace dial::searchers
