@@ -8,7 +8,7 @@
 #include "common/random.h"
 #include "common/status.h"
 #include "searchers/parzen.h"
-#include "searchers/tpe_refine.h"
+#include "searchers/quadratic_refinement.h"
 
 namespace dial::searchers {
 namespace {

@@ -10,8 +10,8 @@
 // first `initial_trials` (default 10) are random.
 // Refinement steps (on unless `no_surrogate`): every even-numbered trial
 // past the random ones, a linear-quadratic model of the best results
-// (tpe_refine.h) proposes its minimum in a box around the incumbent when
-// it ranks held-out results well enough; otherwise, and for several
+// (quadratic_refinement.h) proposes its minimum in a box around the incumbent
+// when it ranks held-out results well enough; otherwise, and for several
 // objectives or constraints, the trial is TPE's. Only the numeric
 // parameters active in the incumbent move; the rest are the incumbent's.
 // Several objectives (MOTPE) and constraints: "best" is the order of

@@ -1,7 +1,8 @@
-// QuadraticRefinement: TPE's local step. TPE models each parameter on its
-// own and samples around good values, so it finds the basin of a good
-// result quickly but closes in on its minimum slowly, and never along a
-// valley that runs diagonally through several parameters. The step fits a
+// QuadraticRefinement: TPE's local step towards the minimum near the best
+// result. TPE models each parameter on its own and samples around good
+// values, so it finds the basin of a good result quickly but closes in on
+// its minimum slowly, and hardly at all along a valley that runs
+// diagonally through several parameters. The step fits a
 // linear-quadratic model (quadratic_model.h) to the best results and
 // proposes the model's minimum near the best one:
 //  - the best min(results, QuadraticModel::WantedPoints(n)) results (for
@@ -12,9 +13,11 @@
 //  - trusted only if it ranks held-out results: 5-fold cross-validated
 //    Kendall's tau of at least kMinRefinementTau (0.3); on a rugged or
 //    noisy function it rarely is;
-//  - the proposal is the lowest prediction among 2000 seeded draws from
-//    the box of one spread around the best result (within [0, 1]), so a
-//    model that is not convex cannot send it far.
+//  - the proposal is the lowest prediction among three rounds of 700
+//    seeded draws, the first in the box of one spread around the best
+//    result (within [0, 1]), each next one in a box a tenth as wide
+//    around the lowest so far, all within the first box: a model that is
+//    not convex cannot send it far.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "searchers/tpe_refine.h"
+#include "searchers/quadratic_refinement.h"
 
 #include <Eigen/Dense>
 #include <algorithm>

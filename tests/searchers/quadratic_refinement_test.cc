@@ -1,6 +1,6 @@
 // TPE's refinement steps: the quadratic step itself, and what it changes
 // in a study.
-#include "searchers/tpe_refine.h"
+#include "searchers/quadratic_refinement.h"
 
 #include <gtest/gtest.h>
 
