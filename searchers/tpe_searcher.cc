@@ -105,6 +105,9 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
   }
   const std::vector<Observation>& obs = *chosen;
   if (obs.size() + priors_.size() < needed) return space_.Sample(rng);
+  if (options_.refine && !ranked_split_ && number % 2 == 0) {
+    if (auto refined = Refine(obs, pending, number)) return *refined;
+  }
   // Good = the best gamma(n); bad = the rest plus pending trials (as a
   // constant liar). Both keep observation order, for the recency weights.
   std::vector<const Params*> good, bad;
@@ -125,9 +128,6 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
   }
   for (const auto& p : pending) bad.push_back(&p);
 
-  if (options_.refine && !ranked_split_ && number % 2 == 0) {
-    if (auto refined = Refine(obs, pending, number)) return *refined;
-  }
   Params out;
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   for (int i = 0; i < space_.size(); ++i) {

@@ -15,6 +15,7 @@
 #include "searchers/cmaes_searcher.h"
 #include "searchers/searcher.h"
 #include "searchers/space.h"
+#include "tests/searchers/test_functions.h"
 
 namespace dial::searchers {
 namespace {
@@ -136,19 +137,9 @@ TEST(CmaEsSearcherTest, ConvergesOnASphereWhereRandomSearchDoesNot) {
   }
 }
 
-// An ellipsoid of condition 1e4 in 4-D, its axes rotated 45 degrees in
-// the (x0, x1) and (x2, x3) planes, its minimum (0) off the centre.
+// The rotated ellipsoid of condition 1e4 (test_functions.h).
 double RotatedEllipsoid(const Params& p) {
-  double x[4];
-  for (int i = 0; i < 4; ++i) {
-    x[i] = p.at("x" + std::to_string(i)).double_value() - 0.5 - 0.25 * i;
-  }
-  const double r = std::sqrt(0.5);
-  const double y[4] = {r * (x[0] + x[1]), r * (x[0] - x[1]), r * (x[2] + x[3]),
-                       r * (x[2] - x[3])};
-  double s = 0;
-  for (int i = 0; i < 4; ++i) s += std::pow(1e4, i / 3.0) * y[i] * y[i];
-  return s;
+  return searchers::RotatedEllipsoid(p, 1e4);
 }
 
 TEST(CmaEsSearcherTest, ActiveUpdateLearnsAnIllConditionedValley) {

@@ -12,6 +12,7 @@
 
 #include "common/spec.h"
 #include "searchers/tpe_searcher.h"
+#include "tests/searchers/test_functions.h"
 
 namespace dial::searchers {
 namespace {
@@ -90,21 +91,9 @@ v1::StudySpec Spec(const std::string& searcher) {
   return *spec;
 }
 
-// An ellipsoid of condition 1e3 rotated 45 degrees in the (x0, x1) and
-// (x2, x3) planes, its minimum (0) off the centre: a diagonal valley that
-// per-parameter densities follow slowly.
-double Valley(const Params& p) {
-  double x[4];
-  for (int i = 0; i < 4; ++i) {
-    x[i] = p.at("x" + std::to_string(i)).double_value() - 0.5 - 0.25 * i;
-  }
-  const double r = std::sqrt(0.5);
-  const double y[4] = {r * (x[0] + x[1]), r * (x[0] - x[1]), r * (x[2] + x[3]),
-                       r * (x[2] - x[3])};
-  double s = 0;
-  for (int i = 0; i < 4; ++i) s += std::pow(1e3, i / 3.0) * y[i] * y[i];
-  return s;
-}
+// The rotated ellipsoid of condition 1e3 (test_functions.h): a diagonal
+// valley that per-parameter densities follow slowly.
+double Valley(const Params& p) { return RotatedEllipsoid(p, 1e3); }
 
 v1::Trial Finished(int64_t number, const Params& params, double value) {
   v1::Trial t;
