@@ -33,7 +33,11 @@
 //    as residuals from it (stacked transfer), with the prior's
 //    hyperparameters until the study has its initial trials and then
 //    with ones fitted on the residuals scaled to unit size (then scaled
-//    back; signal variance at most a quarter of the prior's).
+//    back; signal variance at most a quarter of the prior's). From the
+//    study's initial trials on, every third trial is a quadratic
+//    refinement step (quadratic_refinement.h) fitted on the best
+//    kWarmRefinementShare of the study's own results, when that model
+//    ranks them well enough.
 //  - Constraints: a GP per constraint metric (standardised, same refit
 //    schedule); the acquisition is EI times the probability that every
 //    constraint holds (constrained EI), or that probability alone until a
@@ -69,6 +73,10 @@ class FeatureMap {
   int size_ = 0;
 };
 
+// Warm start: the share of the study's own results (the best) that its
+// quadratic refinement steps are fitted on.
+inline constexpr double kWarmRefinementShare = 0.6;
+
 class BayesianSearcher : public Searcher {
  public:
   struct Options {
@@ -99,6 +107,7 @@ class BayesianSearcher : public Searcher {
   struct Observation {
     int64_t end_ms;
     int64_t number;
+    Params params;
     Eigen::VectorXd features;
     double y;          // the first objective, minimised; NaN for a failed trial
     Point objectives;  // minimised, all of them; empty if failed
@@ -167,6 +176,10 @@ class BayesianSearcher : public Searcher {
     GpHyperparameters h;
     absl::StatusOr<GaussianProcess> gp;
   };
+  // Warm start's quadratic refinement step (see Suggest), or nullopt.
+  std::optional<Params> WarmRefinement(const FitData& data,
+                                       const std::vector<Params>& pending,
+                                       int64_t number) const;
   Model FitObjective(const FitData& data, const std::vector<double>& weights,
                      int pending);
   void FitResidualHyperparameters(const Model& m, const GaussianProcess& prior,

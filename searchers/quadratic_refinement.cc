@@ -89,4 +89,91 @@ std::optional<RefinementStep> QuadraticRefinement(
                         std::vector<double>(spread.data(), spread.data() + n)};
 }
 
+std::optional<Params> RefineNearBest(
+    const SearchSpace& space, const std::vector<RefinementResult>& results,
+    const std::vector<Params>& pending, uint64_t seed, double best_share) {
+  const RefinementResult* best = nullptr;
+  for (const auto& r : results) {
+    if (std::isfinite(r.value) && (!best || r.value < best->value)) best = &r;
+  }
+  if (!best) return std::nullopt;
+  // The numeric parameters active in the incumbent.
+  std::vector<int> numeric;
+  for (int i = 0; i < space.size(); ++i) {
+    const auto& p = space.param(i);
+    if ((p.has_float_() || p.has_int_()) && best->params->count(p.name())) {
+      numeric.push_back(i);
+    }
+  }
+  if (numeric.empty()) return std::nullopt;
+  auto unit_point = [&](const Params& params) {
+    std::vector<double> u;
+    for (int i : numeric) {
+      auto it = params.find(space.param(i).name());
+      if (it == params.end() || !space.Contains(i, it->second)) break;
+      u.push_back(space.ToUnit(i, it->second));
+    }
+    return u;
+  };
+  std::vector<std::vector<double>> points;
+  std::vector<double> values;
+  for (const auto& r : results) {
+    if (!std::isfinite(r.value)) continue;
+    std::vector<double> u = unit_point(*r.params);
+    if (u.size() != numeric.size()) continue;
+    points.push_back(std::move(u));
+    values.push_back(r.value);
+  }
+  if (best_share < 1.0 && !values.empty()) {
+    // The best share, in their original order.
+    std::vector<double> sorted = values;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t keep = std::clamp<size_t>(
+        static_cast<size_t>(
+            std::ceil(best_share * static_cast<double>(sorted.size()))),
+        1, sorted.size());
+    const double cut = sorted[keep - 1];
+    size_t out = 0;
+    for (size_t i = 0; i < values.size() && out < keep; ++i) {
+      if (values[i] > cut) continue;
+      if (out != i) points[out] = std::move(points[i]);
+      values[out++] = values[i];
+    }
+    points.resize(out);
+    values.resize(out);
+  }
+  const auto step = QuadraticRefinement(points, values, seed);
+  if (!step) return std::nullopt;
+  Params out = *best->params;
+  for (size_t k = 0; k < numeric.size(); ++k) {
+    out[space.param(numeric[k]).name()] =
+        space.FromUnit(numeric[k], step->point[k]);
+  }
+  auto same = [&](const Params& a, const Params& b) {
+    if (a.size() != b.size()) return false;
+    for (const auto& [name, value] : a) {
+      auto it = b.find(name);
+      if (it == b.end() ||
+          it->second.SerializeAsString() != value.SerializeAsString()) {
+        return false;
+      }
+    }
+    return true;
+  };
+  for (const auto& r : results) {
+    if (same(*r.params, out)) return std::nullopt;
+  }
+  for (const auto& p : pending) {
+    if (same(p, out)) return std::nullopt;
+    const std::vector<double> u = unit_point(p);
+    if (u.size() != numeric.size()) continue;
+    double d = 0;
+    for (size_t k = 0; k < u.size(); ++k) {
+      d = std::max(d, std::abs(u[k] - step->point[k]) / step->radius[k]);
+    }
+    if (d < 0.1) return std::nullopt;
+  }
+  return out;
+}
+
 }  // namespace dial::searchers

@@ -24,6 +24,8 @@
 #include <optional>
 #include <vector>
 
+#include "searchers/space.h"
+
 namespace dial::searchers {
 
 inline constexpr double kMinRefinementTau = 0.3;
@@ -41,5 +43,25 @@ struct RefinementStep {
 std::optional<RefinementStep> QuadraticRefinement(
     const std::vector<std::vector<double>>& points,
     const std::vector<double>& values, uint64_t seed);
+
+// A result for RefineNearBest: a configuration and its minimised value
+// (not finite for a failed trial: never repeated, not modelled).
+struct RefinementResult {
+  const Params* params;
+  double value;
+};
+
+// The step above over a study's results, as a configuration: the numeric
+// parameters active in the best result are moved to the step's point (the
+// others keep the best result's values). The model sees the best
+// `best_share` of the finite results (at least one) among those where all
+// of these parameters are active; every result counts as tried. nullopt
+// when QuadraticRefinement declines, when the step would repeat a
+// configuration tried or in flight, or when it lands beside a pending step
+// (within a tenth of the box), so parallel suggestions do not all refine
+// to one point.
+std::optional<Params> RefineNearBest(
+    const SearchSpace& space, const std::vector<RefinementResult>& results,
+    const std::vector<Params>& pending, uint64_t seed, double best_share = 1.0);
 
 }  // namespace dial::searchers

@@ -230,75 +230,11 @@ absl::StatusOr<Params> TpeSearcher::Suggest(
 std::optional<Params> TpeSearcher::Refine(const std::vector<Observation>& obs,
                                           const std::vector<Params>& pending,
                                           int64_t number) const {
-  const Observation* best = nullptr;
-  for (const auto& o : obs) {
-    if (std::isfinite(o.y[0]) && (!best || o.y[0] < best->y[0])) best = &o;
-  }
-  if (!best) return std::nullopt;
-  // The numeric parameters active in the incumbent; the model sees the
-  // results where all of them were active.
-  std::vector<int> numeric;
-  for (int i = 0; i < space_.size(); ++i) {
-    const auto& p = space_.param(i);
-    if ((p.has_float_() || p.has_int_()) && best->params.count(p.name())) {
-      numeric.push_back(i);
-    }
-  }
-  if (numeric.empty()) return std::nullopt;
-  auto unit_point = [&](const Params& params) {
-    std::vector<double> u;
-    for (int i : numeric) {
-      auto it = params.find(space_.param(i).name());
-      if (it == params.end() || !space_.Contains(i, it->second)) break;
-      u.push_back(space_.ToUnit(i, it->second));
-    }
-    return u;
-  };
-  std::vector<std::vector<double>> points;
-  std::vector<double> values;
-  for (const auto& o : obs) {
-    if (!std::isfinite(o.y[0])) continue;
-    std::vector<double> u = unit_point(o.params);
-    if (u.size() != numeric.size()) continue;
-    points.push_back(std::move(u));
-    values.push_back(o.y[0]);
-  }
-  const auto step = QuadraticRefinement(
-      points, values,
+  std::vector<RefinementResult> results;
+  for (const auto& o : obs) results.push_back({&o.params, o.y[0]});
+  return RefineNearBest(
+      space_, results, pending,
       SplitMix64(options_.seed ^ 0x7ef1) ^ static_cast<uint64_t>(number));
-  if (!step) return std::nullopt;
-  Params out = best->params;
-  for (size_t k = 0; k < numeric.size(); ++k) {
-    out[space_.param(numeric[k]).name()] =
-        space_.FromUnit(numeric[k], step->point[k]);
-  }
-  // Never a configuration already tried or in flight, nor one beside a
-  // pending step (parallel suggestions would all refine to one point).
-  auto same = [&](const Params& a, const Params& b) {
-    if (a.size() != b.size()) return false;
-    for (const auto& [name, value] : a) {
-      auto it = b.find(name);
-      if (it == b.end() ||
-          it->second.SerializeAsString() != value.SerializeAsString()) {
-        return false;
-      }
-    }
-    return true;
-  };
-  for (const auto& o : obs) {
-    if (same(o.params, out)) return std::nullopt;
-  }
-  for (const auto& p : pending) {
-    if (same(p, out)) return std::nullopt;
-    const std::vector<double> u = unit_point(p);
-    if (u.size() != numeric.size()) continue;
-    double d = 0;
-    for (size_t k = 0; k < u.size(); ++k) {
-      d = std::max(d, std::abs(u[k] - step->point[k]) / step->radius[k]);
-    }
-    if (d < 0.1) return std::nullopt;
-  }
-  return out;
 }
 
 }  // namespace dial::searchers

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/spec.h"
+#include "searchers/space.h"
 #include "searchers/tpe_searcher.h"
 #include "tests/searchers/test_functions.h"
 
@@ -152,6 +153,51 @@ TEST(TpeRefinementTest, APendingStepIsNotRepeated) {
   // (no result in between; 0.045 apart); beside it, it is TPE's instead.
   EXPECT_LT(near, 0.2);
   EXPECT_GT(apart, 2 * near);
+}
+
+// RefineNearBest's model sees only the best share of the results: a
+// warm-started GP study's own results are a basin's refinements plus
+// explorations far off (bayesian_searcher.cc), and a quadratic fitted on
+// both models neither. Here the basin is a 4-D bowl around (1, -1, 2, 0.5)
+// sampled within 1 of it, and a third of the results are far points with
+// values of another shape (a plateau with noise).
+TEST(RefineNearBestTest, FitsTheBestShareOfTheResults) {
+  auto space = SearchSpace::Create(Spec("{tpe: {seed: 1}}"));
+  ASSERT_TRUE(space.ok()) << space.status();
+  const double centre[4] = {1, -1, 2, 0.5};
+  auto bowl = [&](const Params& p) {
+    double y = 0;
+    for (int i = 0; i < 4; ++i) {
+      const double d = p.at("x" + std::to_string(i)).double_value() - centre[i];
+      y += (i + 1) * d * d;
+    }
+    return y;
+  };
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> near(-1, 1), far(-5, 5), noise(0, 1);
+    std::vector<Params> configs(27);
+    std::vector<RefinementResult> results;
+    for (int k = 0; k < 27; ++k) {
+      const bool explore = k % 3 == 2;
+      for (int i = 0; i < 4; ++i) {
+        configs[k]["x" + std::to_string(i)].set_double_value(
+            explore ? far(rng) : centre[i] + near(rng));
+      }
+    }
+    double best = 1e300;
+    for (int k = 0; k < 27; ++k) {
+      const double v = k % 3 == 2 ? 20 + noise(rng) : bowl(configs[k]);
+      best = std::min(best, v);
+      results.push_back({&configs[k], v});
+    }
+    auto step = RefineNearBest(*space, results, {}, seed, 0.6);
+    ASSERT_TRUE(step.has_value()) << "seed " << seed;
+    EXPECT_LT(bowl(*step), best) << "seed " << seed;
+    auto all = RefineNearBest(*space, results, {}, seed, 1.0);
+    EXPECT_TRUE(!all.has_value() || bowl(*all) > bowl(*step))
+        << "seed " << seed;
+  }
 }
 
 }  // namespace
