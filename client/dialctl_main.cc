@@ -2,11 +2,8 @@
 // --json for scripts; any error is one line on stderr and a non-zero exit.
 // This file parses flags and holds the command table; what is printed comes
 // from client/format.h, the PBT lineage and replay logic from
-// client/lineage.h.
-#include <google/protobuf/util/json_util.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
+// client/lineage.h, the evaluation of trained models from
+// client/dialctl_evaluate.h.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -26,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "client/client.h"
+#include "client/dialctl_evaluate.h"
 #include "client/dialctl_migrate.h"
 #include "client/dialctl_notes.h"
 #include "client/format.h"
@@ -33,7 +31,6 @@
 #include "common/export.h"
 #include "common/flags.h"
 #include "common/grpc_channel.h"
-#include "common/process.h"
 #include "common/spec.h"
 #include "common/trial_protocol.h"
 
@@ -118,6 +115,7 @@ namespace fs = std::filesystem;
 using dial::client::DialClient;
 namespace v1 = dial::v1;
 namespace cli = dial::client;
+namespace cli_eval = dial::cli;
 
 // Positional arguments: GROUP VERB [ARGS...].
 using Args = std::vector<std::string>;
@@ -435,210 +433,35 @@ int TrialsLineage(DialClient& client, const Args& args) {
   return 0;
 }
 
-// Runs `argv` and returns what it printed on stdout; its stderr passes
-// through. FAILED_PRECONDITION when it exits non-zero.
-absl::StatusOr<std::string> RunAndCapture(
-    const std::vector<std::string>& argv) {
-  auto out = dial::MakePipe();
-  if (!out.ok()) return absl::InternalError("pipe failed");
-  dial::SpawnOptions options;
-  options.argv = argv;
-  options.stdout_fd = dial::ChildFd::Fd(out->write.get());
-  auto pid = dial::Spawn(options);
-  out->write.reset();
-  if (!pid.ok()) {
-    return absl::IsInvalidArgument(pid.status())
-               ? pid.status()
-               : absl::NotFoundError(pid.status().message());
-  }
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = read(out->read.get(), buf, sizeof(buf))) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  out->read.reset();
-  auto status = dial::WaitForExit(*pid);
-  if (!status.ok() || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(argv[0], " failed (see its message above)"));
-  }
-  return text;
+// Options of trials evaluate and study ensemble, from the flags.
+cli_eval::EvaluateOptions EvaluateFlags() {
+  cli_eval::EvaluateOptions o;
+  o.split = absl::GetFlag(FLAGS_split);
+  o.trainer = absl::GetFlag(FLAGS_trainer);
+  o.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+  o.predictions = absl::GetFlag(FLAGS_predictions);
+  o.json = Json();
+  return o;
 }
 
-// The final, explicit evaluation of a trial on the held-out test split:
-// dial-train loads the trial's latest checkpoint from the shared store and
-// evaluates it here, so studies never see the test split.
-// Where dial-train reads checkpoints: --checkpoint-root (or
-// $DIAL_CHECKPOINT_ROOT) when it holds them all, else a temporary root the
-// scheduler's copies are downloaded into, removed afterwards.
-class CheckpointRoot {
- public:
-  ~CheckpointRoot() {
-    std::error_code ec;
-    if (!temp_.empty()) fs::remove_all(temp_, ec);
-  }
-  absl::Status Fetch(DialClient& client, const std::string& study,
-                     const std::vector<std::string>& ids) {
-    path_ = absl::GetFlag(FLAGS_checkpoint_root);
-    if (path_.empty() && std::getenv(dial::kEnvCheckpointRoot)) {
-      path_ = std::getenv(dial::kEnvCheckpointRoot);
-    }
-    std::error_code ec;
-    bool all = !path_.empty();
-    for (const auto& id : ids)
-      all = all && fs::exists(fs::path(path_) / id, ec);
-    if (all) return absl::OkStatus();
-    temp_ = (fs::temp_directory_path() / "dialctl-evaluate-XXXXXX").string();
-    if (mkdtemp(temp_.data()) == nullptr) {
-      return absl::UnavailableError(absl::StrCat(
-          "cannot make a temporary directory: ", std::strerror(errno)));
-    }
-    path_ = temp_;
-    for (const auto& id : ids) {
-      auto got =
-          client.DownloadCheckpoint(study, id, (fs::path(path_) / id).string());
-      if (!got.ok()) return got.status();
-    }
-    return absl::OkStatus();
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_, temp_;
-};
-
 int TrialsEvaluate(DialClient& client, const Args& args) {
-  const std::string& name = args[2];
   int64_t number;
   if (!TrialNumber(args, &number)) {
     return Usage("trials evaluate needs STUDY and a trial number");
   }
-  auto study = client.GetStudy(name);
-  if (!study.ok()) return Fail(study.status());
-  if (!study->spec().trial().has_trainer()) {
-    return Fail(absl::FailedPreconditionError(
-        absl::StrCat("study ", name,
-                     " does not run the built-in trainer; evaluate its "
-                     "trials with your own code")));
-  }
-  auto trial = client.GetTrial(name, number);
-  if (!trial.ok()) return Fail(trial.status());
-  if (trial->checkpoint().empty()) {
-    return Fail(absl::FailedPreconditionError(
-        absl::StrCat("trial ", number, " has no checkpoint to evaluate")));
-  }
-  CheckpointRoot root;
-  absl::Status fetched = root.Fetch(client, name, {trial->checkpoint()});
-  if (!fetched.ok()) return Fail(fetched);
-  std::string knobs;
-  (void)google::protobuf::util::MessageToJsonString(
-      study->spec().trial().trainer(), &knobs);
-  std::string trainer = absl::GetFlag(FLAGS_trainer);
-  if (trainer.empty()) trainer = dial::DefaultTrainerPath();
-  std::vector<std::string> argv = {
-      trainer,
-      "--evaluate=" + absl::GetFlag(FLAGS_split),
-      "--restore=" + trial->checkpoint(),
-      "--checkpoint_root=" + root.path(),
-      "--knobs=" + knobs,
-      "--params=" + dial::ParamsJson(trial->params())};
-  if (!absl::GetFlag(FLAGS_predictions).empty()) {
-    argv.push_back("--predictions=" + absl::GetFlag(FLAGS_predictions));
-  }
-  auto output = RunAndCapture(argv);
-  if (!output.ok()) return Fail(output.status());
-  google::protobuf::Struct metrics;
-  if (!google::protobuf::util::JsonStringToMessage(*output, &metrics).ok()) {
-    return Fail(
-        absl::InternalError("dial-train printed no metrics: " + *output));
-  }
-  (*metrics.mutable_fields())["trial"].set_number_value(
-      static_cast<double>(number));
-  (*metrics.mutable_fields())["checkpoint"].set_string_value(
-      trial->checkpoint());
-  if (Json()) {
-    std::cout << cli::ToJson(metrics) << "\n";
-  } else {
-    std::cout << cli::FormatEvaluation(number, trial->checkpoint(), metrics);
-  }
-  return 0;
+  const absl::Status status = cli_eval::EvaluateTrial(
+      client, args[2], number, EvaluateFlags(), std::cout);
+  return status.ok() ? 0 : Fail(status);
 }
 
 int StudyEnsemble(DialClient& client, const Args& args) {
-  const std::string& name = args[2];
   int32_t top;
   if (!TopCount(&top) || top < 2) {
     return Usage("study ensemble needs --top=K (2 to 100 best trials)");
   }
-  auto study = client.GetStudy(name);
-  if (!study.ok()) return Fail(study.status());
-  if (!study->spec().trial().has_trainer()) {
-    return Fail(absl::FailedPreconditionError(
-        absl::StrCat("study ", name, " does not run the built-in trainer")));
-  }
-  auto best = client.GetBestTrials(name, top);
-  if (!best.ok()) return Fail(best.status());
-  std::vector<v1::Trial> members;
-  for (auto& t : *best) {
-    if (!t.checkpoint().empty()) members.push_back(std::move(t));
-  }
-  if (members.size() < 2) {
-    return Fail(absl::FailedPreconditionError(
-        absl::StrCat("study ", name, " has ", members.size(),
-                     " completed trials with a checkpoint; an ensemble "
-                     "needs at least 2")));
-  }
-  std::vector<std::string> ids;
-  for (const auto& t : members) ids.push_back(t.checkpoint());
-  CheckpointRoot root;
-  absl::Status fetched = root.Fetch(client, name, ids);
-  if (!fetched.ok()) return Fail(fetched);
-  // The members, one JSON line each, beside the checkpoints.
-  const std::string list = (fs::path(root.path()).parent_path() /
-                            ("dialctl-ensemble-" + std::to_string(getpid())))
-                               .string();
-  {
-    std::ofstream out(list, std::ios::trunc);
-    for (const auto& t : members) {
-      google::protobuf::Value id;
-      id.set_string_value(t.checkpoint());
-      out << "{\"checkpoint\": " << cli::ToJson(id)
-          << ", \"params\": " << dial::ParamsJson(t.params()) << "}\n";
-    }
-    if (!out.flush()) {
-      return Fail(absl::UnavailableError("cannot write " + list));
-    }
-  }
-  struct RemoveList {
-    std::string path;
-    ~RemoveList() { std::remove(path.c_str()); }
-  } remove_list{list};
-  std::string knobs;
-  (void)google::protobuf::util::MessageToJsonString(
-      study->spec().trial().trainer(), &knobs);
-  std::string trainer = absl::GetFlag(FLAGS_trainer);
-  if (trainer.empty()) trainer = dial::DefaultTrainerPath();
-  auto output =
-      RunAndCapture({trainer, "--evaluate=" + absl::GetFlag(FLAGS_split),
-                     "--ensemble=" + list, "--checkpoint_root=" + root.path(),
-                     "--knobs=" + knobs});
-  if (!output.ok()) return Fail(output.status());
-  google::protobuf::Struct metrics;
-  if (!google::protobuf::util::JsonStringToMessage(*output, &metrics).ok()) {
-    return Fail(
-        absl::InternalError("dial-train printed no metrics: " + *output));
-  }
-  if (Json()) {
-    std::cout << cli::ToJson(metrics) << "\n";
-  } else {
-    std::vector<int64_t> numbers;
-    for (const auto& t : members) numbers.push_back(t.number());
-    std::cout << cli::FormatEnsemble(absl::GetFlag(FLAGS_split), numbers,
-                                     metrics);
-  }
-  return 0;
+  const absl::Status status = cli_eval::EvaluateEnsemble(
+      client, args[2], top, EvaluateFlags(), std::cout);
+  return status.ok() ? 0 : Fail(status);
 }
 
 // Fetches a trial's checkpoint from the scheduler (no shared filesystem
