@@ -8,7 +8,8 @@
 // transaction that a committer thread commits, many writes a COMMIT, as
 // the SQLite store does; durability() says when a write is durable, and a
 // group that cannot be committed (lost connection, lost lease) is lost
-// whole, with the lost handler told.
+// whole, with the lost handler told. The writes, group commit and the
+// leader's fence are defined in pg_writes.cc.
 //
 // Thread-safe: one mutex serialises the connection. A lost connection is
 // made again at the next call, with backoff; meanwhile calls fail
