@@ -708,10 +708,10 @@ Params BayesianSearcher::Acquire(Model& m, const ConstraintModels& c,
 
 // Under warm start the model is the earlier study's shape plus residuals
 // fitted on the study's own results, and near its optimum it is
-// over-confident along the directions the study has not varied (on
-// Hartmann6's second basin, two of the six parameters that matter a
-// hundredth as much as the others): it spends its trials exploring them
-// far off, and the study stalls within 1e-3 of the basin's minimum (bench/
+// over-confident along the directions the study has not varied (in
+// Hartmann6's second basin, two of the six parameters, which matter a
+// hundredth as much as the others there, looked irrelevant to it), and
+// the study stalled up to 2e-3 above the basin's minimum (bench/
 // README.md). Every third trial, once the study has its initial trials, is
 // a quadratic step fitted on its own results alone instead
 // (quadratic_refinement.h), on the best 60% of them, which leaves out the

@@ -709,9 +709,9 @@ namespace {
 
 // Found measuring warm start on Hartmann6 (bench/README.md): in its second
 // basin (regret 0.119206 at its minimum) two of the six parameters matter
-// a hundredth as much as the others. The stacked model, over-confident
-// along them, explored them far off trial after trial, and a warm study
-// that started there stalled 1e-3 to 2e-3 above the basin's minimum (seed
+// a hundredth as much as the others. The stacked model took them for
+// irrelevant and stopped varying them, and a warm study that started
+// there stalled up to 2e-3 above the basin's minimum (seed
 // 5: 0.121, seed 8: 0.120 after 50 trials), where a cold study refines to
 // 1e-5. With quadratic steps fitted on its own best results it now gets
 // within 1e-4 of that minimum in 50 trials.
