@@ -3,11 +3,14 @@
 // cleanly on SIGTERM or SIGINT.
 #include <malloc.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -132,6 +135,10 @@ ABSL_FLAG(bool, fair_share_preempt, false,
           "Let an owner below its fair share preempt trials of an owner above "
           "it at equal priority (otherwise fair share only orders dispatch)");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
+ABSL_FLAG(bool, stop_on_stdin_eof, false,
+          "Stop, as on SIGTERM, when standard input reaches its end: a parent "
+          "that holds a pipe to it stops the scheduler by exiting, however "
+          "it exits (the Python SDK's LocalScheduler)");
 
 namespace {
 
@@ -174,6 +181,19 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  if (absl::GetFlag(FLAGS_stop_on_stdin_eof)) {
+    // The thread inherits the blocked signals: its SIGTERM goes to the
+    // sigwait below like one sent from outside.
+    std::thread([] {
+      char buffer[256];
+      ssize_t n;
+      do {
+        n = read(STDIN_FILENO, buffer, sizeof buffer);
+      } while (n > 0 || (n < 0 && errno == EINTR));
+      spdlog::info("standard input closed: shutting down");
+      kill(getpid(), SIGTERM);
+    }).detach();
+  }
 
   std::unique_ptr<dial::auth::TokenTable> tokens;
   if (!absl::GetFlag(FLAGS_auth_tokens).empty()) {

@@ -8,8 +8,10 @@ service (``dial.sklearn.DialSearchCV`` without a client, notebooks)::
 It runs the real ``dial-scheduler`` binary as a child process on a free
 loopback port, with its database in a temporary directory, and stops it
 (and removes the directory) on ``close()``, at the end of the ``with``
-block, or when this interpreter exits. On Linux the child also gets
-SIGTERM if this process dies without cleaning up.
+block, or when this interpreter exits. The child also stops when this
+process dies without cleaning up: it holds the only writer of the child's
+standard input, and the child stops when that input ends
+(``--stop-on-stdin-eof``).
 """
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ import atexit
 import os
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -55,16 +56,6 @@ def find_scheduler_binary() -> str:
         f"no {_BINARY} to start a local scheduler: set DIAL_SCHEDULER_BIN, "
         f"put {_BINARY} on PATH, or pass a client connected to a running "
         f"scheduler")
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """PR_SET_PDEATHSIG: SIGTERM when the parent exits (Linux only)."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 class LocalScheduler:
@@ -113,13 +104,15 @@ class LocalScheduler:
             argv = [binary, "--db=" + os.path.join(directory, "dial.db"),
                     "--checkpoint-root=" + os.path.join(directory, "ckpt"),
                     "--listen=127.0.0.1:0", "--log-level=warn",
-                    *self._flags]
+                    "--stop-on-stdin-eof", *self._flags]
+            # No preexec_fn: it makes subprocess fork() rather than vfork(),
+            # and fork() runs gRPC's fork handlers, which can wait forever
+            # for a busy thread pool or abort on one shutting down. The
+            # pipe on stdin ends with this process, however it ends.
             with open(log_path, "w") as log:
                 proc = subprocess.Popen(
                     argv, stdout=subprocess.PIPE, stderr=log,
-                    stdin=subprocess.DEVNULL, text=True,
-                    preexec_fn=_die_with_parent if sys.platform.startswith(
-                        "linux") else None)
+                    stdin=subprocess.PIPE, text=True)
             ready, _, _ = select.select([proc.stdout], [], [], _START_SECONDS)
             line = proc.stdout.readline() if ready else ""
             if "listening on " not in line:
@@ -163,5 +156,6 @@ def _stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    if proc.stdout is not None:
-        proc.stdout.close()
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            pipe.close()

@@ -88,8 +88,9 @@ def test_a_local_scheduler_is_started_for_the_fit_and_stopped(
     assert len({id(s) for s in started}) == 1
     local = started[0]
     assert local._proc is None  # stopped
-    with pytest.raises(dial.Unavailable):
-        dial.connect(local.address, timeout=2, retries=0).studies().__next__()
+    with dial.connect(local.address, timeout=2, retries=0) as client:
+        with pytest.raises(dial.Unavailable):
+            next(client.studies())
 
 
 def test_clone_params_and_pickle(start_scheduler, digits):
