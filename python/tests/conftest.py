@@ -12,6 +12,9 @@ import tempfile
 
 import pytest
 
+import dial
+from client_helpers import spec, unique
+
 SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..",
                                           ".."))
 BUILD_DIR = os.path.abspath(os.environ.get(
@@ -133,3 +136,53 @@ def pki():
 def read_token(pki_dir, name):
     with open(os.path.join(pki_dir, "tokens", name + ".token")) as f:
         return f.read().strip()
+
+
+# A plaintext and a TLS scheduler per test module, a client of the first,
+# and new ask/tell studies on it (test_client.py, test_ask_optimize.py).
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory):
+    """One plaintext scheduler for the module's tests (each makes studies of
+    its own names)."""
+    d = tmp_path_factory.mktemp("scheduler")
+    p = _start([SCHEDULER_BIN, "--db=" + str(d / "dial.db"),
+                "--checkpoint-root=" + str(d / "ckpt"),
+                "--listen=127.0.0.1:0", "--log-level=warn"],
+               str(d), "scheduler", "listening on")
+    yield p
+    p.stop()
+
+
+@pytest.fixture(scope="module")
+def tls_scheduler(tmp_path_factory, pki):
+    """A scheduler with TLS, client certificates and tokens."""
+    d = tmp_path_factory.mktemp("tls-scheduler")
+    p = _start([SCHEDULER_BIN, "--db=" + str(d / "dial.db"),
+                "--checkpoint-root=" + str(d / "ckpt"),
+                "--listen=127.0.0.1:0", "--log-level=warn",
+                "--tls-cert=" + os.path.join(pki, "server.crt"),
+                "--tls-key=" + os.path.join(pki, "server.key"),
+                "--tls-client-ca=" + os.path.join(pki, "ca.crt"),
+                "--auth-tokens=" + os.path.join(pki, "auth-tokens")],
+               str(d), "scheduler", "listening on")
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def client(scheduler):
+    with dial.connect(scheduler.address, token="", retries=2) as c:
+        yield c
+
+
+@pytest.fixture
+def new_study(client, request):
+    """new_study(max_trials=10, parallel=None, params=None, **fields): a new
+    ask/tell study named after the test."""
+    def make(max_trials=10, parallel=None, params=None, **fields):
+        return client.create_study(spec(unique(request.node.name),
+                                        max_trials, parallel, params,
+                                        **fields))
+    return make
