@@ -6,7 +6,6 @@ import datetime
 import math
 import os
 import pathlib
-import socket
 import textwrap
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -110,16 +109,10 @@ def test_client_is_a_context_manager_and_close_ends_it(scheduler):
         c.study("anything")
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_several_addresses_move_past_a_dead_one(scheduler):
     """A leader and its standbys (docs/ha.md): an address where nothing
     listens is left for the next one."""
-    dead = f"127.0.0.1:{_free_port()}"
+    dead = f"127.0.0.1:{free_port()}"
     with dial.connect(f"{dead}, {scheduler.address}", token="",
                       retries=4) as c:
         assert isinstance(list(c.studies()), list)
@@ -147,7 +140,7 @@ def test_a_standbys_refusal_goes_to_the_leader_it_names(scheduler):
             return grpc.unary_unary_rpc_method_handler(refuse)
 
     # Nothing listens there: followed, the call would fail (retries=0).
-    outside = f"127.0.0.1:{_free_port()}"
+    outside = f"127.0.0.1:{free_port()}"
     for leader in (scheduler.address, outside):
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         server.add_generic_rpc_handlers((Standby(leader),))
