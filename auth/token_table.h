@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "auth/failure_throttle.h"
 #include "auth/principal.h"
 
 namespace dial::auth {
@@ -39,6 +40,9 @@ class TokenTable {
   // returned.
   absl::Status Reload();
   int size() const;
+  // The failed tokens of each client, on every edge (HTTP and gRPC)
+  // together, so that guessing is not faster through two ports.
+  FailureThrottle& failures() const { return failures_; }
 
  private:
   explicit TokenTable(std::string path) : path_(std::move(path)) {}
@@ -46,6 +50,7 @@ class TokenTable {
   mutable absl::Mutex mu_;
   // By token hash.
   absl::flat_hash_map<std::string, Principal> by_hash_ ABSL_GUARDED_BY(mu_);
+  mutable FailureThrottle failures_;
 };
 
 // The principal of an authorization header value ("Bearer <token>");

@@ -28,6 +28,7 @@
 #include "client/dialctl_notes.h"
 #include "client/format.h"
 #include "client/lineage.h"
+#include "client/terminal_safe.h"
 #include "common/export.h"
 #include "common/flags.h"
 #include "common/grpc_channel.h"
@@ -119,6 +120,11 @@ namespace cli_eval = dial::cli;
 
 // Positional arguments: GROUP VERB [ARGS...].
 using Args = std::vector<std::string>;
+
+// Standard output without the escaping (GuardTerminal), for dialctl's own
+// cursor moves and exports into files and pipes.
+std::ostream* raw_stdout = &std::cout;
+std::ostream& Raw() { return *raw_stdout; }
 using Handler = int (*)(DialClient& client, const Args& args);
 
 struct Command {
@@ -231,7 +237,10 @@ int StudyWatch(DialClient& client, const Args& args) {
     if (json) {
       std::cout << cli::WatchEventJson(event) << std::endl;
     } else if (tty) {
-      std::cout << "\r\033[K" << cli::ProgressLine(event) << std::flush;
+      // The cursor moves are dialctl's own; the line is escaped.
+      std::cout << std::flush;
+      Raw() << "\r\033[K" << std::flush;
+      std::cout << cli::ProgressLine(event) << std::flush;
     } else if (event.kind() != v1::StudyEvent::TRIAL_REPORTED) {
       std::cout << cli::ProgressLine(event) << "\n" << std::flush;
     }
@@ -387,7 +396,8 @@ int StudyExport(DialClient& client, const Args& args) {
       dial::ExportTrials(study->spec(), *trials, *format, history);
   const std::string out_file = absl::GetFlag(FLAGS_o);
   if (out_file.empty()) {
-    std::cout << text;
+    // Data, written as it is into a file or a pipe; escaped on a terminal.
+    (isatty(STDOUT_FILENO) ? std::cout : Raw()) << text;
     return 0;
   }
   std::ofstream out(out_file);
@@ -767,6 +777,9 @@ int Run(const Args& given) {
 int main(int argc, char** argv) {
   const std::string usage = UsageText();
   absl::SetProgramUsageMessage(usage);
+  // Whatever dialctl prints from here on has its control characters
+  // escaped (client/terminal_safe.h).
+  raw_stdout = &dial::cli::GuardTerminal();
   auto arg_storage = dial::DashesToUnderscores(argc, argv);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   Args args(positional.begin() + 1, positional.end());

@@ -514,13 +514,21 @@ std::string FormatWorkers(const std::vector<v1::Worker>& workers) {
     for (const auto& t : w.running()) {
       running.push_back(absl::StrCat(t.study(), "/", t.number()));
     }
+    // How its trials are kept apart: "per-attempt-user", or "none" (and
+    // why, from the worker); "-" for a worker that does not say.
+    const v1::WorkerIsolation& iso = w.resources().isolation();
+    std::string isolation = iso.method().empty() ? "-" : iso.method();
+    if (!iso.isolated() && !iso.reason().empty()) {
+      absl::StrAppend(&isolation, " (", iso.reason(), ")");
+    }
     rows.push_back(
         {Cell(w.id()), Cell(w.host()), absl::StrCat(w.resources().slots()),
-         absl::StrCat(w.resources().gpus_size()), FormatTime(w.last_seen()),
-         Cell(absl::StrJoin(running, ","))});
+         absl::StrCat(w.resources().gpus_size()), Cell(isolation),
+         FormatTime(w.last_seen()), Cell(absl::StrJoin(running, ","))});
   }
-  return FormatTable({"ID", "HOST", "SLOTS", "GPUS", "LAST SEEN", "RUNNING"},
-                     rows);
+  return FormatTable(
+      {"ID", "HOST", "SLOTS", "GPUS", "ISOLATION", "LAST SEEN", "RUNNING"},
+      rows);
 }
 
 namespace {

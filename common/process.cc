@@ -5,7 +5,9 @@
 #include <grp.h>
 #include <poll.h>
 #include <pwd.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -52,6 +54,8 @@ struct ChildPlan {
   int cgroup_fd = -1;             // cgroup.procs to join, or -1
   const RunAs* run_as = nullptr;  // the user to become, or null
   rlim_t max_user_processes = 0;  // RLIMIT_NPROC with run_as; 0: unchanged
+  bool private_proc = false;      // a mount namespace, /proc hidepid=2
+  const char* cwd = nullptr;      // chdir after dropping the user, or null
 };
 
 // What a child that cannot start writes on the status pipe.
@@ -104,6 +108,17 @@ constexpr int kExecFailed = 2;
       ChildFail(plan, status_fd, kSetupFailed, errno);
     }
   }
+  if (plan.private_proc) {
+    // A /proc of its own that shows only its user's processes. The mount
+    // namespace is made a slave first, so the new mount does not
+    // propagate back to the host's /proc.
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0 ||
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "hidepid=2") != 0) {
+      ChildFail(plan, status_fd, kSetupFailed, errno);
+    }
+  }
   if (plan.run_as != nullptr) {
     const RunAs& user = *plan.run_as;
     if (plan.max_user_processes > 0) {
@@ -117,6 +132,10 @@ constexpr int kExecFailed = 2;
         prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
       ChildFail(plan, status_fd, kSetupFailed, errno);
     }
+  }
+  // As the user it runs as, so a directory it may not enter fails here.
+  if (plan.cwd != nullptr && chdir(plan.cwd) != 0) {
+    ChildFail(plan, status_fd, kSetupFailed, errno);
   }
   // As execvp: remember EACCES, go on past missing entries, stop at
   // anything else.
@@ -496,6 +515,8 @@ absl::Status Prepare(const SpawnOptions& options, Prepared& p) {
   if (options.run_as) plan.run_as = &*options.run_as;
   plan.max_user_processes =
       static_cast<rlim_t>(std::max<int64_t>(options.max_user_processes, 0));
+  plan.private_proc = options.private_proc;
+  if (!options.cwd.empty()) plan.cwd = options.cwd.c_str();
 
   const std::string& program = options.argv[0];
   if (options.search_path && program.find('/') == std::string::npos) {

@@ -133,6 +133,14 @@ struct SpawnOptions {
   // With run_as: RLIMIT_NPROC for the child (the processes of that user
   // it may have, counted over all of them); 0: unchanged.
   int64_t max_user_processes = 0;
+  // The child gets a mount namespace of its own (a slave of the parent's)
+  // with a fresh /proc mounted hidepid=2, before it drops to run_as: it
+  // sees, and can read the command lines of, only its own user's
+  // processes. Needs root; failing to fails the spawn.
+  bool private_proc = false;
+  // The child's working directory, entered after it drops to run_as
+  // (failing to fails the spawn); empty: the caller's.
+  std::string cwd;
 };
 
 // Starts a child process. The child gets an empty signal mask and the

@@ -36,6 +36,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "http/admission.h"
 #include "http/message.h"
 
 namespace dial::http {
@@ -55,49 +56,6 @@ struct Route {
   std::string method, path;
   bool prefix = false;
   Handler handler;
-};
-
-// Bytes of request bodies held at once, across connections (on the I/O
-// thread only).
-class BodyBudget {
- public:
-  explicit BodyBudget(size_t limit) : limit_(limit) {}
-  // A share of the budget, given back when it goes.
-  class Share {
-   public:
-    Share(BodyBudget& budget, size_t bytes) : budget_(&budget) {
-      if (budget.used_ + bytes <= budget.limit_) {
-        budget.used_ += bytes;
-        bytes_ = bytes;
-        granted_ = true;
-      }
-    }
-    Share(Share&& other) noexcept { *this = std::move(other); }
-    Share& operator=(Share&& other) noexcept {
-      if (this != &other) {
-        Return();
-        budget_ = other.budget_;
-        bytes_ = std::exchange(other.bytes_, 0);
-        granted_ = other.granted_;
-      }
-      return *this;
-    }
-    ~Share() { Return(); }
-    bool granted() const { return granted_; }
-
-   private:
-    void Return() {
-      if (budget_ != nullptr) budget_->used_ -= bytes_;
-      bytes_ = 0;
-    }
-    BodyBudget* budget_ = nullptr;
-    size_t bytes_ = 0;
-    bool granted_ = false;
-  };
-
- private:
-  const size_t limit_;
-  size_t used_ = 0;
 };
 
 // Whether the client of a stream has gone (set on the I/O thread).
@@ -225,7 +183,7 @@ struct Server::Impl {
   }
 
   template <typename Stream>
-  awaitable<void> Serve(Stream& stream, std::string remote);
+  awaitable<void> Serve(Stream& stream, std::string remote, std::string key);
   template <typename Stream>
   awaitable<bool> Send(Stream& stream, const Request& request,
                        Response& response, bool keep_alive);
@@ -240,15 +198,14 @@ struct Server::Impl {
     beast::tcp_stream* stream;
   };
   // Called on the I/O thread as each connection's coroutine ends.
-  void Ended(const std::string& remote) {
-    --connections;
-    auto it = per_address.find(remote);
-    if (it != per_address.end() && --it->second == 0) per_address.erase(it);
-    if (stopping && connections == 0 && !drained.HasBeenNotified()) {
+  void Ended(const std::string& key) {
+    connections.Release(key);
+    if (stopping && connections.total() == 0 && !drained.HasBeenNotified()) {
       drained.Notify();
     }
   }
-  awaitable<void> Connection(tcp::socket socket, std::string remote);
+  awaitable<void> Connection(tcp::socket socket, std::string remote,
+                             std::string key);
 
   ServerOptions options;
   std::vector<Route> routes;
@@ -256,11 +213,12 @@ struct Server::Impl {
   std::optional<net::ssl::context> tls;
   std::atomic<bool> stopping{false};
   net::thread_pool pool;
-  // Only on the I/O thread.
-  std::map<std::string, int> per_address;
-  int connections = 0;
+  // Only on the I/O thread; per client (AddressKey: an IPv6 /64).
+  ConnectionCount connections{options.limits.max_connections,
+                              options.limits.max_connections_per_address};
   std::set<beast::tcp_stream*> live;
-  BodyBudget body_budget{options.limits.max_body_bytes_in_flight};
+  BodyBudget body_budget{options.limits.max_body_bytes_in_flight,
+                         options.limits.max_body_bytes_in_flight_per_address};
   absl::Notification drained;  // Stop: every connection has ended
   // Last: destroyed first, with the coroutines it still holds.
   net::io_context io;
@@ -360,7 +318,8 @@ awaitable<bool> Server::Impl::Send(Stream& stream, const Request& request,
 }
 
 template <typename Stream>
-awaitable<void> Server::Impl::Serve(Stream& stream, std::string remote) {
+awaitable<void> Server::Impl::Serve(Stream& stream, std::string remote,
+                                    std::string key) {
   auto& lowest = beast::get_lowest_layer(stream);
   const Limits& limits = options.limits;
   // Holds the head being read (and what a client pipelined after it).
@@ -433,32 +392,47 @@ awaitable<void> Server::Impl::Serve(Stream& stream, std::string remote) {
     }
     // The bodies being read or handled share one budget, so that many
     // connections with 8 MiB bodies cannot take gigabytes between them.
-    BodyBudget::Share share(body_budget, 0);
+    // A body takes its share as its bytes arrive (a head that only
+    // announces 8 MiB holds nothing), and one client at most a part.
+    BodyBudget::Share share(body_budget, key);
     if (parser.content_length().value_or(0) > 0) {
-      share = BodyBudget::Share(body_budget, *parser.content_length());
-      if (!share.granted()) {
-        Response busy =
-            Plain(503, absl::StrCat("the server is reading as many request "
-                                    "bodies as it may (",
-                                    limits.max_body_bytes_in_flight,
-                                    " bytes); try again shortly"));
-        busy.set_header("Retry-After", "1");
-        busy.set_header("Connection", "close");
-        co_await Send(stream, request, busy, false);
-        co_await Linger(stream);
-        co_return;
-      }
       if (absl::EqualsIgnoreCase(request.header("Expect"), "100-continue")) {
         lowest.expires_after(Steady(limits.write_timeout));
         bhttp::response<bhttp::empty_body> go{bhttp::status::continue_, 11};
         co_await bhttp::async_write(
             stream, go, net::redirect_error(net::use_awaitable, ec));
         if (ec) co_return;
+        // The client sends only now: it has a head's time to start.
+        lowest.expires_after(Steady(limits.head_timeout));
       }
-      lowest.expires_after(Steady(limits.body_timeout));
-      co_await bhttp::async_read(stream, buffer, parser,
-                                 net::redirect_error(net::use_awaitable, ec));
-      if (ec) co_return;  // too slow, gone, or over the limit after all
+      // Until the body starts arriving, the head's deadline still runs:
+      // a head with no body is held no longer than a head alone.
+      bool arriving = false;
+      while (!parser.is_done()) {
+        co_await bhttp::async_read_some(
+            stream, buffer, parser,
+            net::redirect_error(net::use_awaitable, ec));
+        if (ec) co_return;  // too slow, gone, or over the limit after all
+        const size_t held = parser.get().body().size() + buffer.size();
+        if (!arriving && held > 0) {
+          arriving = true;
+          lowest.expires_after(Steady(limits.body_timeout));
+        }
+        if (!share.Resize(held)) {
+          Response busy = Plain(
+              503,
+              absl::StrCat("the server is reading as many request "
+                           "bodies as it may (",
+                           limits.max_body_bytes_in_flight, " bytes in all, ",
+                           limits.max_body_bytes_in_flight_per_address,
+                           " from one address); try again shortly"));
+          busy.set_header("Retry-After", "1");
+          busy.set_header("Connection", "close");
+          co_await Send(stream, request, busy, false);
+          co_await Linger(stream);
+          co_return;
+        }
+      }
       request.body = std::move(parser.get().body());
     }
     if (stopping) co_return;
@@ -468,15 +442,15 @@ awaitable<void> Server::Impl::Serve(Stream& stream, std::string remote) {
   }
 }
 
-awaitable<void> Server::Impl::Connection(tcp::socket socket,
-                                         std::string remote) {
+awaitable<void> Server::Impl::Connection(tcp::socket socket, std::string remote,
+                                         std::string key) {
   // Stop's closing of every live connection may have run before this
   // coroutine started: it would not have seen this one.
   if (stopping) co_return;
   beast::tcp_stream plain(std::move(socket));
   if (!tls) {
     Live live(*this, plain);
-    co_await Serve(plain, remote);
+    co_await Serve(plain, remote, key);
   } else {
     beast::ssl_stream<beast::tcp_stream> secure(std::move(plain), *tls);
     Live live(*this, beast::get_lowest_layer(secure));
@@ -487,11 +461,24 @@ awaitable<void> Server::Impl::Connection(tcp::socket socket,
     co_await secure.async_handshake(
         net::ssl::stream_base::server,
         net::redirect_error(net::use_awaitable, ec));
-    if (!ec) co_await Serve(secure, remote);
+    if (!ec) co_await Serve(secure, remote, key);
   }
 }
 
 awaitable<void> Server::Impl::Accept() {
+  auto refusal = [](const std::string& says) {
+    return absl::StrCat(
+        "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n"
+        "Content-Type: text/plain\r\nRetry-After: 1\r\nContent-Length: ",
+        says.size() + 1, "\r\n\r\n", says, "\n");
+  };
+  const std::string server_full = refusal(absl::StrCat(
+      "the server holds as many connections as it may (",
+      options.limits.max_connections, " in all); try again shortly"));
+  const std::string client_full =
+      refusal(absl::StrCat("too many connections from this address (",
+                           options.limits.max_connections_per_address,
+                           " at once per IPv4 address or IPv6 /64)"));
   for (;;) {
     beast::error_code ec;
     tcp::socket socket = co_await acceptor->async_accept(
@@ -511,30 +498,24 @@ awaitable<void> Server::Impl::Accept() {
       address = net::ip::make_address_v4(net::ip::v4_mapped, address.to_v6());
     }
     std::string remote = address.to_string();
-    int& mine = per_address[remote];
-    if (connections >= options.limits.max_connections ||
-        mine >= options.limits.max_connections_per_address) {
-      // A short answer if the socket takes it at once, and gone.
-      static const std::string kBusy = [] {
-        const std::string says = "too many connections from this address\n";
-        return absl::StrCat(
-            "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n"
-            "Content-Type: text/plain\r\nContent-Length: ",
-            says.size(), "\r\n\r\n", says);
-      }();
+    std::string key = AddressKey(remote);
+    const ConnectionCount::Admit admit = connections.Take(key);
+    if (admit != ConnectionCount::Admit::kYes) {
+      // A short answer if the socket takes it at once, and gone; it says
+      // which cap was met.
+      const std::string& busy = admit == ConnectionCount::Admit::kServerFull
+                                    ? server_full
+                                    : client_full;
       // Plain text means nothing to a TLS client: it is only closed.
       if (!tls) {
         socket.non_blocking(true, ignored);
-        socket.write_some(net::buffer(kBusy), ignored);
+        socket.write_some(net::buffer(busy), ignored);
       }
       socket.close(ignored);
-      if (mine == 0) per_address.erase(remote);
       continue;
     }
-    ++mine;
-    ++connections;
-    net::co_spawn(io, Connection(std::move(socket), remote),
-                  [this, remote](std::exception_ptr) { Ended(remote); });
+    net::co_spawn(io, Connection(std::move(socket), remote, key),
+                  [this, key](std::exception_ptr) { Ended(key); });
   }
 }
 
@@ -653,7 +634,7 @@ void Server::Stop() {
     beast::error_code ignored;
     s.acceptor->close(ignored);
     for (beast::tcp_stream* stream : s.live) stream->close();
-    if (s.connections == 0 && !s.drained.HasBeenNotified()) {
+    if (s.connections.total() == 0 && !s.drained.HasBeenNotified()) {
       s.drained.Notify();
     }
   });

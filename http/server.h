@@ -93,15 +93,20 @@ struct Limits {
   size_t max_head_bytes = 16 << 10;  // the request line and all headers
   size_t max_body_bytes = 8 << 20;
   // Request bodies being read or handled at once, all connections
-  // together; a body that does not fit is answered 503 (Retry-After: 1).
+  // together, and from one client (an IPv4 address or an IPv6 /64); a
+  // body takes its share as its bytes arrive, and one that does not fit is
+  // answered 503 (Retry-After: 1).
   size_t max_body_bytes_in_flight = 64 << 20;
+  size_t max_body_bytes_in_flight_per_address = 16 << 20;
   // The whole head of a request, from the connection (or the end of the
-  // previous answer) to its last header line; idle kept-alive connections
-  // close after it too.
+  // previous answer) to its last header line, and on until the first
+  // bytes of its body; idle kept-alive connections close after it too.
   absl::Duration head_timeout = absl::Seconds(10);
-  absl::Duration body_timeout = absl::Seconds(60);   // the whole body
+  // The whole body, from its first bytes.
+  absl::Duration body_timeout = absl::Seconds(60);
   absl::Duration write_timeout = absl::Seconds(60);  // each write
   int max_connections = 1024;
+  // Per client: an IPv4 address, or an IPv6 /64 (http/admission.h).
   int max_connections_per_address = 32;
   int max_requests_per_connection = 100;
 };

@@ -4,10 +4,13 @@
 #include <cmath>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/spec.h"
 #include "common/status.h"
+#include "common/text.h"
+#include "google/protobuf/util/time_util.h"
 #include "scheduler/access_checks.h"
 #include "scheduler/core.h"
 #include "scheduler/request_checks.h"
@@ -26,12 +29,67 @@ absl::Status SchedulerCore::CheckWorker(const auth::Principal& who,
   return workers_.CheckOwner(worker_id, who.name, who.is_admin());
 }
 
+namespace {
+
+// What a worker says of itself that people read (ListWorkers, the logs):
+// a host name of printable ASCII, GPU models and its isolation's words
+// without control characters. INVALID_ARGUMENT naming the field.
+absl::Status CheckWorkerText(const std::string& host,
+                             const v1::WorkerResources& resources) {
+  for (char c : host) {
+    if (!absl::ascii_isgraph(static_cast<unsigned char>(c))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "host: '", absl::CHexEscape(host),
+          "' has a character that is not printable ASCII (a space, a "
+          "control character or a byte above 0x7e)"));
+    }
+  }
+  auto check = [](const std::string& field, const std::string& text,
+                  size_t max) -> absl::Status {
+    if (text.size() > max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": at most ", max, " bytes"));
+    }
+    if (auto bad = FindUnsafe(text, /*strict=*/true)) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", *bad));
+    }
+    return absl::OkStatus();
+  };
+  for (int i = 0; i < resources.gpus_size(); ++i) {
+    DIAL_RETURN_IF_ERROR(check(absl::StrCat("resources.gpus[", i, "].model"),
+                               resources.gpus(i).model(), 256));
+  }
+  const v1::WorkerIsolation& iso = resources.isolation();
+  DIAL_RETURN_IF_ERROR(check("resources.isolation.method", iso.method(), 64));
+  DIAL_RETURN_IF_ERROR(check("resources.isolation.reason", iso.reason(), 1024));
+  if (iso.enforced_limits_size() + iso.unenforced_limits_size() > 16 ||
+      resources.commands().allowed_size() > 256) {
+    return absl::InvalidArgumentError(
+        "resources: at most 16 limits and 256 commands");
+  }
+  for (const auto& limit : iso.enforced_limits()) {
+    DIAL_RETURN_IF_ERROR(
+        check("resources.isolation.enforced_limits", limit, 64));
+  }
+  for (const auto& limit : iso.unenforced_limits()) {
+    DIAL_RETURN_IF_ERROR(
+        check("resources.isolation.unenforced_limits", limit, 64));
+  }
+  for (const auto& glob : resources.commands().allowed()) {
+    DIAL_RETURN_IF_ERROR(check("resources.commands.allowed", glob, 4096));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 Reply<v1::RegisterWorkerResponse> SchedulerCore::RegisterWorker(
     const std::string& host, const v1::WorkerResources& resources,
     const auth::Principal& who) {
   if (host.empty() || host.size() > 255) {
     return absl::InvalidArgumentError("host: must be 1-255 characters");
   }
+  DIAL_RETURN_IF_ERROR(CheckWorkerText(host, resources));
   if (resources.slots() < 1 || resources.slots() > 1024) {
     return absl::InvalidArgumentError(
         "resources.slots: must be between 1 and 1024");
@@ -203,6 +261,14 @@ StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request,
                          request.attempt(), request.lease_token()));
     v1::Trial trial = *stored;
     if (request.has_cpu_seconds()) {
+      const v1::Worker* worker = workers_.Find(request.worker_id());
+      using google::protobuf::util::TimeUtil;
+      const double wall = TimeUtil::DurationToMilliseconds(
+                              lifecycle_.Now() - stored->attempt_start_time()) /
+                          1e3;
+      DIAL_RETURN_IF_ERROR(
+          CheckCpuSeconds(request.cpu_seconds(), wall,
+                          worker == nullptr ? 0 : worker->resources().cpus()));
       trial.set_attempt_cpu_seconds(request.cpu_seconds());
     }
     if (stored->state() == v1::PENDING && stored->preemptions_size() > 0 &&
@@ -220,6 +286,14 @@ StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request,
       return NotRunning(*stored, "it cannot be finished again");
     }
     if (request.requeue()) {
+      DIAL_RETURN_IF_ERROR(lifecycle_.Requeue(*entry, trial));
+      return true;
+    }
+    if (request.refused()) {
+      // The worker's own policy refused it: the worker is unsuitable for
+      // the study, and the trial waits for another, at no failure.
+      entry->RefusedBy(request.worker_id(),
+                       Printable(request.error().substr(0, 512)));
       DIAL_RETURN_IF_ERROR(lifecycle_.Requeue(*entry, trial));
       return true;
     }
@@ -336,6 +410,7 @@ absl::Status SchedulerCore::LoseWorker(const std::string& worker_id) {
   // Uploads it still had for trials that paused meanwhile never come.
   for (const auto& [name, entry] : studies_.all()) {
     entry->ForgetUploadsOf(worker_id);
+    entry->ForgetRefusalsOf(worker_id);
   }
   outbox_.dispatch = true;
   workers_.Forget(worker_id);

@@ -20,6 +20,7 @@
 #include "dial/v1/service.grpc.pb.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "http/admission.h"
 #include "scheduler/trial_table.h"
 
 namespace dial::scheduler {
@@ -205,6 +206,25 @@ absl::StatusOr<v1::StudySpec> SpecOf(
   return response.study().spec();
 }
 
+}  // namespace
+
+absl::Status ThrottleFailure(const auth::TokenTable& tokens,
+                             const std::string& client, http::Response& res) {
+  const absl::Time now = absl::Now();
+  const absl::Duration wait = tokens.failures().Wait(client, now);
+  if (wait <= absl::ZeroDuration()) {
+    tokens.failures().Failed(client, now);
+    return absl::OkStatus();
+  }
+  const int64_t seconds =
+      absl::ToInt64Seconds(absl::Ceil(wait, absl::Seconds(1)));
+  res.set_header("Retry-After", std::to_string(seconds));
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "too many wrong tokens from this address; try again in ", seconds, " s"));
+}
+
+namespace {
+
 bool IsJson(const http::Request& req) {
   return absl::StartsWith(req.header("Content-Type"), "application/json");
 }
@@ -222,23 +242,52 @@ std::string RandomHex() {
 
 }  // namespace
 
-SessionTable::Created SessionTable::Create(const std::string& token) {
+SessionTable::Created SessionTable::Create(const std::string& token,
+                                           const std::string& principal) {
   Created out{RandomHex(), RandomHex()};
   const std::string& id = out.id;
   absl::MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
   for (auto it = sessions_.begin(); it != sessions_.end();) {
-    it = it->second.expires < now ? sessions_.erase(it) : std::next(it);
-  }
-  if (sessions_.size() >= kMaxSessions) {
-    auto oldest = sessions_.begin();
-    for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
-      if (it->second.expires < oldest->second.expires) oldest = it;
+    if (it->second.expires < now || it->second.idle_expires < now) {
+      if (--per_principal_[it->second.principal] == 0) {
+        per_principal_.erase(it->second.principal);
+      }
+      it = sessions_.erase(it);
+    } else {
+      ++it;
     }
-    sessions_.erase(oldest);
   }
-  sessions_[id] = {token, out.key, now + kLifetime, now + kIdle};
+  // Attack review, finding 6: the table dropped the oldest session of
+  // anyone, so 10,000 logins with one worker's token ended every session.
+  auto mine = per_principal_.find(principal);
+  if (mine != per_principal_.end() &&
+      mine->second >= kMaxSessionsPerPrincipal) {
+    RemoveOldest(principal);
+  } else if (sessions_.size() >= kMaxSessions) {
+    auto most = per_principal_.begin();
+    for (auto it = per_principal_.begin(); it != per_principal_.end(); ++it) {
+      if (it->second > most->second) most = it;
+    }
+    if (most != per_principal_.end()) RemoveOldest(std::string(most->first));
+  }
+  sessions_[id] = {token, out.key, principal, now + kLifetime, now + kIdle};
+  ++per_principal_[principal];
   return out;
+}
+
+void SessionTable::RemoveOldest(const std::string& principal) {
+  auto oldest = sessions_.end();
+  for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+    if (it->second.principal == principal &&
+        (oldest == sessions_.end() ||
+         it->second.expires < oldest->second.expires)) {
+      oldest = it;
+    }
+  }
+  if (oldest == sessions_.end()) return;
+  sessions_.erase(oldest);
+  if (--per_principal_[principal] == 0) per_principal_.erase(principal);
 }
 
 std::optional<std::string> SessionTable::Find(const std::string& id,
@@ -257,7 +306,11 @@ std::optional<std::string> SessionTable::Find(const std::string& id,
 
 void SessionTable::Remove(const std::string& id) {
   absl::MutexLock lock(&mu_);
-  sessions_.erase(id);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  const std::string principal = it->second.principal;
+  sessions_.erase(it);
+  if (--per_principal_[principal] == 0) per_principal_.erase(principal);
 }
 
 HttpApi::HttpApi(HttpApiOptions options) : options_(std::move(options)) {}
@@ -270,9 +323,10 @@ void HttpApi::CancelStreams() {
   for (grpc::ClientContext* ctx : streams_) ctx->TryCancel();
 }
 
-bool HttpApi::AddStream(grpc::ClientContext* ctx) {
+bool HttpApi::AddStream(grpc::ClientContext* ctx, bool admin) {
   absl::MutexLock lock(&mu_);
-  if (cancelled_ || streams_.size() >= kMaxStreams) return false;
+  const size_t cap = admin ? kMaxStreams : kMaxStreams - kAdminStreams;
+  if (cancelled_ || streams_.size() >= cap) return false;
   streams_.insert(ctx);
   return true;
 }
@@ -335,36 +389,30 @@ void HttpApi::Install(http::Server& server) {
           res, absl::InvalidArgumentError("login: token: missing or not a "
                                           "string"));
     }
-    // Security round two, finding 11: 1,000 wrong tokens in a row were
-    // each answered. After a few failures an address waits, doubling.
-    HttpGuard* guard = options_.guard;
-    if (guard != nullptr) {
-      const absl::Duration wait = guard->LoginWait(req.remote_addr);
-      if (wait > absl::ZeroDuration()) {
-        // Hammering while refused lengthens the wait.
-        guard->LoginFailed(req.remote_addr);
-        const int64_t seconds =
-            absl::ToInt64Seconds(absl::Ceil(wait, absl::Seconds(1)));
-        res.set_header("Retry-After", std::to_string(seconds));
-        return SendError(res, absl::ResourceExhaustedError(absl::StrCat(
-                                  "login: too many failed attempts from this "
-                                  "address; try again in ",
-                                  seconds, " s")));
-      }
-    }
     const std::string& token = field->second.string_value();
     const std::string bearer = absl::StrCat("Bearer ", token);
     absl::StatusOr<auth::Principal> who =
         auth::AuthenticateBearer(tokens, bearer);
-    if (guard != nullptr) {
-      if (who.ok()) {
-        guard->LoginSucceeded(req.remote_addr);
-      } else {
-        guard->LoginFailed(req.remote_addr);
+    // Security round two, finding 11, and attack review, finding 10: wrong
+    // tokens make their client (an IPv4 address, an IPv6 /64) wait,
+    // doubling; a valid token is never refused for its client's failures.
+    if (!who.ok()) {
+      if (tokens != nullptr) {
+        absl::Status throttled =
+            ThrottleFailure(*tokens, http::AddressKey(req.remote_addr), res);
+        if (!throttled.ok()) return SendError(res, throttled);
       }
+      return SendError(res, who.status());
     }
-    if (!who.ok()) return SendError(res, who.status());
-    const SessionTable::Created session = sessions_.Create(token);
+    // Attack review, finding 6: a worker's token (on every worker host,
+    // near the trials it runs) opens no dashboard session.
+    if (who->role == auth::Role::kWorker) {
+      return SendError(res, absl::PermissionDeniedError(
+                                "login: a worker's token cannot open a "
+                                "dashboard session; log in with a user, "
+                                "viewer or admin token"));
+    }
+    const SessionTable::Created session = sessions_.Create(token, who->name);
     std::string cookie =
         absl::StrCat(kCookie, "=", session.id,
                      "; Path=/; HttpOnly; SameSite=Strict; Max-Age=",
@@ -540,11 +588,13 @@ void HttpApi::Install(http::Server& server) {
     // Security round two, finding 11: the streams were one pool for
     // everyone; one principal holds at most a few of them.
     std::string holder;
+    bool admin = options_.tokens == nullptr;
     if (options_.guard != nullptr) {
       absl::StatusOr<auth::Principal> who =
           auth::AuthenticateBearer(options_.tokens, credential);
       if (!who.ok()) return SendError(res, who.status());
       holder = who->name;
+      admin = who->is_admin();
       if (!options_.guard->BeginStream(holder)) {
         return SendError(res, absl::ResourceExhaustedError(absl::StrCat(
                                   "WatchStudy: '", holder,
@@ -556,11 +606,17 @@ void HttpApi::Install(http::Server& server) {
       if (options_.guard != nullptr) options_.guard->EndStream(holder);
     };
     watch->ctx.set_deadline(std::chrono::system_clock::now() + kStreamDeadline);
-    if (!AddStream(&watch->ctx)) {
+    // Attack review, finding 11: 4 principals filled every stream; some
+    // are kept for admins.
+    if (!AddStream(&watch->ctx, admin)) {
       release();
-      return SendError(res, absl::ResourceExhaustedError(absl::StrCat(
-                                "WatchStudy: ", kMaxStreams,
-                                " event streams are open; try again later")));
+      return SendError(
+          res,
+          absl::ResourceExhaustedError(absl::StrCat(
+              "WatchStudy: ", admin ? kMaxStreams : kMaxStreams - kAdminStreams,
+              " event streams are open",
+              admin ? "" : " (the rest are kept for admins)",
+              "; try again later")));
     }
     v1::WatchStudyRequest request;
     request.set_study(req.param("study"));

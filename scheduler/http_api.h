@@ -42,16 +42,22 @@ namespace dial::scheduler {
 // token, kept in memory only, for 12 hours, or 2 hours unused. Cookies are
 // not scoped by port, so another service on the same host (TensorBoard,
 // Jupyter) receives the cookie; without the key it is worth nothing (see
-// docs/security.md). Thread-safe.
+// docs/security.md). One principal holds at most kMaxSessionsPerPrincipal
+// (a new login ends its own oldest), so that no token can end another
+// principal's sessions by logging in many times. Thread-safe.
 class SessionTable {
  public:
   static constexpr absl::Duration kLifetime = absl::Hours(12);
   static constexpr absl::Duration kIdle = absl::Hours(2);
-  static constexpr size_t kMaxSessions = 10000;  // the oldest go first
+  static constexpr size_t kMaxSessions = 10000;
+  static constexpr size_t kMaxSessionsPerPrincipal = 32;
   struct Created {
     std::string id, key;
   };
-  Created Create(const std::string& token);
+  // A session of `principal` for `token`. When the principal holds
+  // kMaxSessionsPerPrincipal, its own oldest ends; when the table is full
+  // (kMaxSessions), the oldest of the principal holding the most.
+  Created Create(const std::string& token, const std::string& principal);
   // The token of session `id` when `key` is its key and it is neither
   // expired nor idle too long (it counts as used now).
   std::optional<std::string> Find(const std::string& id,
@@ -60,12 +66,24 @@ class SessionTable {
 
  private:
   struct Session {
-    std::string token, key;
+    std::string token, key, principal;
     absl::Time expires, idle_expires;
   };
+  // Ends the oldest session of `principal`.
+  void RemoveOldest(const std::string& principal)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Mutex mu_;
   std::map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, size_t> per_principal_ ABSL_GUARDED_BY(mu_);
 };
+
+// Counts a wrong token from `client` (http::AddressKey) on the token
+// table's throttle: OK when the client need not wait (the caller answers
+// 401 as usual); RESOURCE_EXHAUSTED (429), with Retry-After set on `res`,
+// while it must, in which case nothing is counted. Only wrong tokens come
+// here: a valid token is never refused for its client's failures.
+absl::Status ThrottleFailure(const auth::TokenTable& tokens,
+                             const std::string& client, http::Response& res);
 
 struct HttpApiOptions {
   // To the scheduler's own services (grpc::Server::InProcessChannel).
@@ -79,7 +97,10 @@ struct HttpApiOptions {
 
 class HttpApi {
  public:
-  static constexpr int kMaxStreams = 16;  // open WatchStudy event streams
+  // Open WatchStudy event streams (each holds a handler thread), of which
+  // kAdminStreams are kept for admins, so that an admin can always watch.
+  static constexpr int kMaxStreams = 32;
+  static constexpr int kAdminStreams = 8;
 
   explicit HttpApi(HttpApiOptions options);
   ~HttpApi();  // cancels the open event streams
@@ -91,8 +112,9 @@ class HttpApi {
   void CancelStreams();
 
  private:
-  // Registers a watch's context; false at kMaxStreams or once cancelled.
-  bool AddStream(grpc::ClientContext* ctx);
+  // Registers a watch's context; false at kMaxStreams (for a non-admin,
+  // kMaxStreams - kAdminStreams) or once cancelled.
+  bool AddStream(grpc::ClientContext* ctx, bool admin);
   void RemoveStream(grpc::ClientContext* ctx);
 
   HttpApiOptions options_;

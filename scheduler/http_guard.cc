@@ -46,10 +46,6 @@ std::optional<std::string> OriginAuthority(const std::string& origin) {
 
 HttpGuard::HttpGuard(HttpGuardOptions options) : options_(std::move(options)) {}
 
-absl::Time HttpGuard::Now() const {
-  return options_.clock ? options_.clock->Now() : absl::Now();
-}
-
 bool HttpGuard::HostAllowed(const std::string& host) const {
   if (host.empty()) return false;
   // DNS rebinding needs a name the attacker controls: an address typed as
@@ -96,38 +92,6 @@ std::optional<HttpRefusal> HttpGuard::Check(const HttpRequestHead& head) const {
     }
   }
   return std::nullopt;
-}
-
-absl::Duration HttpGuard::LoginWait(const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  auto it = failures_.find(address);
-  if (it == failures_.end()) return absl::ZeroDuration();
-  return std::max(absl::ZeroDuration(), it->second.retry_at - Now());
-}
-
-void HttpGuard::LoginFailed(const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  // Bounded memory: addresses whose wait is long over are forgotten.
-  if (failures_.size() > 100000) {
-    const absl::Time now = Now();
-    for (auto it = failures_.begin(); it != failures_.end();) {
-      it = it->second.retry_at + options_.max_login_wait < now
-               ? failures_.erase(it)
-               : std::next(it);
-    }
-  }
-  Failures& f = failures_[address];
-  ++f.count;
-  const int over = f.count - options_.free_login_failures;
-  if (over <= 0) return;
-  absl::Duration wait = options_.first_login_wait;
-  for (int i = 1; i < over && wait < options_.max_login_wait; ++i) wait *= 2;
-  f.retry_at = Now() + std::min(wait, options_.max_login_wait);
-}
-
-void HttpGuard::LoginSucceeded(const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  failures_.erase(address);
 }
 
 bool HttpGuard::BeginStream(const std::string& principal) {

@@ -3,8 +3,8 @@
 // carried to another server: the Host header against DNS rebinding, the
 // Origin of state-changing requests against cross-site requests (in
 // no-token mode any web page could otherwise drive the API), control bytes
-// in paths, login attempts per client address (growing waits after a few
-// failures) and event streams per principal. Thread-safe: one mutex.
+// in paths, and event streams per principal (failed tokens are throttled
+// by auth::FailureThrottle, on the token table). Thread-safe: one mutex.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +15,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
-#include "common/clock.h"
 
 namespace dial::scheduler {
 
@@ -25,14 +23,8 @@ struct HttpGuardOptions {
   // "localhost" (--http-allowed-hosts). A name no browser could have been
   // pointed at by DNS rebinding is one the operator chose.
   std::vector<std::string> allowed_hosts;
-  // Failed logins from one address before it has to wait, and the first
-  // and the longest wait (doubling in between).
-  int free_login_failures = 5;
-  absl::Duration first_login_wait = absl::Seconds(1);
-  absl::Duration max_login_wait = absl::Minutes(5);
   // Event streams (SSE) one principal may hold at once.
   int max_streams_per_principal = 4;
-  const Clock* clock = nullptr;  // null: real time
 };
 
 // What a request looks like to the guard.
@@ -60,28 +52,16 @@ class HttpGuard {
   // origin.
   std::optional<HttpRefusal> Check(const HttpRequestHead& head) const;
 
-  // How long `address` must wait before its next login attempt (zero: it
-  // may try now).
-  absl::Duration LoginWait(const std::string& address);
-  void LoginFailed(const std::string& address);
-  void LoginSucceeded(const std::string& address);
-
   // Takes one of `principal`'s event stream slots; false when it holds
   // max_streams_per_principal already. Give it back with EndStream.
   bool BeginStream(const std::string& principal);
   void EndStream(const std::string& principal);
 
  private:
-  struct Failures {
-    int count = 0;
-    absl::Time retry_at = absl::InfinitePast();
-  };
-  absl::Time Now() const;
   bool HostAllowed(const std::string& host) const;
 
   const HttpGuardOptions options_;
   mutable absl::Mutex mu_;
-  std::map<std::string, Failures> failures_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> streams_ ABSL_GUARDED_BY(mu_);
 };
 

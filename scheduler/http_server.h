@@ -44,6 +44,9 @@ struct HttpServerOptions {
   std::vector<std::string> allowed_hosts;
   // Bounds on what a request may take (http/server.h).
   http::Limits limits;
+  // The largest body of a request with no valid token or session (a
+  // login is a few hundred bytes): 413 before it is read.
+  size_t max_unauthenticated_body_bytes = 16 << 10;
 };
 
 class HttpServer {

@@ -1,5 +1,7 @@
 #include "scheduler/placement.h"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <cmath>
 #include <tuple>
@@ -54,6 +56,29 @@ std::optional<std::string> Mismatch(const Selector& selector,
   return std::nullopt;
 }
 
+std::optional<std::string> Unsuitable(const Worker& worker,
+                                      const Pending& study) {
+  if (auto it = study.refused_by.find(worker.id);
+      it != study.refused_by.end()) {
+    return absl::StrCat("worker ", worker.id, " refused: ", it->second);
+  }
+  if (study.require_isolation && !worker.isolated) {
+    return "it cannot isolate trials (trial.resources.require_isolation)";
+  }
+  if (!study.command.empty() && worker.commands) {
+    const bool allowed =
+        std::any_of(worker.commands->begin(), worker.commands->end(),
+                    [&](const std::string& glob) {
+                      return fnmatch(glob.c_str(), study.command.c_str(),
+                                     FNM_PATHNAME) == 0;
+                    });
+    if (!allowed) {
+      return absl::StrCat("its --allow-command does not match ", study.command);
+    }
+  }
+  return std::nullopt;
+}
+
 std::string Describe(const Selector& selector, const std::string& key) {
   auto it = selector.find(key);
   return absl::StrCat(
@@ -73,6 +98,7 @@ std::optional<size_t> Choose(const Worker& worker,
     const Pending& p = pending[i];
     const Quota& quota = quotas.For(p.owner);
     if (p.gpus > worker.free_gpus || Mismatch(p.selector, worker.labels) ||
+        Unsuitable(worker, p) ||
         !OverQuota(running, p.owner, p.gpus, quota).empty()) {
       continue;
     }
@@ -125,7 +151,8 @@ std::vector<std::pair<size_t, size_t>> ChoosePreemptions(
       for (size_t i = 0; i < running.size(); ++i) {
         const Candidate& c = running[i];
         if (taken[i] || c.priority > p.priority || c.ran < min_run ||
-            c.gpus < p.gpus || Mismatch(p.selector, c.worker_labels)) {
+            c.gpus < p.gpus || Mismatch(p.selector, c.worker_labels) ||
+            Unsuitable(c.worker, p)) {
           continue;
         }
         double loser = 0;
@@ -157,7 +184,8 @@ std::string WhyWaiting(const Pending& study, const std::vector<Worker>& workers,
   if (workers.empty()) return "waiting: no worker is registered";
   // The key most workers fail, for a useful message.
   std::map<std::string, int> failed;
-  bool matched = false, big_enough = false;
+  std::map<std::string, int> unsuitable;  // why, how many workers
+  bool matched = false, suitable = false, big_enough = false;
   for (const Worker& w : workers) {
     auto key = Mismatch(study.selector, w.labels);
     if (key) {
@@ -165,14 +193,26 @@ std::string WhyWaiting(const Pending& study, const std::vector<Worker>& workers,
       continue;
     }
     matched = true;
+    if (auto why = Unsuitable(w, study)) {
+      unsuitable[*why] += w.count;
+      continue;
+    }
+    suitable = true;
     big_enough = big_enough || w.gpus >= study.gpus;
   }
+  auto most = [](const std::map<std::string, int>& counts) {
+    return std::max_element(
+               counts.begin(), counts.end(),
+               [](const auto& a, const auto& b) { return a.second < b.second; })
+        ->first;
+  };
+  if (matched && !suitable) {
+    return absl::StrCat("waiting: no matching worker will run it (",
+                        most(unsuitable), ")");
+  }
   if (!matched) {
-    auto worst = std::max_element(
-        failed.begin(), failed.end(),
-        [](const auto& a, const auto& b) { return a.second < b.second; });
     return absl::StrCat("waiting: no worker matches ",
-                        Describe(study.selector, worst->first));
+                        Describe(study.selector, most(failed)));
   }
   if (!big_enough) {
     return absl::StrCat("waiting: no matching worker has ", study.gpus,

@@ -40,6 +40,11 @@ struct Worker {
   int32_t free_gpus = 0;  // GPUs free now (for the worker asking)
   Labels labels;
   int32_t count = 1;  // workers alike (WhyWaiting's list of kinds)
+  // A Unix user per attempt (WorkerIsolation.isolated).
+  bool isolated = false;
+  // Its --allow-command globs, when it said and does not run any command
+  // (nullopt: not known, or any command).
+  std::optional<std::vector<std::string>> commands;
 };
 
 // A study with a trial ready to start.
@@ -50,7 +55,20 @@ struct Pending {
   int32_t gpus = 0;  // per trial
   Selector selector;
   int64_t oldest_ms = 0;  // create time of its oldest startable trial
+  // trial.resources.require_isolation.
+  bool require_isolation = false;
+  // argv[0] of a command trial; empty for the built-in trainer.
+  std::string command;
+  // Workers that refused its trials by their own policy: id -> reason.
+  std::map<std::string, std::string> refused_by;
 };
+
+// Why `worker` would refuse `study`'s trials whatever its free slots:
+// it refused them before, it cannot isolate a study that requires it, or
+// its --allow-command globs do not match the command. nullopt when it
+// would take them.
+std::optional<std::string> Unsuitable(const Worker& worker,
+                                      const Pending& study);
 
 // What runs now, by owner and by study.
 struct Running {
@@ -91,14 +109,16 @@ struct Candidate {
   int32_t priority = 0;
   int32_t gpus = 0;
   Labels worker_labels;  // of the worker it runs on
+  Worker worker;         // the worker it runs on (isolation, commands, id)
   absl::Duration ran;    // since its attempt started
 };
 // Which running trials to preempt, as (index in `running`, index in
 // `needs`). For each need, highest priority first, at most `ready -
 // preempting` trials, each of a strictly lower priority, that ran at least
-// `min_run`, on a worker the need's selector matches, holding at least the
-// GPUs it needs; lowest priority first, then the one that ran least (the
-// least work lost). A need whose owner is at a quota preempts nothing.
+// `min_run`, on a worker the need's selector matches and that would take
+// its trials (see Unsuitable), holding at least the GPUs it needs; lowest
+// priority first, then the one that ran least (the least work lost). A need
+// whose owner is at a quota preempts nothing.
 //
 // With `fair_share`, a trial of the same priority may go too, when it is
 // another owner's whose standing (see Choose) would still be at or above

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <optional>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
@@ -34,6 +36,11 @@ placement::Pending Placer::PendingOf(const StudyEntry& entry,
   p.priority = spec.priority();
   p.gpus = spec.trial().resources().gpus();
   p.selector = SelectorOf(spec);
+  p.require_isolation = spec.trial().resources().require_isolation();
+  if (spec.trial().has_command() && spec.trial().command().argv_size() > 0) {
+    p.command = spec.trial().command().argv(0);
+  }
+  p.refused_by = entry.refusals();
   p.oldest_ms = google::protobuf::util::TimeUtil::TimestampToMilliseconds(
       oldest.create_time());
   return p;
@@ -65,6 +72,12 @@ placement::Worker Placer::WorkerOf(const v1::Worker& worker) const {
   }
   // Every worker has its host, whether or not it says so.
   w.labels.emplace("host", worker.host());
+  w.isolated = worker.resources().isolation().isolated();
+  if (worker.resources().has_commands() &&
+      !worker.resources().commands().any()) {
+    w.commands.emplace(worker.resources().commands().allowed().begin(),
+                       worker.resources().commands().allowed().end());
+  }
   return w;
 }
 
@@ -150,7 +163,8 @@ int Placer::MarkPreemptions() {
       c.priority = spec.priority();
       c.gpus = spec.trial().resources().gpus();
       if (const v1::Worker* w = p_.workers->Find(t.worker_id())) {
-        c.worker_labels = WorkerOf(*w).labels;
+        c.worker = WorkerOf(*w);
+        c.worker_labels = c.worker.labels;
       }
       c.ran = now - marks.StartedAt({name, number}, now);
       running.push_back(std::move(c));
@@ -217,8 +231,11 @@ std::string Placer::WhyWaiting(const StudyEntry& entry) const {
   const v1::Trial* oldest = Startable(entry);
   if (oldest == nullptr) return "";
   const placement::Pending pending = PendingOf(entry, *oldest);
-  return placement::WhyWaiting(pending, Kinds(pending.selector.count("host")),
-                               RunningNow(), *TableOf(p_.quotas));
+  // Refusals name workers: judge each worker then, not kinds of them.
+  return placement::WhyWaiting(
+      pending,
+      Kinds(pending.selector.count("host") || !pending.refused_by.empty()),
+      RunningNow(), *TableOf(p_.quotas));
 }
 
 const std::vector<placement::Worker>& Placer::Kinds(bool with_host) const {
@@ -230,17 +247,22 @@ const std::vector<placement::Worker>& Placer::Kinds(bool with_host) const {
   }
   if (kinds_of_ != p_.workers->generation()) {
     kinds_of_ = p_.workers->generation();
-    std::map<std::pair<int32_t, placement::Labels>, int32_t> count;
+    using Commands = std::optional<std::vector<std::string>>;
+    std::map<std::tuple<int32_t, placement::Labels, bool, Commands>, int32_t>
+        count;
     p_.workers->ForEach([&](const v1::Worker& w) {
       placement::Worker kind = WorkerOf(w);
       if (w.resources().labels().count("host") == 0) kind.labels.erase("host");
-      ++count[{kind.gpus, std::move(kind.labels)}];
+      ++count[{kind.gpus, std::move(kind.labels), kind.isolated,
+               std::move(kind.commands)}];
     });
     kinds_.clear();
     for (auto& [key, n] : count) {
       placement::Worker kind;
-      kind.gpus = kind.free_gpus = key.first;
-      kind.labels = key.second;
+      kind.gpus = kind.free_gpus = std::get<0>(key);
+      kind.labels = std::get<1>(key);
+      kind.isolated = std::get<2>(key);
+      kind.commands = std::get<3>(key);
       kind.count = n;
       kinds_.push_back(std::move(kind));
     }
@@ -265,7 +287,8 @@ std::string Placer::ShapeOf(const std::string& worker_id,
 bool Placer::ShapesDecide() const {
   for (const auto& [name, entry] : p_.studies->all()) {
     if (entry->worker_run() && !entry->pending().empty() &&
-        entry->study().spec().trial().resources().selector().count("host")) {
+        (entry->study().spec().trial().resources().selector().count("host") ||
+         !entry->refusals().empty())) {
       return false;
     }
   }

@@ -84,11 +84,13 @@ class Placer {
   // when nothing but busy workers holds them back, or it has none ready.
   std::string WhyWaiting(const StudyEntry& entry) const;
 
-  // What Choose sees of a worker, as a string: its free GPUs and labels
-  // (all but its host). Workers of one shape are offered the same trials.
+  // What Choose sees of a worker, as a string: its free GPUs, labels (all
+  // but its host), isolation and commands. Workers of one shape are
+  // offered the same trials.
   std::string ShapeOf(const std::string& worker_id, int32_t free_gpus) const;
   // Whether shapes decide alone: false while a study with trials ready
-  // selects workers by host, which shapes leave out.
+  // selects workers by host, or was refused by some worker, which shapes
+  // leave out.
   bool ShapesDecide() const;
 
   // Marks running trials to give up their slots to higher-priority studies

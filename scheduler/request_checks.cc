@@ -1,8 +1,12 @@
 #include "scheduler/request_checks.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "common/text.h"
 
 namespace dial::scheduler {
 
@@ -60,21 +64,36 @@ absl::Status CheckMetrics(const searchers::Metrics& metrics,
 }
 
 absl::Status CheckNote(const std::string& note) {
-  size_t chars = 0;
-  for (size_t i = 0; i < note.size(); ++chars) {
-    const unsigned char c = static_cast<unsigned char>(note[i]);
-    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7F) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("note: control character ", static_cast<int>(c),
-                       " at byte ", i, "; only newline and tab are allowed"));
-    }
-    // The sequence's length from its first byte (proto3 strings are valid
-    // UTF-8 already: only the count and control characters matter).
-    i += c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  // Newline and tab only: no C0 or C1 controls, no bidirectional
+  // overrides (they would drive or reorder the terminal that shows it).
+  if (auto bad = FindUnsafe(note, /*strict=*/false)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("note: ", *bad,
+                     "; only newline and tab of the control characters "
+                     "are allowed"));
   }
+  size_t chars = 0;
+  for (char c : note) chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
   if (chars > kMaxNoteChars) {
     return absl::InvalidArgumentError(absl::StrCat(
         "note: must be at most ", kMaxNoteChars, " characters, got ", chars));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCpuSeconds(double cpu_seconds, double wall_seconds,
+                             int32_t cpus) {
+  if (!std::isfinite(cpu_seconds) || cpu_seconds < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu_seconds: must be a finite number of 0 or more, got ",
+                     cpu_seconds));
+  }
+  const double most =
+      (std::max(wall_seconds, 0.0) + kCpuSecondsSlack) * std::max(cpus, 1);
+  if (cpu_seconds > most) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cpu_seconds: ", cpu_seconds, " is more than the attempt could use: ",
+        wall_seconds, " s of wall time on ", std::max(cpus, 1), " CPUs"));
   }
   return absl::OkStatus();
 }

@@ -28,10 +28,18 @@ absl::Status CheckReport(int64_t step, const searchers::Metrics& metrics,
                          const std::string& checkpoint, const Limits& limits);
 
 // A study's or trial's note (SetNote): at most kMaxNoteChars characters
-// of UTF-8, no control characters but newline and tab. INVALID_ARGUMENT
-// naming `note`.
+// of UTF-8, no control characters but newline and tab (C1 controls and
+// bidirectional overrides neither). INVALID_ARGUMENT naming `note`.
 inline constexpr size_t kMaxNoteChars = 2000;
 absl::Status CheckNote(const std::string& note);
+
+// FinishTrialRequest.cpu_seconds of an attempt that ran `wall_seconds` on
+// a worker of `cpus` CPUs: finite, not negative, and at most (wall +
+// kCpuSecondsSlack) x cpus (the slack covers the clocks' granularity).
+// INVALID_ARGUMENT naming cpu_seconds.
+inline constexpr double kCpuSecondsSlack = 2.0;
+absl::Status CheckCpuSeconds(double cpu_seconds, double wall_seconds,
+                             int32_t cpus);
 
 // The same with the default limits (Limits{}).
 absl::Status CheckMetrics(const searchers::Metrics& metrics, const char* field);

@@ -87,6 +87,24 @@ ABSL_FLAG(int32_t, max_workers_per_principal,
 ABSL_FLAG(int32_t, max_parked_polls_per_principal,
           dial::scheduler::Limits{}.max_parked_polls_per_principal,
           "AcquireTrial long polls one principal may have waiting");
+// What any gRPC connection may hold, before a token is checked
+// (scheduler/grpc_limits.h, docs/security.md).
+ABSL_FLAG(int64_t, grpc_memory_mb,
+          dial::scheduler::GrpcLimits{}.memory_bytes >> 20,
+          "Memory the gRPC port may use for connections and messages in "
+          "flight, all together, in MiB");
+ABSL_FLAG(int32_t, grpc_max_streams_per_connection,
+          dial::scheduler::GrpcLimits{}.max_concurrent_streams,
+          "Calls open at once on one gRPC connection");
+ABSL_FLAG(
+    int64_t, grpc_max_connection_idle_s,
+    absl::ToInt64Seconds(dial::scheduler::GrpcLimits{}.max_connection_idle),
+    "A gRPC connection with no call open this long is closed");
+ABSL_FLAG(
+    int64_t, grpc_max_connection_age_s,
+    absl::ToInt64Seconds(dial::scheduler::GrpcLimits{}.max_connection_age),
+    "A gRPC connection is asked to reconnect after this long (and "
+    "closed 5 minutes later)");
 ABSL_FLAG(int64_t, max_spec_bytes, dial::SpecLimits{}.max_spec_bytes,
           "Largest study spec accepted (serialized bytes)");
 ABSL_FLAG(int32_t, max_parallel_trials, dial::SpecLimits{}.max_parallel_trials,
@@ -297,6 +315,24 @@ int main(int argc, char** argv) {
   options.suggestion_threads = absl::GetFlag(FLAGS_suggestion_threads);
   if (options.suggestion_threads < 0) {
     spdlog::error("--suggestion-threads: must be 0 (one per core) or more");
+    return 1;
+  }
+  dial::scheduler::GrpcLimits& grpc_limits = options.grpc_limits;
+  grpc_limits.memory_bytes = absl::GetFlag(FLAGS_grpc_memory_mb) << 20;
+  grpc_limits.max_concurrent_streams =
+      absl::GetFlag(FLAGS_grpc_max_streams_per_connection);
+  grpc_limits.max_connection_idle =
+      absl::Seconds(absl::GetFlag(FLAGS_grpc_max_connection_idle_s));
+  grpc_limits.max_connection_age =
+      absl::Seconds(absl::GetFlag(FLAGS_grpc_max_connection_age_s));
+  if (absl::GetFlag(FLAGS_grpc_memory_mb) < 16 ||
+      grpc_limits.max_concurrent_streams < 1 ||
+      grpc_limits.max_connection_idle <= absl::ZeroDuration() ||
+      grpc_limits.max_connection_age <= absl::ZeroDuration()) {
+    spdlog::error(
+        "--grpc-memory-mb must be at least 16, and "
+        "--grpc-max-streams-per-connection, --grpc-max-connection-idle-s and "
+        "--grpc-max-connection-age-s at least 1");
     return 1;
   }
   options.metrics = &registry;

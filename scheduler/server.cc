@@ -13,6 +13,7 @@
 #include "common/message_limits.h"
 #include "common/status.h"
 #include "scheduler/checkpoint_service.h"
+#include "scheduler/grpc_limits.h"
 #include "scheduler/leadership.h"
 #include "scheduler/rpc_metrics.h"
 #include "scheduler/services.h"
@@ -138,9 +139,9 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Create(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   // Explicit limits (see common/message_limits.h): gRPC's defaults (4 MiB
-  // in, unlimited out) are not what Dial's clients are built to expect.
-  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
-  builder.SetMaxSendMessageSize(kMaxResponseBytes);
+  // in, unlimited out) are not what Dial's clients are built to expect;
+  // and bounds on what anonymous connections can hold (grpc_limits.h).
+  ApplyGrpcLimits(options.grpc_limits, builder);
   if (options.metrics != nullptr) {
     std::vector<
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>

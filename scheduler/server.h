@@ -10,6 +10,7 @@
 #include "auth/token_table.h"
 #include "common/metrics.h"
 #include "scheduler/core.h"
+#include "scheduler/grpc_limits.h"
 #include "storage/checkpoint_store.h"
 #include "storage/study_store.h"
 #include "transfer/checkpoint_depot.h"
@@ -60,6 +61,8 @@ struct SchedulerServerOptions {
   // core's gauges (studies, trials by state, workers); null: no metrics.
   // Not owned; outlives the server.
   metrics::Registry* metrics = nullptr;
+  // What the gRPC port lets any connection hold (--grpc-*).
+  GrpcLimits grpc_limits = GrpcLimits{};
 };
 
 // The server credentials `options` ask for: TLS (with client certificates

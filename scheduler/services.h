@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "auth/token_table.h"
 #include "dial/v1/service.grpc.pb.h"
@@ -18,9 +19,16 @@ namespace dial::scheduler {
 
 // The caller's principal: the anonymous admin when `tokens` is null (no
 // --auth-tokens); else the principal of the "authorization: Bearer <token>"
-// metadata, UNAUTHENTICATED when it is missing or unknown.
+// metadata, UNAUTHENTICATED when it is missing or unknown, and
+// RESOURCE_EXHAUSTED for an unknown one while the caller's client has to
+// wait after too many (auth::FailureThrottle; a valid token always passes).
 absl::StatusOr<auth::Principal> Authenticate(
     const auth::TokenTable* tokens, const grpc::ServerContextBase& ctx);
+
+// The client of a gRPC peer ("ipv4:10.0.0.1:5000", "ipv6:[2001:db8::1]:5000")
+// as http::AddressKey counts it; "" for one with no IP address (in-process,
+// a Unix socket).
+std::string PeerClient(const std::string& peer);
 
 // Clears what `who` may not see of a trial: the lease token always, the
 // worker and attempt unless an admin.

@@ -222,6 +222,19 @@ class StudyEntry {
   void FillFailed() { fill_failed_ = true; }
   bool TakeFillFailed() { return std::exchange(fill_failed_, false); }
 
+  // --- Workers that refused the study's trials by their own policy
+  // (FinishTrialRequest.refused): worker id -> the reason it gave. Memory
+  // only: after a restart a worker refuses once more, at no failure.
+  void RefusedBy(const std::string& worker_id, std::string reason) {
+    refusals_[worker_id] = std::move(reason);
+  }
+  const std::map<std::string, std::string>& refusals() const {
+    return refusals_;
+  }
+  void ForgetRefusalsOf(const std::string& worker_id) {
+    refusals_.erase(worker_id);
+  }
+
   // --- Leaving the registry (StudyRegistry). Work queued for a dropped
   // entry leaves it alone.
   void Drop(bool stale) {
@@ -254,6 +267,8 @@ class StudyEntry {
   std::map<int64_t, Decided> last_decision_;
   std::map<int64_t, Decided> unsaved_decisions_;
   std::map<std::pair<int64_t, int64_t>, UploadingCheckpoint> uploading_;
+
+  std::map<std::string, std::string> refusals_;
 
   bool fill_queued_ = false;
   bool fill_failed_ = false;

@@ -28,7 +28,19 @@ bool IsPostgresUrl(absl::string_view db) {
 }
 
 std::string DescribeUrl(absl::string_view url) {
-  return std::string(url.substr(0, url.find('?')));
+  // Without its parameters, and with any password in the authority (which
+  // CheckPostgresUrl refuses, in an error that names the URL) masked.
+  url = url.substr(0, url.find('?'));
+  const size_t start =
+      url.find("//") == absl::string_view::npos ? 0 : url.find("//") + 2;
+  const size_t end = std::min(url.find('/', start), url.size());
+  const absl::string_view authority = url.substr(start, end - start);
+  const size_t at = authority.rfind('@');
+  if (at == absl::string_view::npos) return std::string(url);
+  const size_t colon = authority.substr(0, at).find(':');
+  if (colon == absl::string_view::npos) return std::string(url);
+  return absl::StrCat(url.substr(0, start + colon), ":***",
+                      url.substr(start + at));
 }
 
 absl::Status CheckPostgresUrl(absl::string_view url) {

@@ -1,5 +1,8 @@
 #include "worker/report_buffer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -23,6 +26,10 @@ absl::Status ReportBuffer::Push(const v1::ReportProgressRequest& report) {
   }
   std::string bytes = report.SerializeAsString();
   const uint32_t size = static_cast<uint32_t>(bytes.size());
+  // The worker's alone (0600): a trial under another user reads no report.
+  const int fd =
+      open(spill_path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0) close(fd);
   std::ofstream out(spill_path_, std::ios::binary | std::ios::app);
   out.write(reinterpret_cast<const char*>(&size), sizeof(size));
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

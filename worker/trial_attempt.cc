@@ -60,6 +60,12 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
   const v1::AcquireTrialResponse& a = options.assignment;
   const v1::Trial& trial = a.trial();
   const bool command = !a.run().has_trainer();
+  if (a.run().resources().require_isolation() && options.users == nullptr) {
+    return Refused(absl::PermissionDeniedError(
+        "trial.resources.require_isolation: this worker cannot isolate "
+        "trials from each other (it runs no per-attempt users: root and "
+        "--run-as-range are needed)"));
+  }
   TrialProcessOptions p;
   // The trial sees the variables --pass-env lets through, not the whole
   // environment of the worker (whose token and credentials stay here).
@@ -114,7 +120,38 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
   p.env["MKL_NUM_THREADS"] = threads;
   p.env["OPENBLAS_NUM_THREADS"] = "1";
   p.env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(options.gpus, ",");
-  if (const auto& user = options.policy.run_as) {
+  const std::string log = absl::StrCat(options.work_dir, "/", trial.study(),
+                                       "-", trial.number(), "-a", a.attempt());
+  std::unique_ptr<UserLease> lease;
+  if (options.users != nullptr) {
+    auto got = options.users->Acquire();
+    if (!got.ok()) return got.status();
+    lease = std::move(*got);
+    // Parents others may pass through but not list; the trial's own
+    // directories 0700 and its uid's alone.
+    const std::string study_dir =
+        absl::StrCat(options.checkpoint_root, "/", trial.study());
+    const std::string work = log + ".work";
+    for (absl::Status s :
+         {MakeTraverseOnly(options.checkpoint_root, /*own=*/false),
+          MakeTraverseOnly(study_dir, /*own=*/true),
+          MakeTraverseOnly(options.work_dir, /*own=*/true),
+          lease->Give(p.env[kEnvCheckpointDir]), lease->Give(work)}) {
+      if (!s.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("cannot prepare the attempt's directories for uid ",
+                         lease->uid(), ": ", s.message()));
+      }
+    }
+    p.run_as = lease->run_as();
+    p.max_user_processes = options.policy.max_pids;
+    p.private_proc = true;
+    p.cwd = work;
+    p.env["HOME"] = work;
+    p.env["TMPDIR"] = work;
+    p.env["USER"] = p.run_as->name;
+    p.env["LOGNAME"] = p.run_as->name;
+  } else if (const auto& user = options.policy.run_as) {
     p.run_as = user;
     p.max_user_processes = options.policy.max_pids * options.slots;
     p.env["HOME"] = user->home;
@@ -123,8 +160,6 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
     absl::Status given = GiveTrialDirectory(p.env[kEnvCheckpointDir], *user);
     if (!given.ok()) return given;
   }
-  const std::string log = absl::StrCat(options.work_dir, "/", trial.study(),
-                                       "-", trial.number(), "-a", a.attempt());
   p.stdout_path = log + ".out";
   p.stderr_path = log + ".err";
   p.max_log_bytes = options.max_log_bytes;
@@ -156,13 +191,15 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
   auto process = TrialProcess::Start(std::move(p));
   if (!process.ok()) return process.status();
   return std::unique_ptr<TrialAttempt>(
-      new TrialAttempt(options, std::move(*process)));
+      new TrialAttempt(options, std::move(lease), std::move(*process)));
 }
 
 TrialAttempt::TrialAttempt(const TrialAttemptOptions& options,
+                           std::unique_ptr<UserLease> user,
                            std::unique_ptr<TrialProcess> process)
     : options_(options),
       name_(AttemptName(options.assignment)),
+      user_(std::move(user)),
       process_(std::move(process)) {}
 
 AttemptEnd TrialAttempt::RelayReports(ReportRelay& relay) {
@@ -274,7 +311,9 @@ AttemptEnd TrialAttempt::RelayReports(ReportRelay& relay) {
 
 int TrialAttempt::Stop(bool kill, absl::Duration grace) {
   if (kill) process_->Signal(SIGKILL);
-  return process_->WaitOrKill(grace);
+  const int status = process_->WaitOrKill(grace);
+  if (user_) user_->Release();
+  return status;
 }
 
 void TrialAttempt::DescribeOutcome(const AttemptEnd& end, int wait_status,

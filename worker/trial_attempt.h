@@ -22,6 +22,7 @@
 #include "worker/report_relay.h"
 #include "worker/trial_policy.h"
 #include "worker/trial_process.h"
+#include "worker/trial_users.h"
 
 namespace dial::worker {
 
@@ -45,6 +46,12 @@ struct TrialAttemptOptions {
   int64_t max_log_bytes = 0;  // per log file; 0: no cap
   // Per-trial cgroup scopes; null: the supervisor alone. Not owned.
   Cgroups* cgroups = nullptr;
+  // Per-attempt users (--run-as-range): the attempt runs as a uid of its
+  // own, in a 0700 work directory (<work_dir>/<study>-<trial>-a<N>.work:
+  // its cwd, HOME and TMPDIR) and its 0700 checkpoint directory, both
+  // handed back to root when it stops; policy.run_as is then unused.
+  // Null: no isolation. Not owned.
+  TrialUsers* users = nullptr;
   // Checkpoint transfer (--checkpoint-cache), both null on a shared root:
   // `upload` gets each acknowledged report's checkpoint (the report says
   // it is still uploading); `fetch` makes a checkpoint of the study local
@@ -73,7 +80,10 @@ class TrialAttempt {
  public:
   // Starts the process. Errors fail the attempt, with the message as its
   // error: INVALID_ARGUMENT for an empty command or a bad secret name,
-  // PERMISSION_DENIED for a command this worker does not allow, NOT_FOUND
+  // PERMISSION_DENIED, marked Refused (trial_policy.h), for a command or a
+  // variable name this worker does not allow, or a spec that requires
+  // isolation (resources.require_isolation) of a worker without
+  // per-attempt users; NOT_FOUND
   // for a missing secret, FAILED_PRECONDITION for a restore checkpoint
   // that is not the trial's own or a memory limit that cannot be applied,
   // UNAVAILABLE when it cannot be started (pipes, log files, fork,
@@ -92,8 +102,10 @@ class TrialAttempt {
   AttemptEnd RelayReports(ReportRelay& relay);
 
   // Ends the process: with `kill`, SIGKILLs its group at once; otherwise
-  // waits up to `grace` for it to exit and then kills the group. Returns
-  // the wait status.
+  // waits up to `grace` for it to exit and then kills the group. Under a
+  // per-attempt user, then kills whatever still runs as it and hands its
+  // directories back to root (the uid goes back to the pool). Returns the
+  // wait status.
   int Stop(bool kill, absl::Duration grace);
 
   // Fills in how the attempt ended for the scheduler: final metrics, or an
@@ -106,10 +118,13 @@ class TrialAttempt {
 
  private:
   TrialAttempt(const TrialAttemptOptions& options,
+               std::unique_ptr<UserLease> user,
                std::unique_ptr<TrialProcess> process);
 
   const TrialAttemptOptions options_;
   const std::string name_;
+  // Before process_: released after the process tree is gone.
+  const std::unique_ptr<UserLease> user_;
   const std::unique_ptr<TrialProcess> process_;
 };
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -53,38 +54,66 @@ std::vector<std::string> DefaultPassEnv() {
   return absl::StrSplit(kDefaultPassEnv, ',', absl::SkipEmpty());
 }
 
+namespace {
+constexpr char kRefusedPayload[] = "dial.worker/refused";
+
+bool PlainName(const std::string& name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+}  // namespace
+
+absl::Status Refused(absl::Status status) {
+  status.SetPayload(kRefusedPayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsRefused(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kRefusedPayload).has_value();
+}
+
 absl::Status CheckTrialEnv(const TrialPolicy& policy, const std::string& field,
                            const std::string& name) {
   const std::string where = absl::StrCat(field, ".", name);
   for (const auto& allowed : policy.allowed_env) {
     if (allowed == name) return absl::OkStatus();
   }
-  static const std::vector<std::string> unsafe =
-      absl::StrSplit(kUnsafeEnv, ',', absl::SkipEmpty());
-  static const std::vector<std::string> exceptions =
-      absl::StrSplit(kSafeInterpreterEnv, ',', absl::SkipEmpty());
-  const bool exception =
-      std::find(exceptions.begin(), exceptions.end(), name) != exceptions.end();
-  for (const auto& glob : unsafe) {
-    if (exception) break;
-    if (fnmatch(glob.c_str(), name.c_str(), 0) == 0) {
-      return absl::PermissionDeniedError(absl::StrCat(
+  static const std::vector<std::string> safe =
+      absl::StrSplit(kSafeEnv, ',', absl::SkipEmpty());
+  if (std::find(safe.begin(), safe.end(), name) != safe.end()) {
+    return absl::OkStatus();
+  }
+  static const std::vector<std::string> reserved =
+      absl::StrSplit(kReservedEnv, ',', absl::SkipEmpty());
+  for (const auto& glob : reserved) {
+    if (fnmatch(glob.c_str(), name.c_str(), FNM_CASEFOLD) == 0) {
+      return Refused(absl::PermissionDeniedError(absl::StrCat(
           where,
-          ": refused by this worker: loader, shell, interpreter and hook "
-          "variables (",
+          ": refused by this worker: loader, shell, interpreter, runtime "
+          "and hook variables (",
           glob,
-          ") can run code before the allowed program; a worker that trusts "
-          "its studies with it allows it with --allow-env=",
-          name));
+          ") can make the allowed program load or run other code; a worker "
+          "that trusts its studies with it allows it with --allow-env=",
+          name)));
     }
   }
-  if (policy.allowed_env.empty()) return absl::OkStatus();
+  if (PlainName(name)) return absl::OkStatus();
   for (const auto& glob : policy.allowed_env) {
     if (fnmatch(glob.c_str(), name.c_str(), 0) == 0) return absl::OkStatus();
   }
-  return absl::PermissionDeniedError(
-      absl::StrCat(where, ": not allowed on this worker (its --allow-env is ",
-                   absl::StrJoin(policy.allowed_env, ", "), ")"));
+  return Refused(absl::PermissionDeniedError(absl::StrCat(
+      where,
+      ": not allowed on this worker: a study may set plain names (letters, "
+      "digits and '_') outside the reserved families, and what --allow-env "
+      "adds",
+      policy.allowed_env.empty()
+          ? std::string()
+          : absl::StrCat(" (", absl::StrJoin(policy.allowed_env, ", "), ")"))));
 }
 
 absl::Status CheckCommand(const TrialPolicy& policy,
@@ -106,7 +135,7 @@ absl::Status CheckCommand(const TrialPolicy& policy,
       return absl::OkStatus();
     }
   }
-  return absl::PermissionDeniedError(absl::StrCat(
+  return Refused(absl::PermissionDeniedError(absl::StrCat(
       "command '", program,
       "' is not allowed on this worker: start dial-worker with "
       "--allow-command=GLOB matching it (e.g. --allow-command=",
@@ -114,7 +143,7 @@ absl::Status CheckCommand(const TrialPolicy& policy,
       policy.allowed_commands.empty()
           ? std::string(" (it allows only the built-in trainer)")
           : absl::StrCat(" (it allows ",
-                         absl::StrJoin(policy.allowed_commands, ", "), ")")));
+                         absl::StrJoin(policy.allowed_commands, ", "), ")"))));
 }
 
 std::map<std::string, std::string> PassedEnvironment(

@@ -30,26 +30,50 @@ inline constexpr char kDefaultPassEnv[] =
 // The default pass_env list, split.
 std::vector<std::string> DefaultPassEnv();
 
-// Globs of variable names a study may not set through trial.command.env or
-// secret_env unless an --allow-env entry names the variable exactly: the
-// dynamic loader's, shells' start-up and option variables, interpreters'
-// start-up and module paths, and programs' hooks that run a command. Each
-// can make an allowed program run code of the study's choosing before (or
-// instead of) what it was allowed for.
-inline constexpr char kUnsafeEnv[] =
+// What a study may set through trial.command.env and secret_env is an
+// allow-list (docs/workers.md, "Variables a study may set"): by default a
+// plain application name (letters, digits and '_', not starting with a
+// digit: MY_FLAG, WANDB_MODE, STEPS) outside the reserved families below,
+// or one of kSafeEnv; --allow-env adds names and globs.
+//
+// Reserved families (fnmatch globs, case-insensitive): the dynamic
+// loader's, shells' start-up and option variables, interpreters' start-up
+// and module paths, programs' hooks that run a command, and the runtimes
+// a training program loads (CUDA, NCCL, OpenMP, PyTorch, TensorFlow, XLA)
+// whose variables name libraries, plugins and tools to load. Each can
+// make an allowed program run code of the study's choosing before (or
+// instead of) what it was allowed for; a name of these families that is
+// not known to be safe is refused, new ones included. The last globs
+// catch loader words in any family (a *_PLUGIN, an *INJECTION*_PATH).
+inline constexpr char kReservedEnv[] =
     "LD_*,DYLD_*,GCONV_PATH,GLIBC_TUNABLES,LOCPATH,NLSPATH,HOSTALIASES,"
-    "RESOLV_*,MALLOC_*,BASH_ENV,ENV,BASH_FUNC_*,SHELLOPTS,BASHOPTS,PS4,"
-    "PROMPT_COMMAND,IFS,CDPATH,GLOBIGNORE,PATH,HOME,SHELL,XDG_CONFIG_*,"
-    "PYTHON*,BROWSER,PERL*,RUBY*,GEM_*,NODE_*,NPM_*,JAVA_TOOL_OPTIONS,"
-    "_JAVA_OPTIONS,JDK_JAVA_OPTIONS,CLASSPATH,LUA_*,TCL*,R_*,JULIA_*,GIT_*,"
-    "EDITOR,VISUAL,PAGER,MANPAGER,LESSOPEN,LESSCLOSE,OPENSSL_*,SSL_*,"
-    "IPYTHONDIR,JUPYTER_*";
+    "RESOLV_*,MALLOC_*,BASH*,ENV,SHELLOPTS,PS4,PROMPT_COMMAND,IFS,CDPATH,"
+    "GLOBIGNORE,ZDOTDIR,ZSH*,KSH*,FPATH,PATH,HOME,SHELL,XDG_*,PYTHON*,"
+    "BROWSER,PERL*,RUBY*,GEM_*,NODE_*,NPM_*,JAVA_TOOL_OPTIONS,_JAVA_OPTIONS,"
+    "JDK_JAVA_OPTIONS,CLASSPATH,LUA_*,TCL*,R_*,JULIA_*,GIT_*,EDITOR,VISUAL,"
+    "PAGER,MANPAGER,LESSOPEN,LESSCLOSE,OPENSSL_*,SSL_*,IPYTHONDIR,JUPYTER_*,"
+    "CUDA_*,NCCL_*,OMP_*,KMP_*,GOMP_*,TORCH*,PYTORCH_*,TF_*,XLA_*,JAX_*,"
+    "*PRELOAD*,*PLUGIN*,*INJECT*,*LIBRARY_PATH*,*LIBRARIES*,*_HOOK,"
+    "*_HOOKS,*_HOOK_*,"
+    "*_TOOL_*,*LOADER*";
 
-// Exceptions to kUnsafeEnv that only change how an interpreter runs, not
-// what it runs.
-inline constexpr char kSafeInterpreterEnv[] =
+// Names of the reserved families that only tune how a runtime runs, not
+// what it loads: allowed by default.
+inline constexpr char kSafeEnv[] =
     "PYTHONUNBUFFERED,PYTHONHASHSEED,PYTHONDONTWRITEBYTECODE,"
-    "PYTHONIOENCODING,PYTHONFAULTHANDLER,PYTHONUTF8,PYTHONNOUSERSITE";
+    "PYTHONIOENCODING,PYTHONFAULTHANDLER,PYTHONUTF8,PYTHONNOUSERSITE,"
+    "CUDA_LAUNCH_BLOCKING,CUDA_DEVICE_ORDER,CUDA_MODULE_LOADING,"
+    "CUDA_DEVICE_MAX_CONNECTIONS,NCCL_DEBUG,NCCL_DEBUG_SUBSYS,"
+    "NCCL_SOCKET_IFNAME,NCCL_IB_DISABLE,NCCL_P2P_DISABLE,NCCL_SHM_DISABLE,"
+    "NCCL_ALGO,NCCL_PROTO,NCCL_MIN_NCHANNELS,NCCL_MAX_NCHANNELS,"
+    "NCCL_BUFFSIZE,NCCL_NTHREADS,NCCL_ASYNC_ERROR_HANDLING,OMP_PROC_BIND,"
+    "OMP_PLACES,OMP_SCHEDULE,OMP_DYNAMIC,OMP_STACKSIZE,OMP_WAIT_POLICY,"
+    "OMP_MAX_ACTIVE_LEVELS,KMP_AFFINITY,KMP_BLOCKTIME,"
+    "PYTORCH_CUDA_ALLOC_CONF,PYTORCH_NO_CUDA_MEMORY_CACHING,"
+    "TORCH_SHOW_CPP_STACKTRACES,TORCH_CPP_LOG_LEVEL,"
+    "TORCH_DISTRIBUTED_DEBUG,TF_CPP_MIN_LOG_LEVEL,"
+    "TF_FORCE_GPU_ALLOW_GROWTH,XLA_PYTHON_CLIENT_PREALLOCATE,"
+    "XLA_PYTHON_CLIENT_MEM_FRACTION";
 
 struct TrialPolicy {
   // fnmatch(3) globs (FNM_PATHNAME: '*' does not cross '/') that argv[0] of
@@ -59,10 +83,10 @@ struct TrialPolicy {
   // Names or globs of the worker's variables passed to trials. The
   // worker's own DIAL_* variables (its token among them) never pass.
   std::vector<std::string> pass_env = DefaultPassEnv();
-  // Globs (fnmatch) of the variable names a study may set through
-  // trial.command.env and secret_env (--allow-env). Empty: any name
-  // outside kUnsafeEnv. A name in kUnsafeEnv passes only when an entry
-  // names it exactly, never through a glob.
+  // Names and globs (fnmatch) a study may set through trial.command.env
+  // and secret_env besides the default (--allow-env). A name of a
+  // kReservedEnv family passes only when an entry names it exactly, never
+  // through a glob.
   std::vector<std::string> allowed_env;
   // Directory of secret files (<dir>/<secret-name>); empty: none.
   std::string secrets_dir;
@@ -75,19 +99,28 @@ struct TrialPolicy {
   // The processes one trial may have (--trial-max-pids): pids.max of its
   // cgroup scope where the pids controller is available; with run_as, also
   // the run-as user's RLIMIT_NPROC, times `slots` (the kernel counts every
-  // process of that user). 0: no limit.
+  // process of that user); under a per-attempt user, that user's
+  // RLIMIT_NPROC exactly. 0: no limit.
   int64_t max_pids = 4096;
 };
 
+// A refusal by this worker's own policy (a command, a variable name, an
+// isolation it does not allow or give), as opposed to a failure: the
+// worker tells the scheduler (FinishTrialRequest.refused) so it does not
+// count against the trial. `status` gets a payload that IsRefused finds.
+absl::Status Refused(absl::Status status);
+bool IsRefused(const absl::Status& status);
+
 // OK when a command trial with this argv may run here. PERMISSION_DENIED
-// naming argv[0] and the flags that would allow it; INVALID_ARGUMENT for
-// an empty argv or an argv[0] with a ".." component.
+// (Refused) naming argv[0] and the flags that would allow it;
+// INVALID_ARGUMENT for an empty argv or an argv[0] with a ".." component.
 absl::Status CheckCommand(const TrialPolicy& policy,
                           const std::vector<std::string>& argv);
 
 // OK when a study may set the variable `name` on this worker (see
-// TrialPolicy::allowed_env). PERMISSION_DENIED naming `field`.`name`, the
-// reason and the flag that would allow it.
+// kReservedEnv and TrialPolicy::allowed_env). PERMISSION_DENIED naming
+// `field`.`name`, the reason and the flag that would allow it, marked
+// Refused.
 absl::Status CheckTrialEnv(const TrialPolicy& policy, const std::string& field,
                            const std::string& name);
 

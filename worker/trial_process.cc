@@ -41,7 +41,7 @@ absl::StatusOr<std::unique_ptr<RotatingLog>> RotatingLog::Open(
     std::string path, int64_t max_bytes) {
   unlink((path + ".1").c_str());  // a stale part of an earlier run
   ScopedFd fd(
-      open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!fd.valid()) {
     return absl::UnavailableError(
         absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
@@ -70,7 +70,7 @@ void RotatingLog::Rotate() {
   const std::string old = path_ + ".1";
   rename(path_.c_str(), old.c_str());
   fd_.reset(
-      open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   size_ = 0;
   ++rotations_;
   const std::string note = absl::StrCat(
@@ -118,6 +118,8 @@ absl::StatusOr<std::unique_ptr<TrialProcess>> TrialProcess::Start(
   if (options.cgroup) spawn.cgroup_procs_fd = options.cgroup->procs_fd();
   spawn.run_as = options.run_as;
   spawn.max_user_processes = options.max_user_processes;
+  spawn.private_proc = options.private_proc;
+  spawn.cwd = options.cwd;
   // A program that cannot be run fails like one that exits 127, with a
   // line on its stderr (docs/trial-protocol.md).
   spawn.exec_failure_exits_127 = true;

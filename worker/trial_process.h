@@ -44,6 +44,10 @@ struct TrialProcessOptions {
   std::optional<RunAs> run_as;
   // RLIMIT_NPROC for the run-as user; 0: unchanged.
   int64_t max_user_processes = 0;
+  // A /proc showing only its user's processes (SpawnOptions::private_proc).
+  bool private_proc = false;
+  // Its working directory; empty: the worker's.
+  std::string cwd;
 };
 
 // Why ReadLine returned no line.

@@ -153,6 +153,14 @@ std::string Worker::EnsureRegistered() {
     if (resources->labels().count("host") == 0) {
       (*resources->mutable_labels())["host"] = options_.host;
     }
+    *resources->mutable_isolation() = options_.isolation;
+    // What it runs, so that the scheduler neither offers nor preempts for
+    // a command it would refuse.
+    v1::CommandPolicy* commands = resources->mutable_commands();
+    commands->set_any(options_.policy.allow_any_command);
+    for (const auto& glob : options_.policy.allowed_commands) {
+      commands->add_allowed(glob);
+    }
     auto response = options_.client->Register(request);
     if (response.ok()) {
       absl::MutexLock lock(&mu_);
@@ -366,6 +374,7 @@ void Worker::RunTrial(const std::string& worker_id,
   o.worker_env = *options_.environment;
   o.max_log_bytes = options_.max_log_bytes;
   o.cgroups = options_.cgroups;
+  o.users = options_.users;
   v1::TrialLease lease;
   lease.set_worker_id(worker_id);
   lease.set_study(trial.study());
@@ -402,12 +411,18 @@ void Worker::RunTrial(const std::string& worker_id,
   }
   auto attempt = TrialAttempt::Start(o);
   if (!attempt.ok()) {
-    // Refused here (a command this worker does not run, a missing secret,
-    // a foreign restore checkpoint) or not startable: a counted failure.
+    // Refused by this worker's policy (a command it does not run, a
+    // variable name it does not accept, an isolation it cannot give): the
+    // scheduler does not count it and keeps the study off this worker.
+    // Anything else (a missing secret, a foreign restore checkpoint, no
+    // fork) is a counted failure.
     release_gpus();
     if (uploader_) uploader_->Cancel(lease);
     finish.set_error(std::string(attempt.status().message()));
-    spdlog::warn("{}: failed: {}", name, finish.error());
+    finish.set_refused(IsRefused(attempt.status()));
+    spdlog::warn("{}: {}: {}", name, finish.refused() ? "refused" : "failed",
+                 finish.error());
+    if (finish.refused()) CountEnd("refused");
     return SendFinish(finish, name);
   }
   const int64_t run = Track(a, worker_id, attempt->get());

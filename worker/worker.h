@@ -32,6 +32,7 @@
 #include "worker/scheduler_client.h"
 #include "worker/sleeper.h"
 #include "worker/trial_policy.h"
+#include "worker/trial_users.h"
 
 namespace dial::worker {
 
@@ -87,6 +88,11 @@ struct WorkerOptions {
   // Per-trial cgroup v2 scopes; null: none (each trial's supervisor still
   // kills whatever it started). Not owned.
   Cgroups* cgroups = nullptr;
+  // Per-attempt Unix users (--run-as-range); null: none. Not owned.
+  TrialUsers* users = nullptr;
+  // What the worker says at registration about the walls between its
+  // trials and the limits it enforces (DescribeIsolation).
+  v1::WorkerIsolation isolation;
   // dial_worker_* metrics (dial-worker --metrics-listen, docs/operations.md);
   // null: none. Not owned; outlives the worker.
   metrics::Registry* metrics = nullptr;

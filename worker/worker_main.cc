@@ -32,6 +32,8 @@
 #include "spdlog/spdlog.h"
 #include "transfer/transfer_client.h"
 #include "worker/gpu_pool.h"
+#include "worker/isolation.h"
+#include "worker/trial_users.h"
 #include "worker/worker.h"
 
 ABSL_FLAG(std::string, scheduler, "",
@@ -84,18 +86,30 @@ ABSL_FLAG(std::vector<std::string>, pass_env,
           "see; repeat or give a comma list (replaces the default). The "
           "worker's DIAL_* variables never pass");
 ABSL_FLAG(std::vector<std::string>, allow_env, {},
-          "Names or globs of the variables a study may set in "
-          "trial.command.env and secret_env; repeat or give a comma list. "
-          "Default: any name but the loader, shell and interpreter start-up "
-          "variables (LD_*, BASH_ENV, PYTHONPATH, ...), which pass only when "
-          "named here exactly");
+          "Names or globs a study may set in trial.command.env and "
+          "secret_env besides the default (plain names of letters, digits "
+          "and '_' outside the loader, shell, interpreter and runtime "
+          "families: LD_*, BASH*, PYTHON*, CUDA_*, NCCL_*, OMP_*, ...); repeat "
+          "or give a comma list. A reserved name passes only when named here "
+          "exactly");
 ABSL_FLAG(std::string, run_as, "",
           "Unprivileged user (name or uid) that trials run as; the worker "
           "itself must be root to switch. Default: the worker's own user");
+ABSL_FLAG(std::string, run_as_range, "",
+          "FIRST-LAST: run each trial attempt as a Unix user of its own, a "
+          "uid drawn from this range (no passwd entry needed; set aside for "
+          "this worker alone), in 0700 directories, so trials cannot reach "
+          "each other's files or processes. Needs root; excludes --run-as");
 ABSL_FLAG(int64_t, trial_max_pids, 4096,
-          "Processes one trial may have (pids.max of its cgroup; with "
-          "--run-as also that user's RLIMIT_NPROC, times --slots); 0: no "
-          "limit");
+          "Processes one trial may have (pids.max of its cgroup; under "
+          "--run-as-range also its user's RLIMIT_NPROC; with --run-as that "
+          "user's RLIMIT_NPROC, times --slots); 0: no limit. Given "
+          "explicitly where nothing can enforce it, the worker refuses to "
+          "start (see --allow-unenforced-limits)");
+ABSL_FLAG(bool, allow_unenforced_limits, false,
+          "Start even when an explicitly given --trial-max-pids cannot be "
+          "enforced here (it is then listed in the registration's "
+          "isolation.unenforced_limits)");
 ABSL_FLAG(bool, insecure, false,
           "Send the token without TLS to a scheduler that is not on this "
           "host (a network you trust); refused otherwise");
@@ -392,6 +406,63 @@ int main(int argc, char** argv) {
           std::string(made.status().message()));
     }
   }
+  std::unique_ptr<dial::worker::TrialUsers> users;
+  std::optional<dial::worker::UidRange> uid_range;
+  if (const std::string range = absl::GetFlag(FLAGS_run_as_range);
+      !range.empty()) {
+    auto parsed = dial::worker::ParseUidRange(range);
+    if (!parsed.ok()) {
+      spdlog::error("{}", std::string(parsed.status().message()));
+      return 2;
+    }
+    uid_range = *parsed;
+  }
+  dial::worker::IsolationInputs isolation_in;
+  isolation_in.root = geteuid() == 0;
+  isolation_in.uid_range = uid_range.has_value();
+  isolation_in.run_as = absl::GetFlag(FLAGS_run_as);
+  isolation_in.cgroups = cgroups != nullptr;
+  isolation_in.memory_controller = cgroups && cgroups->memory_limits();
+  isolation_in.pids_controller = cgroups && cgroups->pid_limits();
+  isolation_in.max_pids = options.policy.max_pids;
+  for (const std::string& arg : arg_storage) {
+    if (arg == "--") break;
+    for (const std::string prefix : {"--trial_max_pids", "-trial_max_pids"}) {
+      if (arg == prefix || arg.rfind(prefix + "=", 0) == 0) {
+        isolation_in.max_pids_explicit = true;
+      }
+    }
+  }
+  isolation_in.allow_unenforced = absl::GetFlag(FLAGS_allow_unenforced_limits);
+  auto isolation = dial::worker::DescribeIsolation(isolation_in);
+  if (!isolation.ok()) {
+    spdlog::error("{}", std::string(isolation.status().message()));
+    return 2;
+  }
+  options.isolation = *isolation;
+  if (uid_range) {
+    users = std::make_unique<dial::worker::TrialUsers>(*uid_range);
+    options.users = users.get();
+    options.policy.run_as.reset();
+    absl::Status dirs = dial::worker::MakeTraverseOnly(options.work_dir, true);
+    if (!dirs.ok()) {
+      spdlog::error("--work-dir: {}", dirs.ToString());
+      return 2;
+    }
+    spdlog::info(
+        "isolation: per-attempt users, uids {}-{}: each attempt runs as a "
+        "user of its own in 0700 directories",
+        uid_range->first, uid_range->last);
+  } else {
+    spdlog::warn("isolation: none: {}", isolation->reason());
+  }
+  spdlog::info("limits enforced per trial: {}; not enforced: {}",
+               isolation->enforced_limits().empty()
+                   ? std::string("none")
+                   : absl::StrJoin(isolation->enforced_limits(), ", "),
+               isolation->unenforced_limits().empty()
+                   ? std::string("none")
+                   : absl::StrJoin(isolation->unenforced_limits(), ", "));
   if (options.policy.allow_any_command) {
     spdlog::warn("--allow-any-command: any study can run any program here");
   } else {

@@ -16,7 +16,9 @@ standard input, and the child stops when that input ends
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
+import secrets
 import select
 import shutil
 import subprocess
@@ -74,6 +76,9 @@ class LocalScheduler:
         self._client: Optional[Client] = None
         self._lock = threading.Lock()
         self.address: Optional[str] = None
+        #: The admin token a client of it needs (None when ``flags`` give
+        #: ``--auth-tokens`` of their own).
+        self.token: Optional[str] = None
 
     def __enter__(self) -> "LocalScheduler":
         return self.start()
@@ -104,7 +109,17 @@ class LocalScheduler:
             argv = [binary, "--db=" + os.path.join(directory, "dial.db"),
                     "--checkpoint-root=" + os.path.join(directory, "ckpt"),
                     "--listen=127.0.0.1:0", "--log-level=warn",
-                    "--stop-on-stdin-eof", *self._flags]
+                    "--stop-on-stdin-eof"]
+            # Any local user can reach 127.0.0.1: without a token they
+            # would be its anonymous admin. A fresh random admin token,
+            # kept in this process; the file holds only its hash.
+            token = None
+            if not any(f.startswith("--auth-tokens")
+                       or f.startswith("--auth_tokens") for f in self._flags):
+                token = secrets.token_urlsafe(32)
+                argv.append("--auth-tokens=" + _write_tokens_file(
+                    directory, token))
+            argv += self._flags
             # No preexec_fn: it makes subprocess fork() rather than vfork(),
             # and fork() runs gRPC's fork handlers, which can wait forever
             # for a busy thread pool or abort on one shutting down. The
@@ -125,7 +140,8 @@ class LocalScheduler:
                     f"{line.strip() or 'no readiness line'}\n{tail}")
             self._proc = proc
             self.address = line.split("listening on ", 1)[1].split()[0]
-            self._client = connect(self.address, token="")
+            self.token = token
+            self._client = connect(self.address, token=token)
             atexit.register(self.close)
             return self
 
@@ -159,3 +175,15 @@ def _stop(proc: subprocess.Popen) -> None:
     for pipe in (proc.stdin, proc.stdout):
         if pipe is not None:
             pipe.close()
+
+
+def _write_tokens_file(directory: str, token: str) -> str:
+    """Writes a tokens file (0600) naming ``token``'s SHA-256 as the admin
+    ``local``; its path."""
+    path = os.path.join(directory, "tokens")
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("# dial.LocalScheduler's own token (its hash)\n"
+                f"admin local {digest}\n")
+    return path

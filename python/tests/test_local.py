@@ -83,3 +83,34 @@ def test_a_killed_parent_leaves_no_scheduler():
     ended, _, _ = select.select([pidfd], [], [], 30)
     os.close(pidfd)
     assert ended, f"scheduler {pid} outlived its SIGKILLed parent"
+
+
+def test_it_refuses_callers_without_its_token():
+    # Finding 4 of the third security review: any local user (uid nobody)
+    # listed the victim's study and completed a trial with a forged score,
+    # which became best_trial.
+    with dial.LocalScheduler() as local:
+        study = local.client.create_study({
+            "name": "private", "searcher": {"random": {"seed": 1}},
+            "objective": {"metric": "loss", "goal": "MINIMIZE"},
+            "search_space": [{"name": "x", "float": {"min": 0, "max": 1}}],
+            "budget": {"max_trials": 5}})
+        trial = study.ask()
+        assert local.token and len(local.token) >= 40
+        for token in ("", "guessed"):
+            with dial.connect(local.address, token=token,
+                              retries=0) as other:
+                with pytest.raises(dial.Unauthenticated):
+                    list(other.studies())
+                with pytest.raises(dial.Unauthenticated):
+                    other.study("private").tell(trial.number, 99.0)
+        assert study.best_trial is None
+        # Its tokens file holds the hash only, readable by its owner only.
+        with open(os.path.join(local._owned_dir, "tokens")) as f:
+            text = f.read()
+        assert local.token not in text
+        assert os.stat(os.path.join(local._owned_dir, "tokens")).st_mode \
+            & 0o077 == 0
+        # The token lets another client in.
+        with dial.connect(local.address, token=local.token) as mine:
+            assert [s.name for s in mine.studies()] == ["private"]

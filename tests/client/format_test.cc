@@ -477,7 +477,16 @@ TEST(FormatTest, WorkersShowSlotsGpusAndRunningTrials) {
   EXPECT_THAT(text, HasSubstr("RUNNING"));
   EXPECT_THAT(text, HasSubstr("node1-ab12"));
   EXPECT_THAT(text, HasSubstr("asha/7,pbt/0"));
-  EXPECT_THAT(text, ::testing::ContainsRegex("node1 +4 +2 "));
+  EXPECT_THAT(text, ::testing::ContainsRegex("node1 +4 +2 +- "));
+  // How it isolates trials, and why not.
+  w.mutable_resources()->mutable_isolation()->set_method("none");
+  w.mutable_resources()->mutable_isolation()->set_reason("not root");
+  EXPECT_THAT(FormatWorkers({w}), HasSubstr("ISOLATION"));
+  EXPECT_THAT(FormatWorkers({w}), HasSubstr(" none (not root) "));
+  w.mutable_resources()->mutable_isolation()->set_isolated(true);
+  w.mutable_resources()->mutable_isolation()->set_method("per-attempt-user");
+  w.mutable_resources()->mutable_isolation()->clear_reason();
+  EXPECT_THAT(FormatWorkers({w}), HasSubstr(" per-attempt-user "));
 }
 
 }  // namespace dial::client

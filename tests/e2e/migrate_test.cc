@@ -143,5 +143,29 @@ budget: {max_trials: 6, max_parallel_trials: 1}
   EXPECT_FALSE(fs::exists(dir_ / "typo.db"));
 }
 
+// Finding 14 of the third security review: a --to URL refused for holding
+// a password was echoed whole, password included, in dialctl's error.
+TEST(MigrateErrorsTest, ARefusedUrlsPasswordIsNotEchoed) {
+  const fs::path dir = fs::temp_directory_path() /
+                       ("dial-e2e-migrate-pw-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string from = (dir / "from.db").string();
+  auto [made, made_out] =
+      Shell("sqlite3 " + from + " 'CREATE TABLE x(y)' </dev/null");
+  ASSERT_EQ(made, 0) << made_out;
+  for (const std::string to :
+       {"postgresql://dial:hunter2-secret@db.example:5432/dial",
+        "postgresql://dial:hunter2-secret@db.example/dial?sslmode=require"}) {
+    auto [rc, out] =
+        Shell(std::string(DIALCTL_BIN) + " admin migrate --from=" + from +
+              " '--to=" + to + "'");
+    EXPECT_NE(rc, 0);
+    EXPECT_THAT(out, HasSubstr("holds a password"));
+    EXPECT_THAT(out, HasSubstr("postgresql://dial:***@db.example"));
+    EXPECT_THAT(out, ::testing::Not(HasSubstr("hunter2")));
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace dial

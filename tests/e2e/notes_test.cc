@@ -1,7 +1,9 @@
 // Notes on studies and trials (issue 37) through the real binaries: set
 // and read with dialctl (words, stdin, clearing), shown by `study get` and
 // `trials get`, kept across a scheduler restart, and a too-long note
-// refused naming the field.
+// refused naming the field. And text from others (a trial's stderr) that
+// would drive a terminal, shown escaped by dialctl.
+#include "common/spec.h"
 #include "tests/e2e/worker_fixture.h"
 
 namespace dial {
@@ -57,6 +59,38 @@ TEST_F(WorkerE2eTest, NotesAreSetAndReadWithDialctlAndOutliveARestart) {
   EXPECT_THAT(Dialctl("study note noted ''"), HasSubstr("cleared the note"));
   EXPECT_EQ(client_->GetStudy("noted")->note(), "");
   EXPECT_EQ(client_->GetTrial("noted", 0)->note(), trial_note);
+}
+
+// Finding 12 of the third security review: a trial's stderr tail went to
+// `dialctl trials get` as it was, and set the admin's window title and
+// cleared the screen.
+TEST_F(WorkerE2eTest, DialctlShowsATrialsTerminalEscapesEscaped) {
+  StartWorker("wa");
+  auto spec = ParseStudySpec(R"yaml(
+name: escapes
+objective: {metric: loss, goal: MINIMIZE}
+search_space: [{name: lr, float: {min: 0.01, max: 0.4}}]
+budget: {max_trials: 1, max_failures_per_trial: 0}
+trial: {command: {argv: [/usr/bin/python3, -c, 'import sys; sys.stderr.write("title\x1b]0;pwned\x07 clear\x1b[2J csi\u009b6n rtl\u202eexe.txt\n"); sys.exit(3)']}})yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(client_->CreateStudy(*spec).ok());
+  WaitForEnd("escapes");
+  auto t = client_->GetTrial("escapes", 0);
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->state(), v1::FAILED);
+  ASSERT_THAT(t->error(), HasSubstr("\x1b]0;pwned"));  // stored as it came
+  for (const std::string args :
+       {"trials get escapes 0", "--json trials get escapes 0",
+        "trials list escapes"}) {
+    const std::string shown = Dialctl(args);
+    EXPECT_EQ(shown.find('\x1b'), std::string::npos) << args << ": " << shown;
+    EXPECT_EQ(shown.find("\xc2\x9b"), std::string::npos) << args;
+    EXPECT_EQ(shown.find("\xe2\x80\xae"), std::string::npos) << args;
+    if (args == "trials get escapes 0") {
+      EXPECT_THAT(shown, HasSubstr("title\\u001b]0;pwned\\u0007 clear"));
+      EXPECT_THAT(shown, HasSubstr("csi\\u009b6n rtl\\u202eexe.txt"));
+    }
+  }
 }
 
 }  // namespace

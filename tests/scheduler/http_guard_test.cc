@@ -1,20 +1,16 @@
 // HttpGuard (scheduler/http_guard.h): the HTTP edge's checks before any
-// handler, on their own with a fake clock.
+// handler, on their own; and auth::FailureThrottle with a given time.
 #include "scheduler/http_guard.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "auth/failure_throttle.h"
+
 namespace dial::scheduler {
 namespace {
 
 using ::testing::HasSubstr;
-
-class FakeClock : public Clock {
- public:
-  absl::Time Now() const override { return now; }
-  absl::Time now = absl::FromUnixSeconds(1000);
-};
 
 HttpRequestHead Head(std::string method, std::string host,
                      std::optional<std::string> origin = std::nullopt) {
@@ -68,28 +64,32 @@ TEST(HttpGuardTest, HostsAndOriginsOfOtherSitesAreRefused) {
 }
 
 // Security round two, finding 11: 1,000 wrong tokens were each answered.
-TEST(HttpGuardTest, FailedLoginsMakeTheirAddressWaitLongerAndLonger) {
-  FakeClock clock;
-  HttpGuardOptions options;
-  options.free_login_failures = 3;
-  options.first_login_wait = absl::Seconds(1);
-  options.max_login_wait = absl::Seconds(8);
-  options.clock = &clock;
-  HttpGuard guard(options);
-  for (int i = 0; i < 3; ++i) guard.LoginFailed("10.0.0.1");
-  EXPECT_EQ(guard.LoginWait("10.0.0.1"), absl::ZeroDuration());
-  guard.LoginFailed("10.0.0.1");
-  EXPECT_EQ(guard.LoginWait("10.0.0.1"), absl::Seconds(1));
-  EXPECT_EQ(guard.LoginWait("10.0.0.2"), absl::ZeroDuration());
-  guard.LoginFailed("10.0.0.1");
-  EXPECT_EQ(guard.LoginWait("10.0.0.1"), absl::Seconds(2));
-  for (int i = 0; i < 10; ++i) guard.LoginFailed("10.0.0.1");
-  EXPECT_EQ(guard.LoginWait("10.0.0.1"), absl::Seconds(8));  // capped
-  clock.now += absl::Seconds(8);
-  EXPECT_EQ(guard.LoginWait("10.0.0.1"), absl::ZeroDuration());
-  guard.LoginSucceeded("10.0.0.1");
-  guard.LoginFailed("10.0.0.1");
-  EXPECT_EQ(guard.LoginWait("10.0.0.1"), absl::ZeroDuration());
+// Attack review, finding 10: any attempt while locked restarted the wait.
+TEST(FailureThrottleTest, FailuresWaitLongerAndLongerButRefusalsDoNotCount) {
+  auth::FailureThrottleOptions options;
+  options.free_failures = 3;
+  options.first_wait = absl::Seconds(1);
+  options.max_wait = absl::Seconds(8);
+  auth::FailureThrottle throttle(options);
+  absl::Time now = absl::FromUnixSeconds(1000);
+  for (int i = 0; i < 3; ++i) throttle.Failed("10.0.0.1", now);
+  EXPECT_EQ(throttle.Wait("10.0.0.1", now), absl::ZeroDuration());
+  throttle.Failed("10.0.0.1", now);
+  EXPECT_EQ(throttle.Wait("10.0.0.1", now), absl::Seconds(1));
+  EXPECT_EQ(throttle.Wait("10.0.0.2", now), absl::ZeroDuration());
+  // Hammering while refused does not restart or lengthen the wait.
+  for (int i = 0; i < 10; ++i) throttle.Failed("10.0.0.1", now);
+  EXPECT_EQ(throttle.Wait("10.0.0.1", now), absl::Seconds(1));
+  now += absl::Seconds(1);
+  throttle.Failed("10.0.0.1", now);
+  EXPECT_EQ(throttle.Wait("10.0.0.1", now), absl::Seconds(2));
+  for (int i = 0; i < 10; ++i) {
+    now += throttle.Wait("10.0.0.1", now);
+    throttle.Failed("10.0.0.1", now);
+  }
+  EXPECT_EQ(throttle.Wait("10.0.0.1", now), absl::Seconds(8));  // capped
+  now += absl::Seconds(8);
+  EXPECT_EQ(throttle.Wait("10.0.0.1", now), absl::ZeroDuration());
 }
 
 // Security round two, finding 11: the event streams were one pool for

@@ -285,6 +285,13 @@ TEST(PgUrlTest, BadUrlsAndPasswordsInUrlsAreRefusedWithoutEchoingThem) {
   EXPECT_TRUE(CheckPostgresUrl("postgresql:///dial?host=/run/pg").ok());
   EXPECT_EQ(DescribeUrl("postgresql://dial@db/dial?sslmode=require"),
             "postgresql://dial@db/dial");
+  // A password in the URL is refused, and never shown (finding 14 of the
+  // third security review: dialctl admin migrate echoed it).
+  EXPECT_EQ(DescribeUrl("postgresql://dial:s3cret@db:5432/dial"),
+            "postgresql://dial:***@db:5432/dial");
+  EXPECT_EQ(DescribeUrl("postgresql://dial:s3cret@db"),
+            "postgresql://dial:***@db");
+  EXPECT_EQ(DescribeDb("postgresql://a:b:c@h/d?x=1"), "postgresql://a:***@h/d");
 }
 
 TEST(PgCredentialsTest, WrongCredentialsAndAnUnreachableServerAreClearErrors) {

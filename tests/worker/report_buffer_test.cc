@@ -32,6 +32,9 @@ TEST(ReportBufferTest, KeepsOrderAndSpillsBeyondTheMemoryLimit) {
     EXPECT_EQ(buffer.size(), 10u);
     EXPECT_EQ(buffer.spilled(), 6u);  // memory holds 4
     EXPECT_TRUE(fs::exists(spill));
+    // The worker's alone: a trial of another user reads no report.
+    EXPECT_EQ(fs::status(spill).permissions() & fs::perms::all,
+              fs::perms::owner_read | fs::perms::owner_write);
     int expected = 1;
     // Drain a little, push more while spilled ones are pending: order holds.
     for (int i = 0; i < 3; ++i) {

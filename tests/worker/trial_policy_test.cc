@@ -112,12 +112,47 @@ TEST(CheckTrialEnvTest, StartUpVariablesAreRefusedUnlessNamedExactly) {
   EXPECT_FALSE(CheckTrialEnv(policy, "f", "LD_PRELOAD").ok());
   EXPECT_TRUE(CheckTrialEnv(policy, "f", "PYTHONPATH").ok());
   EXPECT_TRUE(CheckTrialEnv(policy, "f", "ANYTHING").ok());
-  // With --allow-env, only matching names pass.
+  // --allow-env extends the default; it never narrows it.
   policy.allowed_env = {"WANDB_*"};
   EXPECT_TRUE(CheckTrialEnv(policy, "f", "WANDB_MODE").ok());
-  absl::Status other = CheckTrialEnv(policy, "f", "STEPS");
-  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(other.message(), HasSubstr("its --allow-env is WANDB_*"));
+  EXPECT_TRUE(CheckTrialEnv(policy, "f", "STEPS").ok());
+}
+
+// Finding 13: library loaders of the runtimes a trainer loads slipped past
+// the deny-list. The default is now an allow-list (plain names outside the
+// reserved families), so new names of those families are refused too.
+TEST(CheckTrialEnvTest, RuntimeLoaderVariablesAreRefusedByDefault) {
+  TrialPolicy policy;
+  for (const char* name :
+       {"CUDA_INJECTION64_PATH", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN",
+        "OMP_TOOL_LIBRARIES", "ZDOTDIR",
+        // Unknown names of the same families, and loader words anywhere.
+        "CUDA_SOMETHING_NEW", "NCCL_NEW_KNOB", "OMP_TOOL", "TORCH_HOME",
+        "TORCH_EXTENSIONS_DIR", "ACME_PLUGIN_PATH", "XLA_FLAGS",
+        "cuda_injection64_path", "MY_LIBRARY_PATH", "BASH_FUNC_ls%%"}) {
+    absl::Status s = CheckTrialEnv(policy, "trial.command.env", name);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << name;
+    EXPECT_TRUE(IsRefused(s)) << name;
+    EXPECT_THAT(s.message(),
+                HasSubstr(absl::StrCat("trial.command.env.", name)));
+  }
+  // What a demanding user sets: their own names, tracking tools, and the
+  // runtimes' tuning knobs known to load nothing.
+  for (const char* name :
+       {"MY_FLAG", "WANDB_MODE", "WANDB_API_KEY", "MLFLOW_TRACKING_URI",
+        "HF_HUB_OFFLINE", "DATA_DIR", "lr_schedule", "NCCL_DEBUG",
+        "NCCL_SOCKET_IFNAME", "OMP_PROC_BIND", "CUDA_LAUNCH_BLOCKING",
+        "PYTORCH_CUDA_ALLOC_CONF", "TF_CPP_MIN_LOG_LEVEL"}) {
+    EXPECT_TRUE(CheckTrialEnv(policy, "trial.command.env", name).ok()) << name;
+  }
+  // Names that are not plain names pass only through --allow-env.
+  EXPECT_FALSE(CheckTrialEnv(policy, "f", "my.var").ok());
+  EXPECT_FALSE(CheckTrialEnv(policy, "f", "1ST").ok());
+  policy.allowed_env = {"my.*", "NCCL_NET_PLUGIN", "CUDA_*"};
+  EXPECT_TRUE(CheckTrialEnv(policy, "f", "my.var").ok());
+  EXPECT_TRUE(CheckTrialEnv(policy, "f", "NCCL_NET_PLUGIN").ok());
+  // A glob never re-opens a reserved family.
+  EXPECT_FALSE(CheckTrialEnv(policy, "f", "CUDA_INJECTION64_PATH").ok());
 }
 
 TEST_F(PolicyDirTest, SecretsComeFromTheDirectoryThenTheEnvironment) {

@@ -43,6 +43,7 @@ using ::testing::Not;
 // Every call the worker made, as the fake scheduler saw it.
 struct Calls {
   int registers = 0;
+  v1::RegisterWorkerRequest last_register;
   std::vector<v1::HeartbeatRequest> heartbeats;
   std::vector<v1::AcquireTrialRequest> acquires;
   std::vector<int64_t> report_attempts;  // the step of every Report call
@@ -76,6 +77,7 @@ class FakeScheduler : public SchedulerClient {
     absl::MutexLock lock(&mu_);
     v1::RegisterWorkerResponse response;
     response.set_worker_id(absl::StrCat("w", ++calls_.registers));
+    calls_.last_register = request;
     return response;
   }
 
@@ -317,6 +319,12 @@ TEST_F(WorkerTest, RegistersAndRenewsItsLeaseEveryQuarterLease) {
   ASSERT_TRUE(time_.AwaitSleep(absl::Seconds(1)));
   Calls calls = scheduler_.Snapshot();
   EXPECT_EQ(calls.registers, 1);
+  // It says which commands it runs (the scheduler offers it no other).
+  const v1::CommandPolicy& commands =
+      calls.last_register.resources().commands();
+  EXPECT_FALSE(commands.any());
+  ASSERT_EQ(commands.allowed_size(), 1);
+  EXPECT_EQ(commands.allowed(0), "/bin/sh");
   EXPECT_EQ(calls.heartbeats[0].worker_id(), "w1");
   ASSERT_FALSE(calls.acquires.empty());
   EXPECT_EQ(calls.acquires[0].worker_id(), "w1");
@@ -499,6 +507,8 @@ TEST_F(WorkerTest, ACommandTheWorkerDoesNotAllowFailsWithoutRunning) {
   EXPECT_FALSE(finish.requeue());
   EXPECT_THAT(finish.error(), HasSubstr("'/bin/sh' is not allowed"));
   EXPECT_THAT(finish.error(), HasSubstr("--allow-command"));
+  // A refusal by policy, not a failure of the trial (finding 1).
+  EXPECT_TRUE(finish.refused());
   EXPECT_FALSE(fs::exists(marker)) << "the refused command ran";
 }
 
@@ -574,6 +584,7 @@ TEST_F(WorkerTest, AStudyCannotSetAStartUpVariableOfTheAllowedProgram) {
     EXPECT_THAT(finish.error(),
                 HasSubstr(absl::StrCat("trial.command.env.", variables[i])));
     EXPECT_THAT(finish.error(), HasSubstr("--allow-env="));
+    EXPECT_TRUE(finish.refused());
   }
   EXPECT_FALSE(fs::exists(marker)) << "the study's start-up code ran";
 }
@@ -592,6 +603,7 @@ TEST_F(WorkerTest, AMissingSecretFailsTheTrialWithoutRunningIt) {
   EXPECT_FALSE(finish.requeue());
   EXPECT_THAT(finish.error(),
               HasSubstr("secret 'absent' is not on this worker"));
+  EXPECT_FALSE(finish.refused()) << "a missing secret is a counted failure";
   EXPECT_FALSE(fs::exists(marker));
 }
 

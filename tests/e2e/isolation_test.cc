@@ -1,0 +1,176 @@
+// Finding 1, with the real binaries: two studies (two owners) share one
+// worker, and one study's trial (tests/e2e/neighbour_trial.py, "bob")
+// tries to read, list and write the other's ("alice") checkpoint and work
+// directories, read its /proc environ and cmdline, and signal it. With a
+// shared --run-as user every such attack works (the sibling test shows
+// it, and that the worker says it does not isolate); with per-attempt
+// users (--run-as-range) none does, and --trial-max-pids holds through
+// RLIMIT_NPROC without a pids controller (finding 9). Needs root.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/spec.h"
+#include "tests/e2e/worker_fixture.h"
+
+namespace dial {
+namespace {
+
+using ::testing::HasSubstr;
+
+class IsolationE2eTest : public WorkerE2eTest {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+    WorkerE2eTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    meet_ = dir_ / "meet";
+    fs::create_directories(meet_);
+    chmod(meet_.c_str(), 01777);
+    chmod(dir_.c_str(), 0755);
+  }
+
+  void CreateTrial(const std::string& study, const std::string& role,
+                   int forks) {
+    auto spec = ParseStudySpec(
+        absl::StrCat("name: ", study, R"(
+objective: {metric: done, goal: MAXIMIZE}
+search_space: [{name: x, float: {min: 0, max: 1}}]
+budget: {max_trials: 1, max_parallel_trials: 1, max_failures_per_trial: 0}
+trial:
+  command:
+    argv: [/usr/bin/python3, )",
+                     DIAL_SOURCE_DIR,
+                     R"(/tests/e2e/neighbour_trial.py]
+    env: {ROLE: ")",
+                     role, R"(", RENDEZVOUS: ")", meet_.string(),
+                     R"(", WORK_ROOT: ")", (dir_ / "wa").string(),
+                     R"(", VICTIM_LOG: alice-0-a1.out, FORKS: ")", forks, R"("}
+)"));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    ASSERT_TRUE(client_->CreateStudy(*spec).ok());
+  }
+
+  // Runs alice's victim and bob's attacker side by side on one two-slot
+  // worker; returns bob's metrics, checks alice's.
+  std::map<std::string, double> Attack(int forks, double* tampered) {
+    CreateTrial("alice", "victim", 0);
+    CreateTrial("bob", "attacker", forks);
+    WaitForEnd("bob");
+    WaitForEnd("alice");
+    std::map<std::string, double> out;
+    auto bob = client_->GetTrial("bob", 0);
+    EXPECT_TRUE(bob.ok()) << bob.status();
+    auto alice = client_->GetTrial("alice", 0);
+    EXPECT_TRUE(alice.ok()) << alice.status();
+    if (!bob.ok() || !alice.ok()) return out;
+    EXPECT_EQ(bob->state(), v1::COMPLETED) << bob->error();
+    EXPECT_EQ(alice->state(), v1::COMPLETED) << alice->error();
+    for (const auto& [name, value] : bob->final_metrics()) {
+      out[name] = value;
+      // In the XML report (--gtest_output=xml): what the attack reached.
+      RecordProperty("bob." + name, std::to_string(value));
+    }
+    *tampered = alice->final_metrics().count("tampered")
+                    ? alice->final_metrics().at("tampered")
+                    : -1;
+    return out;
+  }
+
+  v1::WorkerIsolation Isolation() {
+    v1::WorkerIsolation isolation;
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          auto workers = client_->ListWorkers();
+          if (!workers.ok() || workers->workers_size() == 0) return false;
+          isolation = workers->workers(0).resources().isolation();
+          return true;
+        },
+        std::chrono::seconds(30)));
+    return isolation;
+  }
+
+  fs::path meet_;
+};
+
+// The attack of finding 1, as it worked: every trial runs as `nobody`,
+// so bob reads and writes alice's checkpoint directory, reads her
+// environment and can kill her. The worker says it does not isolate.
+TEST_F(IsolationE2eTest, ASharedRunAsUserLetsOneOwnersTrialReachAnothers) {
+  StartWorker("wa", 2, {"--run-as=nobody", "--trial-max-pids=64"});
+  const v1::WorkerIsolation isolation = Isolation();
+  EXPECT_FALSE(isolation.isolated());
+  EXPECT_EQ(isolation.method(), "none");
+  EXPECT_THAT(isolation.reason(), HasSubstr("--run-as"));
+  double tampered = -1;
+  auto bob = Attack(0, &tampered);
+  ASSERT_EQ(bob["found"], 1);
+  EXPECT_EQ(bob["read_ckpt"], 1);
+  EXPECT_EQ(bob["list_ckpt"], 1);
+  EXPECT_EQ(bob["write_ckpt"], 1);
+  EXPECT_EQ(bob["environ"], 1);
+  EXPECT_EQ(bob["cmdline"], 1);
+  EXPECT_EQ(bob["signal"], 1);
+  EXPECT_EQ(tampered, 1);
+  EXPECT_THAT(ReadText(dir_ / "wa.log"), HasSubstr("isolation: none"));
+}
+
+// The same attack against per-attempt users: nothing of alice's is in
+// bob's reach, and bob's fork loop stops at --trial-max-pids.
+TEST_F(IsolationE2eTest, PerAttemptUsersKeepOneOwnersTrialFromAnothers) {
+  StartWorker(
+      "wa", 2,
+      {"--run-as-range=61000-61099", "--trial-max-pids=32", "--cgroup=off"});
+  const v1::WorkerIsolation isolation = Isolation();
+  EXPECT_TRUE(isolation.isolated());
+  EXPECT_EQ(isolation.method(), "per-attempt-user");
+  EXPECT_THAT(std::vector<std::string>(isolation.enforced_limits().begin(),
+                                       isolation.enforced_limits().end()),
+              ::testing::Contains("nproc"));
+  double tampered = -1;
+  auto bob = Attack(200, &tampered);
+  ASSERT_EQ(bob["found"], 1);
+  for (const char* probe : {"read_ckpt", "list_ckpt", "write_ckpt", "read_work",
+                            "list_work", "write_work", "environ", "cmdline",
+                            "signal", "list_work_root", "read_log"}) {
+    EXPECT_EQ(bob[probe], 0) << "bob's trial could " << probe;
+  }
+  EXPECT_EQ(tampered, 0);
+  EXPECT_GT(bob["forked"], 0);
+  EXPECT_LT(bob["forked"], 32) << "--trial-max-pids did not hold";
+  // At rest the directories are root's (the uids went back to the pool).
+  struct stat st;
+  ASSERT_EQ(lstat((dir_ / "ckpt" / "alice" / "0").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_THAT(ReadText(dir_ / "wa.log"),
+              HasSubstr("isolation: per-attempt users"));
+}
+
+// Finding 9: an explicit --trial-max-pids that nothing here can enforce
+// (no pids controller, no user of the trials' own) stops the worker at
+// start-up, naming the flag that would let it start anyway.
+TEST_F(IsolationE2eTest, AnUnenforceablePidLimitStopsTheWorker) {
+  auto& worker = StartWorker("wa", 1, {"--trial-max-pids=32", "--cgroup=off"});
+  int status = 0;
+  ASSERT_TRUE(WaitUntil(
+      [&] { return waitpid(worker.pid(), &status, WNOHANG) == worker.pid(); },
+      std::chrono::seconds(30)))
+      << "the worker started with a limit it cannot enforce";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+  EXPECT_THAT(ReadText(dir_ / "wa.log"),
+              HasSubstr("--trial-max-pids=32 cannot be enforced"));
+  EXPECT_THAT(ReadText(dir_ / "wa.log"),
+              HasSubstr("--allow-unenforced-limits"));
+}
+
+}  // namespace
+}  // namespace dial
