@@ -1,11 +1,11 @@
-// Finding 1, with the real binaries: two studies (two owners) share one
-// worker, and one study's trial (tests/e2e/neighbour_trial.py, "bob")
-// tries to read, list and write the other's ("alice") checkpoint and work
-// directories, read its /proc environ and cmdline, and signal it. With a
-// shared --run-as user every such attack works (the sibling test shows
-// it, and that the worker says it does not isolate); with per-attempt
-// users (--run-as-range) none does, and --trial-max-pids holds through
-// RLIMIT_NPROC without a pids controller (finding 9). Needs root.
+// Finding 1, with the real binaries: two owners (user principals alice
+// and bob, with tokens of their own) share one worker, and bob's trial
+// (tests/e2e/neighbour_trial.py, "bob") tries to read, list and write the
+// other's ("alice") checkpoint and work directories, read its /proc environ and
+// cmdline, and signal it. With a shared --run-as user every such attack works
+// (the sibling test shows it, and that the worker says it does not isolate);
+// with per-attempt users (--run-as-range) none does, and --trial-max-pids holds
+// through RLIMIT_NPROC without a pids controller (finding 9). Needs root.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "auth/token_table.h"
 #include "common/spec.h"
 #include "tests/e2e/worker_fixture.h"
 
@@ -36,6 +37,25 @@ class IsolationE2eTest : public WorkerE2eTest {
     fs::create_directories(meet_);
     chmod(meet_.c_str(), 01777);
     chmod(dir_.c_str(), 0755);
+    client_ = As("root-token");  // the fixture's watches and reads
+    worker_token_ = dir_ / "fleet.token";
+    std::ofstream(worker_token_) << "fleet-token\n";
+    chmod(worker_token_.c_str(), 0600);
+  }
+  std::vector<std::string> SchedulerFlags() const override {
+    const fs::path tokens = dir_ / "tokens";
+    std::ofstream(tokens) << "admin root " << auth::Sha256Hex("root-token")
+                          << "\nuser alice " << auth::Sha256Hex("alice-token")
+                          << "\nuser bob " << auth::Sha256Hex("bob-token")
+                          << "\nworker fleet " << auth::Sha256Hex("fleet-token")
+                          << "\n";
+    return {"--auth-tokens=" + tokens.string()};
+  }
+  // A worker of the fleet principal, with `extra` flags.
+  testing::Subprocess& StartFleetWorker(const std::string& host, int slots,
+                                        std::vector<std::string> extra) {
+    extra.push_back("--token-file=" + worker_token_.string());
+    return StartWorker(host, slots, extra);
   }
 
   void CreateTrial(const std::string& study, const std::string& role,
@@ -56,7 +76,12 @@ trial:
                      R"(", VICTIM_LOG: alice-0-a1.out, FORKS: ")", forks, R"("}
 )"));
     ASSERT_TRUE(spec.ok()) << spec.status();
-    ASSERT_TRUE(client_->CreateStudy(*spec).ok());
+    // Each study is its owner's: alice's victim, bob's attacker.
+    auto owner = As(role == "victim" ? "alice-token" : "bob-token");
+    ASSERT_NE(owner, nullptr);
+    auto created = owner->CreateStudy(*spec);
+    ASSERT_TRUE(created.ok()) << created.status();
+    EXPECT_EQ(created->owner(), role == "victim" ? "alice" : "bob");
   }
 
   // Runs alice's victim and bob's attacker side by side on one two-slot
@@ -99,13 +124,14 @@ trial:
   }
 
   fs::path meet_;
+  fs::path worker_token_;
 };
 
 // The attack of finding 1, as it worked: every trial runs as `nobody`,
 // so bob reads and writes alice's checkpoint directory, reads her
 // environment and can kill her. The worker says it does not isolate.
 TEST_F(IsolationE2eTest, ASharedRunAsUserLetsOneOwnersTrialReachAnothers) {
-  StartWorker("wa", 2, {"--run-as=nobody", "--trial-max-pids=64"});
+  StartFleetWorker("wa", 2, {"--run-as=nobody", "--trial-max-pids=64"});
   const v1::WorkerIsolation isolation = Isolation();
   EXPECT_FALSE(isolation.isolated());
   EXPECT_EQ(isolation.method(), "none");
@@ -126,7 +152,7 @@ TEST_F(IsolationE2eTest, ASharedRunAsUserLetsOneOwnersTrialReachAnothers) {
 // The same attack against per-attempt users: nothing of alice's is in
 // bob's reach, and bob's fork loop stops at --trial-max-pids.
 TEST_F(IsolationE2eTest, PerAttemptUsersKeepOneOwnersTrialFromAnothers) {
-  StartWorker(
+  StartFleetWorker(
       "wa", 2,
       {"--run-as-range=61000-61099", "--trial-max-pids=32", "--cgroup=off"});
   const v1::WorkerIsolation isolation = Isolation();
@@ -159,7 +185,8 @@ TEST_F(IsolationE2eTest, PerAttemptUsersKeepOneOwnersTrialFromAnothers) {
 // (no pids controller, no user of the trials' own) stops the worker at
 // start-up, naming the flag that would let it start anyway.
 TEST_F(IsolationE2eTest, AnUnenforceablePidLimitStopsTheWorker) {
-  auto& worker = StartWorker("wa", 1, {"--trial-max-pids=32", "--cgroup=off"});
+  auto& worker =
+      StartFleetWorker("wa", 1, {"--trial-max-pids=32", "--cgroup=off"});
   int status = 0;
   ASSERT_TRUE(WaitUntil(
       [&] { return waitpid(worker.pid(), &status, WNOHANG) == worker.pid(); },
@@ -170,6 +197,48 @@ TEST_F(IsolationE2eTest, AnUnenforceablePidLimitStopsTheWorker) {
               HasSubstr("--trial-max-pids=32 cannot be enforced"));
   EXPECT_THAT(ReadText(dir_ / "wa.log"),
               HasSubstr("--allow-unenforced-limits"));
+}
+
+// A study that requires isolation waits, saying why, while only a worker
+// that cannot isolate is there (the scheduler never offers it), and runs
+// once an isolating worker comes.
+TEST_F(IsolationE2eTest, ARequiredIsolationWaitsForAnIsolatingWorker) {
+  StartFleetWorker("shared", 1, {"--run-as=nobody"});
+  auto spec = ParseStudySpec(R"(
+name: private
+objective: {metric: done, goal: MAXIMIZE}
+search_space: [{name: x, float: {min: 0, max: 1}}]
+budget: {max_trials: 1, max_failures_per_trial: 0}
+trial:
+  resources: {require_isolation: true}
+  command:
+    argv: [/usr/bin/python3, -c, 'import json, os; os.write(int(os.environ["DIAL_REPORT_FD"]), (json.dumps({"step": 1, "metrics": {"done": os.getuid()}}) + "\n").encode())']
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto alice = As("alice-token");
+  ASSERT_TRUE(alice->CreateStudy(*spec).ok());
+  std::string waiting;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto study = alice->GetStudy("private");
+        waiting = study.ok() ? study->waiting() : "";
+        return waiting.find("cannot isolate") != std::string::npos;
+      },
+      std::chrono::seconds(30)))
+      << waiting;
+  // Read as the admin: attempt details are redacted for users.
+  auto pending = client_->GetTrial("private", 0);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  EXPECT_EQ(pending->state(), v1::PENDING);
+  EXPECT_EQ(pending->attempt(), 0) << "offered to the shared worker";
+  StartFleetWorker("isolating", 1, {"--run-as-range=61100-61109"});
+  WaitForEnd("private");
+  auto done = client_->GetTrial("private", 0);
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_EQ(done->state(), v1::COMPLETED) << done->error();
+  EXPECT_GE(done->final_metrics().at("done"), 61100);
+  EXPECT_LE(done->final_metrics().at("done"), 61109);
+  EXPECT_EQ(done->attempt(), 1);
 }
 
 }  // namespace

@@ -260,15 +260,6 @@ class FairShareE2eTest : public WorkerE2eTest {
                           << "\n";
     return {"--auth-tokens=" + tokens.string()};
   }
-  std::unique_ptr<client::DialClient> As(const std::string& token) {
-    client::DialClientOptions o;
-    o.target = address_;
-    o.timeout = absl::Seconds(20);
-    o.token = token;
-    auto c = client::DialClient::Create(o);
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? std::move(*c) : nullptr;
-  }
 };
 
 // Owner ann fills all ten slots first; owner bo's study arrives later.

@@ -81,6 +81,16 @@ class WorkerE2eTest : public ::testing::Test {
   }
   // More scheduler flags (a fixture may write files into dir_ first).
   virtual std::vector<std::string> SchedulerFlags() const { return {}; }
+  // A client of the scheduler that sends `token`.
+  std::unique_ptr<DialClient> As(const std::string& token) const {
+    client::DialClientOptions o;
+    o.target = address_;
+    o.timeout = absl::Seconds(20);
+    o.token = token;
+    auto c = DialClient::Create(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
   // Polls `done` every 20 ms until it holds or `timeout` passes.
   static bool WaitUntil(const std::function<bool()>& done,
                         std::chrono::milliseconds timeout) {

@@ -258,7 +258,7 @@ TEST_F(StudyLifecycleTest, NotesAreStoredAuditedAndChecked) {
       studies_.SetNote(Entry("s"), std::nullopt, "a\x1b[31mred", User("ann"));
   EXPECT_EQ(control.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(control.status().message(),
-              HasSubstr("note: control character 27 at byte 1"));
+              HasSubstr("note: control character U+001B at byte 1"));
   EXPECT_EQ(studies_.SetNote(Entry("s"), 7, "x", User("ann")).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(Entry("s").study().note(), "wider lr\tnext");
