@@ -266,10 +266,20 @@ StatusReply SchedulerCore::FinishTrial(const v1::FinishTrialRequest& request,
       const double wall = TimeUtil::DurationToMilliseconds(
                               lifecycle_.Now() - stored->attempt_start_time()) /
                           1e3;
-      DIAL_RETURN_IF_ERROR(
+      absl::Status cpu =
           CheckCpuSeconds(request.cpu_seconds(), wall,
-                          worker == nullptr ? 0 : worker->resources().cpus()));
-      trial.set_attempt_cpu_seconds(request.cpu_seconds());
+                          worker == nullptr ? 0 : worker->resources().cpus());
+      if (cpu.ok()) {
+        trial.set_attempt_cpu_seconds(request.cpu_seconds());
+      } else {
+        // The figure is dropped, not the finish: the trial's outcome is
+        // the study's, and usage shows no CPU time rather than a false one.
+        spdlog::warn("worker {} ({}): {}/{} attempt {}: {}; not recorded",
+                     request.worker_id(), who.name, request.study(),
+                     request.trial(), request.attempt(),
+                     std::string(cpu.message()));
+        trial.clear_attempt_cpu_seconds();
+      }
     }
     if (stored->state() == v1::PENDING && stored->preemptions_size() > 0 &&
         stored->preemptions().rbegin()->attempt() == request.attempt()) {

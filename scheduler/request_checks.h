@@ -36,7 +36,8 @@ absl::Status CheckNote(const std::string& note);
 // FinishTrialRequest.cpu_seconds of an attempt that ran `wall_seconds` on
 // a worker of `cpus` CPUs: finite, not negative, and at most (wall +
 // kCpuSecondsSlack) x cpus (the slack covers the clocks' granularity).
-// INVALID_ARGUMENT naming cpu_seconds.
+// INVALID_ARGUMENT naming cpu_seconds. (FinishTrial drops a value that
+// fails, and keeps the finish.)
 inline constexpr double kCpuSecondsSlack = 2.0;
 absl::Status CheckCpuSeconds(double cpu_seconds, double wall_seconds,
                              int32_t cpus);

@@ -318,7 +318,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   dial::scheduler::GrpcLimits& grpc_limits = options.grpc_limits;
-  grpc_limits.memory_bytes = absl::GetFlag(FLAGS_grpc_memory_mb) << 20;
   grpc_limits.max_concurrent_streams =
       absl::GetFlag(FLAGS_grpc_max_streams_per_connection);
   grpc_limits.max_connection_idle =
@@ -326,15 +325,17 @@ int main(int argc, char** argv) {
   grpc_limits.max_connection_age =
       absl::Seconds(absl::GetFlag(FLAGS_grpc_max_connection_age_s));
   if (absl::GetFlag(FLAGS_grpc_memory_mb) < 16 ||
+      absl::GetFlag(FLAGS_grpc_memory_mb) > (int64_t{1} << 30) ||
       grpc_limits.max_concurrent_streams < 1 ||
       grpc_limits.max_connection_idle <= absl::ZeroDuration() ||
       grpc_limits.max_connection_age <= absl::ZeroDuration()) {
     spdlog::error(
-        "--grpc-memory-mb must be at least 16, and "
+        "--grpc-memory-mb must be 16 to 2^30, and "
         "--grpc-max-streams-per-connection, --grpc-max-connection-idle-s and "
         "--grpc-max-connection-age-s at least 1");
     return 1;
   }
+  grpc_limits.memory_bytes = absl::GetFlag(FLAGS_grpc_memory_mb) << 20;
   options.metrics = &registry;
   // SIGHUP reloads the quotas and tokens; any other stop signal ends.
   auto handle_signal = [&](int signal) {

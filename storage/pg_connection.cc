@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -27,20 +28,35 @@ bool IsPostgresUrl(absl::string_view db) {
   return false;
 }
 
+namespace {
+
+// Where a password would sit in a postgresql:// URL: the user info, up to
+// the last '@' before the parameters (a raw '/' or '@' in a password is not
+// valid there, but must not make one escape the checks and the masking).
+// {offset of the user info, its length}; length npos when there is none.
+std::pair<size_t, size_t> UserInfo(absl::string_view url) {
+  const size_t scheme = url.find("//");
+  if (scheme == absl::string_view::npos) return {0, absl::string_view::npos};
+  const size_t start = scheme + 2;
+  const size_t at = url.substr(0, url.find('?')).rfind('@');
+  if (at == absl::string_view::npos || at < start) {
+    return {start, absl::string_view::npos};
+  }
+  return {start, at - start};
+}
+
+}  // namespace
+
 std::string DescribeUrl(absl::string_view url) {
-  // Without its parameters, and with any password in the authority (which
-  // CheckPostgresUrl refuses, in an error that names the URL) masked.
+  // Without its parameters, and with any password (which CheckPostgresUrl
+  // refuses, in an error that names the URL) masked.
   url = url.substr(0, url.find('?'));
-  const size_t start =
-      url.find("//") == absl::string_view::npos ? 0 : url.find("//") + 2;
-  const size_t end = std::min(url.find('/', start), url.size());
-  const absl::string_view authority = url.substr(start, end - start);
-  const size_t at = authority.rfind('@');
-  if (at == absl::string_view::npos) return std::string(url);
-  const size_t colon = authority.substr(0, at).find(':');
+  const auto [start, length] = UserInfo(url);
+  if (length == absl::string_view::npos) return std::string(url);
+  const size_t colon = url.substr(start, length).find(':');
   if (colon == absl::string_view::npos) return std::string(url);
   return absl::StrCat(url.substr(0, start + colon), ":***",
-                      url.substr(start + at));
+                      url.substr(start + length));
 }
 
 absl::Status CheckPostgresUrl(absl::string_view url) {
@@ -48,12 +64,9 @@ absl::Status CheckPostgresUrl(absl::string_view url) {
     return absl::InvalidArgumentError(
         "--db: a PostgreSQL database is postgresql://USER@HOST:PORT/DBNAME");
   }
-  // The authority: between the scheme and the first '/', '?' after it.
-  absl::string_view rest = url.substr(url.find("//") + 2);
-  absl::string_view authority = rest.substr(0, rest.find_first_of("/?"));
-  const size_t at = authority.rfind('@');
-  if (at != absl::string_view::npos &&
-      authority.substr(0, at).find(':') != absl::string_view::npos) {
+  const auto [start, length] = UserInfo(url);
+  if (length != absl::string_view::npos &&
+      url.substr(start, length).find(':') != absl::string_view::npos) {
     return absl::InvalidArgumentError(
         "--db: the URL holds a password, which would show in the process "
         "list; put it in --db-password-file or PGPASSFILE instead");

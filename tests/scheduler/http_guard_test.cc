@@ -92,6 +92,42 @@ TEST(FailureThrottleTest, FailuresWaitLongerAndLongerButRefusalsDoNotCount) {
   EXPECT_EQ(throttle.Wait("10.0.0.1", now), absl::ZeroDuration());
 }
 
+// Review of the attack-review fixes: failures were never forgotten, so a
+// client's few wrong tokens over months made its every later mistake wait
+// minutes, and a full table was swept on every failure.
+TEST(FailureThrottleTest, OldFailuresAreForgottenAndTheTableIsBounded) {
+  auth::FailureThrottleOptions options;
+  options.free_failures = 2;
+  options.first_wait = absl::Seconds(1);
+  options.max_wait = absl::Seconds(8);
+  options.forget_after = absl::Minutes(15);
+  options.max_clients = 3;
+  auth::FailureThrottle throttle(options);
+  absl::Time now = absl::FromUnixSeconds(1000);
+  for (int i = 0; i < 2; ++i) throttle.Failed("a", now);
+  now += absl::Minutes(16);
+  // Two more failures, long after: free again, not a wait.
+  for (int i = 0; i < 2; ++i) throttle.Failed("a", now);
+  EXPECT_EQ(throttle.Wait("a", now), absl::ZeroDuration());
+  throttle.Failed("a", now);
+  EXPECT_EQ(throttle.Wait("a", now), absl::Seconds(1));
+  // The table holds three clients; more share one account, so they are
+  // still throttled, and never unbounded.
+  throttle.Failed("b", now);
+  throttle.Failed("c", now);
+  for (int i = 0; i < 3; ++i) {
+    throttle.Failed("new-" + std::to_string(i), now);
+  }
+  EXPECT_EQ(throttle.Wait("new-0", now), absl::Seconds(1));
+  EXPECT_EQ(throttle.Wait("new-99", now), absl::Seconds(1));
+  EXPECT_EQ(throttle.Wait("b", now), absl::ZeroDuration());
+  // Once the old ones are forgotten, a new client has an account again.
+  now += absl::Minutes(20);
+  throttle.Failed("fresh", now);
+  EXPECT_EQ(throttle.Wait("fresh", now), absl::ZeroDuration());
+  EXPECT_EQ(throttle.Wait("new-0", now), absl::ZeroDuration());
+}
+
 // Security round two, finding 11: the event streams were one pool for
 // everyone.
 TEST(HttpGuardTest, EventStreamsAreLimitedPerPrincipal) {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "scheduler/request_checks.h"
 #include "tests/scheduler/sharing_fixture.h"
@@ -135,35 +136,54 @@ TEST_F(SharingCoreTest, ARefusalCostsNoFailureAndTheWorkerIsNotAskedAgain) {
 }
 
 // Finding 7: NaN and -1e15 were taken, and an owner's totals read NaN.
+// A value out of range is dropped (the finish itself, the trial's result,
+// is kept); usage counts only a value that could be true.
 TEST_F(SharingCoreTest, CpuSecondsAreFiniteNotNegativeAndWithinWallTimesCpus) {
-  Start();
-  Create(Spec("u", Trial(), 1), kAdmin);
-  v1::WorkerResources r;
-  r.set_cpus(4);
-  const std::string w = RegisterWith("w", r);
-  auto a = AcquireOne(w);
-  ASSERT_TRUE(a.has_value());
-  clock_.Advance(absl::Seconds(10));
+  EXPECT_TRUE(CheckCpuSeconds(39.5, 10, 4).ok());
   for (double bad : {std::numeric_limits<double>::quiet_NaN(),
                      std::numeric_limits<double>::infinity(), -1e15, -1.0, 1e6,
                      4 * (10 + kCpuSecondsSlack) + 1}) {
-    v1::FinishTrialRequest f = FinishRequest(w, *a);
-    (*f.mutable_final_metrics())["acc"] = 0.5;
-    f.set_cpu_seconds(bad);
-    auto finished = core_->FinishTrial(f, kWorker);
-    EXPECT_EQ(finished.status().code(), absl::StatusCode::kInvalidArgument)
-        << bad;
-    EXPECT_THAT(finished.status().message(), HasSubstr("cpu_seconds")) << bad;
+    const absl::Status s = CheckCpuSeconds(bad, 10, 4);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.message(), HasSubstr("cpu_seconds")) << bad;
   }
-  EXPECT_EQ(core_->GetTrial("u", a->trial.number())->state(), v1::RUNNING);
-  v1::FinishTrialRequest f = FinishRequest(w, *a);
-  (*f.mutable_final_metrics())["acc"] = 0.5;
-  f.set_cpu_seconds(39.5);
-  ASSERT_TRUE(core_->FinishTrial(f, kWorker).ok());
+  Start();
+  Create(Spec("u", Trial(), 2), kAdmin);
+  v1::WorkerResources r;
+  r.set_cpus(4);
+  const std::string w = RegisterWith("w", r);
+  const std::string w2 = RegisterWith("w2", r);
+  auto a = AcquireOne(w);
+  auto b = AcquireOne(w2);
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  clock_.Advance(absl::Seconds(10));
+  for (auto [worker, assignment, cpu] :
+       {std::tuple{w, *a, std::numeric_limits<double>::quiet_NaN()},
+        std::tuple{w2, *b, -1e15}}) {
+    v1::FinishTrialRequest f = FinishRequest(worker, assignment);
+    (*f.mutable_final_metrics())["acc"] = 0.5;
+    f.set_cpu_seconds(cpu);
+    ASSERT_TRUE(core_->FinishTrial(f, kWorker).ok());
+    EXPECT_EQ(core_->GetTrial("u", assignment.trial.number())->state(),
+              v1::COMPLETED);
+  }
   core_->WaitIdle();
   auto usage = core_->GetUsage("owner", absl::InfinitePast(), kAdmin);
   ASSERT_TRUE(usage.ok()) << usage.status();
   ASSERT_EQ(usage->totals_size(), 1);
+  EXPECT_EQ(usage->totals(0).cpu_seconds(), 0);  // not NaN, not -1e15
+  EXPECT_EQ(usage->totals(0).attempts(), 2);
+  // A true figure counts.
+  auto c = AcquireOne(w);
+  ASSERT_TRUE(c.has_value());
+  clock_.Advance(absl::Seconds(10));
+  v1::FinishTrialRequest f = FinishRequest(w, *c);
+  (*f.mutable_final_metrics())["acc"] = 0.5;
+  f.set_cpu_seconds(39.5);
+  ASSERT_TRUE(core_->FinishTrial(f, kWorker).ok());
+  core_->WaitIdle();
+  usage = core_->GetUsage("owner", absl::InfinitePast(), kAdmin);
+  ASSERT_TRUE(usage.ok());
   EXPECT_DOUBLE_EQ(usage->totals(0).cpu_seconds(), 39.5);
 }
 

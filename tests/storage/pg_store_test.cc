@@ -292,6 +292,12 @@ TEST(PgUrlTest, BadUrlsAndPasswordsInUrlsAreRefusedWithoutEchoingThem) {
   EXPECT_EQ(DescribeUrl("postgresql://dial:s3cret@db"),
             "postgresql://dial:***@db");
   EXPECT_EQ(DescribeDb("postgresql://a:b:c@h/d?x=1"), "postgresql://a:***@h/d");
+  // A raw '/' in the password neither escapes the check nor the masking.
+  EXPECT_FALSE(CheckPostgresUrl("postgresql://u:p/w@host/db").ok());
+  EXPECT_EQ(DescribeUrl("postgresql://u:p/w@host/db"),
+            "postgresql://u:***@host/db");
+  EXPECT_EQ(DescribeUrl("postgresql:///dial?host=/run/pg&user=u"),
+            "postgresql:///dial");
 }
 
 TEST(PgCredentialsTest, WrongCredentialsAndAnUnreachableServerAreClearErrors) {
