@@ -11,6 +11,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -55,8 +57,17 @@ struct ChildPlan {
   const RunAs* run_as = nullptr;  // the user to become, or null
   rlim_t max_user_processes = 0;  // RLIMIT_NPROC with run_as; 0: unchanged
   bool private_proc = false;      // a mount namespace, /proc hidepid=2
-  const char* cwd = nullptr;      // chdir after dropping the user, or null
+  const char* tmpfs_options = nullptr;  // "mode=1777[,size=N]"
+  std::vector<const char*> tmp_mounts;  // /tmp, /var/tmp, /dev/shm
+  // Directories bound back over the tmpfs mounts: each mkdirs[i] is made
+  // (0711) before binds[i] = {source "/proc/self/fd/N", target}.
+  std::vector<std::vector<const char*>> keep_mkdirs;
+  // {a buffer for "/proc/self/fd/N", the directory}.
+  std::vector<std::pair<char*, const char*>> keep_binds;
+  const char* cwd = nullptr;  // chdir after dropping the user, or null
 };
+
+char* AppendNumber(char* out, long value);
 
 // What a child that cannot start writes on the status pipe.
 struct ChildFailure {
@@ -93,6 +104,44 @@ constexpr int kExecFailed = 2;
   if (plan.cgroup_fd >= 0 && write(plan.cgroup_fd, "0", 1) != 1) {
     ChildFail(plan, plan.status_fd, kSetupFailed, errno);
   }
+  if (plan.private_proc) {
+    // Before the descriptors move (a move may land on a kept directory's
+    // descriptor). A /proc of its own that shows only its user's
+    // processes, IPC objects and temporary directories of its own. The
+    // mount namespace is made a slave first, so the new mounts do not
+    // propagate back to the host.
+    if (unshare(CLONE_NEWNS | CLONE_NEWIPC) != 0 ||
+        mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0 ||
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "hidepid=2") != 0) {
+      ChildFail(plan, plan.status_fd, kSetupFailed, errno);
+    }
+    // Opened in the new namespace (a bind mount's source must be a mount
+    // of the caller's own), before the tmpfs mounts hide them.
+    constexpr size_t kFdPrefix = sizeof("/proc/self/fd/") - 1;
+    for (auto& [source, target] : plan.keep_binds) {
+      const int fd = open(target, O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0) ChildFail(plan, plan.status_fd, kSetupFailed, errno);
+      AppendNumber(source + kFdPrefix, fd);
+    }
+    for (const char* dir : plan.tmp_mounts) {
+      if (mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV,
+                plan.tmpfs_options) != 0) {
+        ChildFail(plan, plan.status_fd, kSetupFailed, errno);
+      }
+    }
+    for (size_t i = 0; i < plan.keep_binds.size(); ++i) {
+      for (const char* dir : plan.keep_mkdirs[i]) {
+        if (mkdir(dir, 0711) != 0 && errno != EEXIST) {
+          ChildFail(plan, plan.status_fd, kSetupFailed, errno);
+        }
+      }
+      if (mount(plan.keep_binds[i].first, plan.keep_binds[i].second, nullptr,
+                MS_BIND | MS_REC, nullptr) != 0) {
+        ChildFail(plan, plan.status_fd, kSetupFailed, errno);
+      }
+    }
+  }
   // Park every source (and the status pipe) above all target numbers first,
   // so that no dup2 below overwrites a descriptor still to be moved.
   int status_fd = fcntl(plan.status_fd, F_DUPFD_CLOEXEC, plan.lowest_free);
@@ -105,17 +154,6 @@ constexpr int kExecFailed = 2;
   // dup2 clears close-on-exec on the copy: only these survive exec.
   for (size_t i = 0; i < plan.moves.size(); ++i) {
     if (dup2(plan.parked[i], plan.moves[i].first) < 0) {
-      ChildFail(plan, status_fd, kSetupFailed, errno);
-    }
-  }
-  if (plan.private_proc) {
-    // A /proc of its own that shows only its user's processes. The mount
-    // namespace is made a slave first, so the new mount does not
-    // propagate back to the host's /proc.
-    if (unshare(CLONE_NEWNS) != 0 ||
-        mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0 ||
-        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              "hidepid=2") != 0) {
       ChildFail(plan, status_fd, kSetupFailed, errno);
     }
   }
@@ -475,10 +513,85 @@ struct Prepared {
   std::vector<char*> envp;
   std::vector<std::string> programs;
   std::string shell = "/bin/sh";
+  // private_proc: the tmpfs options, the mount points, and what is bound
+  // back over them.
+  std::string tmpfs_options;
+  std::vector<std::string> tmp_mounts;
+  std::vector<std::string> keep_sources;
+  std::vector<std::string> keep_targets;
+  std::vector<std::vector<std::string>> keep_mkdirs;
   ScopedFd opened[3];
   Pipe status;
   ChildPlan plan;
 };
+
+// Whether `path` is `dir` or lies beneath it (both normal and absolute).
+bool Beneath(const std::string& path, const std::string& dir) {
+  return path == dir ||
+         (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+          path[dir.size()] == '/');
+}
+
+// The tmpfs mounts of a private_proc child and the directories bound back
+// over them, opened (O_PATH) here, in the caller's view.
+absl::Status PreparePrivateTmp(const SpawnOptions& options, Prepared& p) {
+  p.tmpfs_options = "mode=1777";
+  if (options.private_tmp_bytes > 0) {
+    absl::StrAppend(&p.tmpfs_options, ",size=", options.private_tmp_bytes);
+  }
+  for (const char* dir : {"/tmp", "/var/tmp", "/dev/shm"}) {
+    struct stat st;
+    if (lstat(dir, &st) == 0 && S_ISDIR(st.st_mode)) {
+      p.tmp_mounts.push_back(dir);
+    }
+  }
+  std::vector<std::string> keep;
+  for (const std::string& path : options.private_tmp_keep) {
+    std::error_code ec;
+    std::string real = std::filesystem::canonical(path, ec).string();
+    if (ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("spawn: directory to keep ", path, ": ", ec.message()));
+    }
+    for (const std::string& mount_point : p.tmp_mounts) {
+      if (Beneath(real, mount_point) && real != mount_point) {
+        keep.push_back(real);
+        break;
+      }
+    }
+  }
+  std::sort(keep.begin(), keep.end());
+  for (size_t i = 0; i < keep.size(); ++i) {
+    // One beneath another already kept is seen through it.
+    if (std::any_of(
+            p.keep_targets.begin(), p.keep_targets.end(),
+            [&](const std::string& t) { return Beneath(keep[i], t); })) {
+      continue;
+    }
+    // The child opens it and writes the number in: room for any.
+    p.keep_sources.push_back(std::string("/proc/self/fd/") +
+                             std::string(24, '\0'));
+    p.keep_targets.push_back(keep[i]);
+    std::vector<std::string> mkdirs;
+    for (size_t slash = keep[i].find('/', 1); slash != std::string::npos;
+         slash = keep[i].find('/', slash + 1)) {
+      mkdirs.push_back(keep[i].substr(0, slash));
+    }
+    mkdirs.push_back(keep[i]);
+    p.keep_mkdirs.push_back(std::move(mkdirs));
+  }
+  ChildPlan& plan = p.plan;
+  plan.tmpfs_options = p.tmpfs_options.c_str();
+  for (const auto& dir : p.tmp_mounts) plan.tmp_mounts.push_back(dir.c_str());
+  for (size_t i = 0; i < p.keep_targets.size(); ++i) {
+    plan.keep_binds.push_back(
+        {p.keep_sources[i].data(), p.keep_targets[i].c_str()});
+    std::vector<const char*> dirs;
+    for (const auto& d : p.keep_mkdirs[i]) dirs.push_back(d.c_str());
+    plan.keep_mkdirs.push_back(std::move(dirs));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status Prepare(const SpawnOptions& options, Prepared& p) {
   if (options.argv.empty() || options.argv[0].empty()) {
@@ -516,6 +629,10 @@ absl::Status Prepare(const SpawnOptions& options, Prepared& p) {
   plan.max_user_processes =
       static_cast<rlim_t>(std::max<int64_t>(options.max_user_processes, 0));
   plan.private_proc = options.private_proc;
+  if (options.private_proc) {
+    absl::Status tmp = PreparePrivateTmp(options, p);
+    if (!tmp.ok()) return tmp;
+  }
   if (!options.cwd.empty()) plan.cwd = options.cwd.c_str();
 
   const std::string& program = options.argv[0];

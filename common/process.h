@@ -136,8 +136,21 @@ struct SpawnOptions {
   // The child gets a mount namespace of its own (a slave of the parent's)
   // with a fresh /proc mounted hidepid=2, before it drops to run_as: it
   // sees, and can read the command lines of, only its own user's
-  // processes. Needs root; failing to fails the spawn.
+  // processes. It also gets an IPC namespace of its own (System V
+  // semaphores, shared memory and message queues) and empty tmpfs mounts
+  // (mode 1777, nosuid, nodev) on /tmp, /var/tmp and /dev/shm (where they
+  // exist), so nothing it leaves there outlives it or reaches the next
+  // process of its user. Needs root; failing to fails the spawn.
   bool private_proc = false;
+  // With private_proc: the size of each tmpfs, in bytes; 0: the kernel's
+  // default (half the memory).
+  int64_t private_tmp_bytes = 0;
+  // With private_proc: directories (absolute) the child must still see
+  // where they lie beneath /tmp, /var/tmp or /dev/shm: bind-mounted back
+  // at the same path over the fresh tmpfs (their parents there are made
+  // root's, mode 0711). Others are left alone. One beneath another is
+  // covered by it.
+  std::vector<std::string> private_tmp_keep;
   // The child's working directory, entered after it drops to run_as
   // (failing to fails the spawn); empty: the caller's.
   std::string cwd;

@@ -16,10 +16,15 @@ absl::StatusOr<v1::WorkerIsolation> DescribeIsolation(
         "--run-as-range: the worker must run as root to switch users");
   }
   v1::WorkerIsolation out;
-  out.set_isolated(in.uid_range && in.root);
-  out.set_method(out.isolated() ? "per-attempt-user" : "none");
+  const bool users = in.uid_range && in.root;
+  out.set_isolated(users && in.degraded.empty());
+  out.set_method(users ? "per-attempt-user" : "none");
   if (!out.isolated()) {
-    if (!in.run_as.empty()) {
+    if (users) {
+      out.set_reason(absl::StrCat(
+          "per-attempt users, but not fully isolated on this host: ",
+          in.degraded));
+    } else if (!in.run_as.empty()) {
       out.set_reason(absl::StrCat(
           "every trial runs as the one user ", in.run_as,
           " (--run-as): trials can reach each other's files and processes; "
@@ -42,7 +47,7 @@ absl::StatusOr<v1::WorkerIsolation> DescribeIsolation(
   }
   if (in.max_pids > 0) {
     const bool pids = in.cgroups && in.pids_controller;
-    const bool nproc = out.isolated() || !in.run_as.empty();
+    const bool nproc = users || !in.run_as.empty();
     if (pids) out.add_enforced_limits("pids");
     if (nproc) out.add_enforced_limits("nproc");
     if (!pids && !nproc) {

@@ -27,6 +27,10 @@ struct IsolationInputs {
   int64_t max_pids = 0;            // --trial-max-pids; 0: no limit
   bool max_pids_explicit = false;  // given on the command line
   bool allow_unenforced = false;   // --allow-unenforced-limits
+  // Why per-attempt users do not isolate fully on this host (the start-up
+  // probe of the child's setup failed, hard-link protection is off);
+  // empty: nothing. Makes isolated false with this as the reason.
+  std::string degraded;
 };
 
 // The isolation to announce. Limit names: "memory" (trial.resources.

@@ -1,6 +1,7 @@
 #include "worker/report_buffer.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -27,9 +28,15 @@ absl::Status ReportBuffer::Push(const v1::ReportProgressRequest& report) {
   std::string bytes = report.SerializeAsString();
   const uint32_t size = static_cast<uint32_t>(bytes.size());
   // The worker's alone (0600): a trial under another user reads no report.
-  const int fd =
-      open(spill_path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-  if (fd >= 0) close(fd);
+  // An older file keeps its mode through O_CREAT: fchmod it.
+  const int fd = open(spill_path_.c_str(),
+                      O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 || fchmod(fd, 0600) != 0) {
+    if (fd >= 0) close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("cannot spill a report to ", spill_path_));
+  }
+  close(fd);
   std::ofstream out(spill_path_, std::ios::binary | std::ios::app);
   out.write(reinterpret_cast<const char*>(&size), sizeof(size));
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

@@ -129,14 +129,18 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
     lease = std::move(*got);
     // Parents others may pass through but not list; the trial's own
     // directories 0700 and its uid's alone.
-    const std::string study_dir =
-        absl::StrCat(options.checkpoint_root, "/", trial.study());
-    const std::string work = log + ".work";
+    // The checkpoint directory is reached from the root (root's, checked
+    // at start-up) through no link; the work directory is always a fresh
+    // one, whatever an earlier attempt or study of the same name left.
+    const std::string work_name = absl::StrCat(
+        trial.study(), "-", trial.number(), "-a", a.attempt(), ".work");
+    const std::string work = options.work_dir + "/" + work_name;
     for (absl::Status s :
          {MakeTraverseOnly(options.checkpoint_root, /*own=*/false),
-          MakeTraverseOnly(study_dir, /*own=*/true),
           MakeTraverseOnly(options.work_dir, /*own=*/true),
-          lease->Give(p.env[kEnvCheckpointDir]), lease->Give(work)}) {
+          lease->GiveBeneath(options.checkpoint_root,
+                             {trial.study(), std::to_string(trial.number())}),
+          lease->GiveScratch(options.work_dir, work_name)}) {
       if (!s.ok()) {
         return absl::UnavailableError(
             absl::StrCat("cannot prepare the attempt's directories for uid ",
@@ -145,7 +149,9 @@ absl::StatusOr<std::unique_ptr<TrialAttempt>> TrialAttempt::Start(
     }
     p.run_as = lease->run_as();
     p.max_user_processes = options.policy.max_pids;
-    p.private_proc = true;
+    p.private_proc = options.users->private_mounts();
+    p.private_tmp_bytes = options.policy.private_tmp_mb << 20;
+    p.private_tmp_keep = {options.checkpoint_root, options.work_dir};
     p.cwd = work;
     p.env["HOME"] = work;
     p.env["TMPDIR"] = work;

@@ -47,9 +47,12 @@ struct TrialAttemptOptions {
   // Per-trial cgroup scopes; null: the supervisor alone. Not owned.
   Cgroups* cgroups = nullptr;
   // Per-attempt users (--run-as-range): the attempt runs as a uid of its
-  // own, in a 0700 work directory (<work_dir>/<study>-<trial>-a<N>.work:
-  // its cwd, HOME and TMPDIR) and its 0700 checkpoint directory, both
-  // handed back to root when it stops; policy.run_as is then unused.
+  // own, in a fresh 0700 work directory (<work_dir>/<study>-<trial>-a<N>
+  // .work: its cwd, HOME and TMPDIR; removed when it stops, and removed
+  // first if it exists) and its 0700 checkpoint directory (handed back to
+  // root when it stops, unless a newer attempt has it), with private /tmp,
+  // /var/tmp, /dev/shm and IPC objects (TrialUsers::private_mounts);
+  // policy.run_as is then unused.
   // Null: no isolation. Not owned.
   TrialUsers* users = nullptr;
   // Checkpoint transfer (--checkpoint-cache), both null on a shared root:

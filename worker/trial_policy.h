@@ -30,21 +30,26 @@ inline constexpr char kDefaultPassEnv[] =
 // The default pass_env list, split.
 std::vector<std::string> DefaultPassEnv();
 
-// What a study may set through trial.command.env and secret_env is an
-// allow-list (docs/workers.md, "Variables a study may set"): by default a
-// plain application name (letters, digits and '_', not starting with a
-// digit: MY_FLAG, WANDB_MODE, STEPS) outside the reserved families below,
-// or one of kSafeEnv; --allow-env adds names and globs.
+// What a study may set through trial.command.env and secret_env
+// (docs/workers.md, "Variables a study may set"): by default any plain
+// name (letters, digits and '_', not starting with a digit: MY_FLAG,
+// WANDB_MODE, STEPS) outside the reserved families below, or one of
+// kSafeEnv; --allow-env adds names and globs. This is not a closed list of
+// known names: a plain name of no reserved family passes.
 //
 // Reserved families (fnmatch globs, case-insensitive): the dynamic
 // loader's, shells' start-up and option variables, interpreters' start-up
-// and module paths, programs' hooks that run a command, and the runtimes
-// a training program loads (CUDA, NCCL, OpenMP, PyTorch, TensorFlow, XLA)
+// and module paths, programs' hooks that run a command, compilers that a
+// JIT (torch.compile, Triton, cpp extensions) runs with the study's flags,
+// and the runtimes a training program loads (CUDA, NCCL, OpenMP, MPI, UCX,
+// PyTorch, TensorFlow, XLA, Triton, Vulkan, OpenCL, EGL, Mesa, GTK/GIO)
 // whose variables name libraries, plugins and tools to load. Each can
 // make an allowed program run code of the study's choosing before (or
 // instead of) what it was allowed for; a name of these families that is
-// not known to be safe is refused, new ones included. The last globs
-// catch loader words in any family (a *_PLUGIN, an *INJECTION*_PATH).
+// not known to be safe is refused, new ones included. The suffix globs
+// catch loader words in any family (a *_PLUGIN_PATH, a *_LIBRARY_PATH, a
+// *_FILENAMES list of ICDs), as whole words, so that ordinary names
+// (DATALOADER_WORKERS, USE_PLUGINS, MY_TOOL_NAME) stay plain.
 inline constexpr char kReservedEnv[] =
     "LD_*,DYLD_*,GCONV_PATH,GLIBC_TUNABLES,LOCPATH,NLSPATH,HOSTALIASES,"
     "RESOLV_*,MALLOC_*,BASH*,ENV,SHELLOPTS,PS4,PROMPT_COMMAND,IFS,CDPATH,"
@@ -53,17 +58,25 @@ inline constexpr char kReservedEnv[] =
     "JDK_JAVA_OPTIONS,CLASSPATH,LUA_*,TCL*,R_*,JULIA_*,GIT_*,EDITOR,VISUAL,"
     "PAGER,MANPAGER,LESSOPEN,LESSCLOSE,OPENSSL_*,SSL_*,IPYTHONDIR,JUPYTER_*,"
     "CUDA_*,NCCL_*,OMP_*,KMP_*,GOMP_*,TORCH*,PYTORCH_*,TF_*,XLA_*,JAX_*,"
-    "*PRELOAD*,*PLUGIN*,*INJECT*,*LIBRARY_PATH*,*LIBRARIES*,*_HOOK,"
-    "*_HOOKS,*_HOOK_*,"
-    "*_TOOL_*,*LOADER*";
+    "VK_*,__*,OCL_*,OMPI_*,PMIX_*,UCX_*,TRITON_*,LIBGL_*,GTK_*,GIO_*,"
+    "MPLBACKEND,CC,CXX,CPP,FC,CFLAGS,CXXFLAGS,CPPFLAGS,LDFLAGS,LDSHARED,"
+    "LIBS,CUDAHOSTCXX,NVCC_*,CPATH,C_INCLUDE_PATH,CPLUS_INCLUDE_PATH,"
+    "LIBRARY_PATH,*_PRELOAD,*_PRELOAD_*,*_PLUGIN,*_PLUGIN_PATH*,"
+    "*_PLUGIN_DIR*,*_PLUGIN_SYSTEM_PATH*,*_PLUGIN_LIB*,*_INJECTION*,"
+    "*_LIBRARY,*_LIBRARY_PATH*,*_LIBRARIES,*_LIB_PATH,*_FILENAMES,"
+    "*_MODULES,*_HOOK,*_HOOKS,*_HOOK_PATH,*_HOOKS_PATH,*_HOOK_COMMAND,"
+    "*_LOADER,*_LOADER_PATH*";
 
 // Names of the reserved families that only tune how a runtime runs, not
-// what it loads: allowed by default.
+// what it loads, and names the worker sets itself for every trial
+// (OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES: a study's value is overridden
+// by the worker's): allowed by default.
 inline constexpr char kSafeEnv[] =
     "PYTHONUNBUFFERED,PYTHONHASHSEED,PYTHONDONTWRITEBYTECODE,"
     "PYTHONIOENCODING,PYTHONFAULTHANDLER,PYTHONUTF8,PYTHONNOUSERSITE,"
     "CUDA_LAUNCH_BLOCKING,CUDA_DEVICE_ORDER,CUDA_MODULE_LOADING,"
-    "CUDA_DEVICE_MAX_CONNECTIONS,NCCL_DEBUG,NCCL_DEBUG_SUBSYS,"
+    "CUDA_DEVICE_MAX_CONNECTIONS,CUDA_VISIBLE_DEVICES,OMP_NUM_THREADS,"
+    "NCCL_DEBUG,NCCL_DEBUG_SUBSYS,"
     "NCCL_SOCKET_IFNAME,NCCL_IB_DISABLE,NCCL_P2P_DISABLE,NCCL_SHM_DISABLE,"
     "NCCL_ALGO,NCCL_PROTO,NCCL_MIN_NCHANNELS,NCCL_MAX_NCHANNELS,"
     "NCCL_BUFFSIZE,NCCL_NTHREADS,NCCL_ASYNC_ERROR_HANDLING,OMP_PROC_BIND,"
@@ -102,6 +115,9 @@ struct TrialPolicy {
   // process of that user); under a per-attempt user, that user's
   // RLIMIT_NPROC exactly. 0: no limit.
   int64_t max_pids = 4096;
+  // Under per-attempt users with private mounts: the size of the trial's
+  // own /tmp, /var/tmp and /dev/shm (tmpfs, each), in MiB (--trial-tmp-mb).
+  int64_t private_tmp_mb = 1024;
 };
 
 // A refusal by this worker's own policy (a command, a variable name, an

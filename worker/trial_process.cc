@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,8 +41,11 @@ bool WaitReadable(int fd, absl::Duration timeout) {
 absl::StatusOr<std::unique_ptr<RotatingLog>> RotatingLog::Open(
     std::string path, int64_t max_bytes) {
   unlink((path + ".1").c_str());  // a stale part of an earlier run
-  ScopedFd fd(
-      open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  ScopedFd fd(open(path.c_str(),
+                   O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                   0600));
+  // An older file keeps its mode through O_CREAT: the worker's alone now.
+  if (fd.valid() && fchmod(fd.get(), 0600) != 0) fd.reset();
   if (!fd.valid()) {
     return absl::UnavailableError(
         absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
@@ -69,8 +73,9 @@ void RotatingLog::Append(const char* data, size_t size) {
 void RotatingLog::Rotate() {
   const std::string old = path_ + ".1";
   rename(path_.c_str(), old.c_str());
-  fd_.reset(
-      open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  fd_.reset(open(path_.c_str(),
+                 O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (fd_.valid() && fchmod(fd_.get(), 0600) != 0) fd_.reset();
   size_ = 0;
   ++rotations_;
   const std::string note = absl::StrCat(
@@ -119,6 +124,8 @@ absl::StatusOr<std::unique_ptr<TrialProcess>> TrialProcess::Start(
   spawn.run_as = options.run_as;
   spawn.max_user_processes = options.max_user_processes;
   spawn.private_proc = options.private_proc;
+  spawn.private_tmp_bytes = options.private_tmp_bytes;
+  spawn.private_tmp_keep = options.private_tmp_keep;
   spawn.cwd = options.cwd;
   // A program that cannot be run fails like one that exits 127, with a
   // line on its stderr (docs/trial-protocol.md).

@@ -46,6 +46,10 @@ struct TrialProcessOptions {
   int64_t max_user_processes = 0;
   // A /proc showing only its user's processes (SpawnOptions::private_proc).
   bool private_proc = false;
+  // With private_proc: private /tmp, /var/tmp and /dev/shm of this size
+  // each, and the directories to keep visible over them (SpawnOptions).
+  int64_t private_tmp_bytes = 0;
+  std::vector<std::string> private_tmp_keep;
   // Its working directory; empty: the worker's.
   std::string cwd;
 };

@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <utility>
 
@@ -88,6 +90,113 @@ absl::Status ChownBelow(int dir_fd, dev_t dev, uid_t uid, gid_t gid,
   }
   closedir(d);
   return status;
+}
+
+bool PlainEntry(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." &&
+         name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
+// Opens the entry `name` of `parent_fd` as a directory without following
+// a link; creates it (mode `mode`) first when missing.
+absl::StatusOr<ScopedFd> OpenDirAt(int parent_fd, const std::string& name,
+                                   const std::string& path, mode_t mode) {
+  constexpr int kFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  ScopedFd fd(openat(parent_fd, name.c_str(), kFlags));
+  if (!fd.valid() && errno == ENOENT) {
+    if (mkdirat(parent_fd, name.c_str(), mode) != 0 && errno != EEXIST) {
+      return Errno("cannot create", path);
+    }
+    fd.reset(openat(parent_fd, name.c_str(), kFlags));
+  }
+  if (!fd.valid()) {
+    if (errno == ELOOP || errno == ENOTDIR) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " is a symbolic link or not a directory; refusing to use it"));
+    }
+    return Errno("cannot open", path);
+  }
+  return fd;
+}
+
+// The names in the directory `dir_fd`, but "." and "..".
+absl::StatusOr<std::vector<std::string>> ListDir(int dir_fd,
+                                                 const std::string& path) {
+  const int copy = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return Errno("cannot read", path);
+  DIR* d = fdopendir(copy);
+  if (d == nullptr) {
+    close(copy);
+    return Errno("cannot read", path);
+  }
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(d);
+  return names;
+}
+
+// Empties the directory `dir_fd` (of device `dev`), depth first, never
+// through a link.
+absl::Status RemoveBelow(int dir_fd, dev_t dev, const std::string& path,
+                         int depth) {
+  if (depth > kMaxDepth) {
+    return absl::UnavailableError(
+        absl::StrCat(path, ": nested deeper than ", kMaxDepth, " directories"));
+  }
+  auto names = ListDir(dir_fd, path);
+  if (!names.ok()) return names.status();
+  absl::Status status;
+  for (const std::string& name : *names) {
+    const std::string sub_path = path + "/" + name;
+    struct stat st;
+    if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;
+      status = Errno("cannot stat", sub_path);
+      continue;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      if (st.st_dev != dev) {
+        status = absl::UnavailableError(
+            absl::StrCat(sub_path, " is a mount point; not removed"));
+        continue;
+      }
+      ScopedFd sub(openat(dir_fd, name.c_str(),
+                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (sub.valid()) {
+        absl::Status below = RemoveBelow(sub.get(), dev, sub_path, depth + 1);
+        if (!below.ok()) status = below;
+      }
+      if (unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) != 0 &&
+          errno != ENOENT) {
+        if (errno == ENOTDIR) {
+          (void)unlinkat(dir_fd, name.c_str(), 0);  // swapped for a link
+        } else if (status.ok()) {
+          status = Errno("cannot remove", sub_path);
+        }
+      }
+    } else if (unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+      status = Errno("cannot remove", sub_path);
+    }
+  }
+  return status;
+}
+
+// The directory at `base` then `names` (all but the last) and the last.
+absl::StatusOr<ScopedFd> OpenParentOf(const std::string& base,
+                                      const std::vector<std::string>& names) {
+  return OpenDirBeneath(
+      base, std::vector<std::string>(names.begin(), names.end() - 1));
+}
+
+std::string JoinPath(const std::string& base,
+                     const std::vector<std::string>& names) {
+  std::string out = base;
+  for (const auto& n : names) absl::StrAppend(&out, "/", n);
+  return out;
 }
 
 bool IsZombie(const std::string& status_text) {
@@ -173,11 +282,14 @@ bool KillUserProcesses(uid_t uid, int rounds) {
   return UidsWithProcesses().count(uid) == 0;
 }
 
-absl::Status HandOverTree(const std::string& dir, uid_t uid, gid_t gid) {
-  auto fd = OpenDirNoFollow(dir, 0700);
-  if (!fd.ok()) return fd.status();
+namespace {
+
+// HandOverTree's walk of the open directory `fd`.
+absl::Status HandOverFd(const ScopedFd* fd, const std::string& dir, uid_t uid,
+                        gid_t gid, std::optional<uid_t> only_from) {
   struct stat st;
   if (fstat(fd->get(), &st) != 0) return Errno("cannot stat", dir);
+  if (only_from && st.st_uid != *only_from) return absl::OkStatus();
   // Root's alone while the walk runs: no one else can change what is
   // below (the previous owner's processes are dead).
   if (fchown(fd->get(), 0, 0) != 0 || fchmod(fd->get(), 0700) != 0) {
@@ -191,11 +303,100 @@ absl::Status HandOverTree(const std::string& dir, uid_t uid, gid_t gid) {
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::Status HandOverTree(const std::string& dir, uid_t uid, gid_t gid) {
+  auto fd = OpenDirNoFollow(dir, 0700);
+  if (!fd.ok()) return fd.status();
+  return HandOverFd(&*fd, dir, uid, gid, std::nullopt);
+}
+
+absl::Status HandOverTreeAt(int parent_fd, const std::string& name,
+                            const std::string& path, uid_t uid, gid_t gid,
+                            std::optional<uid_t> only_from) {
+  if (!PlainEntry(name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": '", name, "' is not a plain name"));
+  }
+  auto fd = OpenDirAt(parent_fd, name, path, 0700);
+  if (!fd.ok()) return fd.status();
+  return HandOverFd(&*fd, path, uid, gid, only_from);
+}
+
+absl::Status RemoveTreeAt(int parent_fd, const std::string& name,
+                          const std::string& path) {
+  if (!PlainEntry(name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": '", name, "' is not a plain name"));
+  }
+  struct stat st;
+  if (fstatat(parent_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return errno == ENOENT ? absl::OkStatus() : Errno("cannot stat", path);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    if (unlinkat(parent_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+      return Errno("cannot remove", path);
+    }
+    return absl::OkStatus();
+  }
+  ScopedFd fd(openat(parent_fd, name.c_str(),
+                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return Errno("cannot open", path);
+  // Root's alone first: whatever is left if removing fails reaches no one.
+  if (fchown(fd.get(), 0, 0) != 0 || fchmod(fd.get(), 0700) != 0) {
+    return Errno("cannot change the owner of", path);
+  }
+  absl::Status below = RemoveBelow(fd.get(), st.st_dev, path, 0);
+  if (!below.ok()) return below;
+  if (unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
+    return Errno("cannot remove", path);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ScopedFd> OpenDirBeneath(const std::string& base,
+                                        const std::vector<std::string>& names) {
+  ScopedFd fd(
+      open(base.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ELOOP || errno == ENOTDIR) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          base, " is a symbolic link or not a directory; refusing to use it"));
+    }
+    return Errno("cannot open", base);
+  }
+  std::string path = base;
+  for (const std::string& name : names) {
+    path += "/" + name;
+    if (!PlainEntry(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": '", name, "' is not a plain name"));
+    }
+    auto next = OpenDirAt(fd.get(), name, path, 0711);
+    if (!next.ok()) return next.status();
+    struct stat st;
+    if (fstat(next->get(), &st) != 0) return Errno("cannot stat", path);
+    if ((st.st_uid != 0 && fchown(next->get(), 0, 0) != 0) ||
+        ((st.st_mode & 07777) != 0711 && fchmod(next->get(), 0711) != 0)) {
+      return Errno("cannot make root's", path);
+    }
+    fd = std::move(*next);
+  }
+  return fd;
+}
+
 absl::Status MakeTraverseOnly(const std::string& dir, bool own) {
   auto fd = OpenDirNoFollow(dir, 0711);
   if (!fd.ok()) return fd.status();
   struct stat st;
   if (fstat(fd->get(), &st) != 0) return Errno("cannot stat", dir);
+  if ((st.st_mode & (S_ISVTX | S_IWOTH)) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir,
+        " is sticky or writable by others (a shared directory such as "
+        "/tmp); give the worker a directory of its own, e.g. ",
+        dir == "/" ? "" : dir, "/dial"));
+  }
   if (own && st.st_uid != 0 && fchown(fd->get(), 0, 0) != 0) {
     return Errno("cannot change the owner of", dir);
   }
@@ -215,8 +416,43 @@ RunAs UserLease::run_as() const {
 }
 
 absl::Status UserLease::Give(const std::string& dir) {
-  given_.push_back(dir);
-  return HandOverTree(dir, uid_, uid_);
+  const std::filesystem::path path(dir);
+  return GiveBeneath(path.parent_path().string(), {path.filename().string()});
+}
+
+absl::Status UserLease::GiveBeneath(const std::string& base,
+                                    const std::vector<std::string>& names) {
+  if (names.empty()) {
+    return absl::InvalidArgumentError("nothing to give below " + base);
+  }
+  given_.push_back({base, names, false});
+  absl::MutexLock lock(&users_->dirs_mu_);
+  auto parent = OpenParentOf(base, names);
+  if (!parent.ok()) return parent.status();
+  return HandOverTreeAt(parent->get(), names.back(), JoinPath(base, names),
+                        uid_, uid_);
+}
+
+absl::Status UserLease::GiveScratch(const std::string& base,
+                                    const std::string& name) {
+  given_.push_back({base, {name}, true});
+  absl::MutexLock lock(&users_->dirs_mu_);
+  auto parent = OpenDirBeneath(base, {});
+  if (!parent.ok()) return parent.status();
+  const std::string path = base + "/" + name;
+  absl::Status removed = RemoveTreeAt(parent->get(), name, path);
+  if (!removed.ok()) {
+    // Root's and 0700 by now: out of everyone's reach. Set aside.
+    spdlog::warn("{}; renaming it aside", removed.ToString());
+    static std::atomic<uint64_t> aside{0};
+    const std::string stale =
+        absl::StrCat(name, ".stale-", getpid(), "-", aside.fetch_add(1));
+    if (renameat(parent->get(), name.c_str(), parent->get(), stale.c_str()) !=
+        0) {
+      return Errno("cannot remove or rename", path);
+    }
+  }
+  return HandOverTreeAt(parent->get(), name, path, uid_, uid_);
 }
 
 void UserLease::Release() {
@@ -226,9 +462,20 @@ void UserLease::Release() {
     // Not drawn again while any process runs as it (Acquire looks).
     spdlog::warn("uid {}: processes still run as it after SIGKILL", uid_);
   }
-  for (const std::string& dir : given_) {
-    absl::Status back = HandOverTree(dir, 0, 0);
-    if (!back.ok()) spdlog::warn("uid {}: {}", uid_, back.ToString());
+  {
+    absl::MutexLock lock(&users_->dirs_mu_);
+    for (const Given& given : given_) {
+      const std::string path = JoinPath(given.base, given.names);
+      auto parent = OpenParentOf(given.base, given.names);
+      absl::Status back = parent.status();
+      if (parent.ok()) {
+        back = given.scratch
+                   ? RemoveTreeAt(parent->get(), given.names.back(), path)
+                   : HandOverTreeAt(parent->get(), given.names.back(), path, 0,
+                                    0, uid_);
+      }
+      if (!back.ok()) spdlog::warn("uid {}: {}", uid_, back.ToString());
+    }
   }
   users_->Return(uid_);
 }

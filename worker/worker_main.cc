@@ -21,6 +21,7 @@
 #include "absl/flags/marshalling.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
@@ -33,6 +34,7 @@
 #include "transfer/transfer_client.h"
 #include "worker/gpu_pool.h"
 #include "worker/isolation.h"
+#include "worker/startup_checks.h"
 #include "worker/trial_users.h"
 #include "worker/worker.h"
 
@@ -97,15 +99,22 @@ ABSL_FLAG(std::string, run_as, "",
           "itself must be root to switch. Default: the worker's own user");
 ABSL_FLAG(std::string, run_as_range, "",
           "FIRST-LAST: run each trial attempt as a Unix user of its own, a "
-          "uid drawn from this range (no passwd entry needed; set aside for "
-          "this worker alone), in 0700 directories, so trials cannot reach "
-          "each other's files or processes. Needs root; excludes --run-as");
+          "uid drawn from this range (uids and gids with no passwd or group "
+          "entry, at least --slots of them, disjoint from every other "
+          "worker's range on this host or checkpoint root), in 0700 "
+          "directories with private /tmp, /var/tmp, /dev/shm and /proc, so "
+          "trials cannot reach each other's files or processes. Needs root "
+          "and a root-owned --checkpoint-root; excludes --run-as");
 ABSL_FLAG(int64_t, trial_max_pids, 4096,
           "Processes one trial may have (pids.max of its cgroup; under "
           "--run-as-range also its user's RLIMIT_NPROC; with --run-as that "
           "user's RLIMIT_NPROC, times --slots); 0: no limit. Given "
           "explicitly where nothing can enforce it, the worker refuses to "
           "start (see --allow-unenforced-limits)");
+ABSL_FLAG(int64_t, trial_tmp_mb, 1024,
+          "Under --run-as-range: the size in MiB of each attempt's private "
+          "/tmp, /var/tmp and /dev/shm (tmpfs, emptied when it ends; counted "
+          "against its memory limit where there is one)");
 ABSL_FLAG(bool, allow_unenforced_limits, false,
           "Start even when an explicitly given --trial-max-pids cannot be "
           "enforced here (it is then listed in the registration's "
@@ -278,6 +287,13 @@ int main(int argc, char** argv) {
   }
   options.cpus = absl::GetFlag(FLAGS_cpus);
   options.host = absl::GetFlag(FLAGS_host);
+  if (!options.host.empty()) {
+    absl::Status host = dial::worker::CheckHostFlag(options.host);
+    if (!host.ok()) {
+      spdlog::error("{}", std::string(host.message()));
+      return 2;
+    }
+  }
   for (const std::string& label : LabelArgs(argc, argv)) {
     const size_t eq = label.find('=');
     const std::string key = label.substr(0, eq);
@@ -366,6 +382,17 @@ int main(int argc, char** argv) {
   for (const auto& name : absl::GetFlag(FLAGS_allow_env)) {
     if (!name.empty()) options.policy.allowed_env.push_back(name);
   }
+  if (!options.policy.allowed_env.empty()) {
+    spdlog::info(
+        "--allow-env: studies may also set {} (exact names reopen a reserved "
+        "family; globs add only names outside them)",
+        absl::StrJoin(options.policy.allowed_env, ", "));
+  }
+  options.policy.private_tmp_mb = absl::GetFlag(FLAGS_trial_tmp_mb);
+  if (options.policy.private_tmp_mb < 1) {
+    spdlog::error("--trial-tmp-mb must be at least 1");
+    return 2;
+  }
   if (const std::string user = absl::GetFlag(FLAGS_run_as); !user.empty()) {
     auto run_as = dial::LookUpRunAs(user);
     if (!run_as.ok()) {
@@ -417,6 +444,66 @@ int main(int argc, char** argv) {
     }
     uid_range = *parsed;
   }
+  bool private_mounts = true;
+  std::vector<std::string> degraded;
+  if (uid_range && geteuid() == 0) {
+    // The range must be this worker's alone, and what an earlier run of it
+    // left behind goes back to root before any uid is drawn again.
+    absl::Status checked =
+        dial::worker::CheckUidRange(*uid_range, options.slots);
+    if (checked.ok()) {
+      checked = dial::worker::CheckRootDirectory(
+          cache.empty() ? "--checkpoint-root" : "--checkpoint-cache",
+          options.checkpoint_root);
+    }
+    if (checked.ok()) {
+      checked = dial::worker::MakeTraverseOnly(options.work_dir, true);
+      if (!checked.ok()) {
+        checked = absl::Status(checked.code(),
+                               absl::StrCat("--work-dir: ", checked.message()));
+      }
+    }
+    if (checked.ok()) checked = dial::worker::KillRangeProcesses(*uid_range);
+    if (!checked.ok()) {
+      spdlog::error("{}", std::string(checked.message()));
+      return 2;
+    }
+    auto reclaimed = dial::worker::ReclaimRangeDirectories(
+        *uid_range, options.checkpoint_root, options.work_dir);
+    if (!reclaimed.ok()) {
+      spdlog::error("--run-as-range: {}", reclaimed.status().ToString());
+      return 2;
+    }
+    if (*reclaimed > 0) {
+      spdlog::warn(
+          "--run-as-range: {} directories of range uids (left by an earlier "
+          "run) handed back to root",
+          *reclaimed);
+    }
+    const std::vector<std::string> keep = {options.checkpoint_root,
+                                           options.work_dir};
+    absl::Status probe =
+        dial::worker::ProbeChildSetup(uid_range->first, true, keep);
+    if (!probe.ok()) {
+      degraded.push_back(absl::StrCat(
+          "no private /proc, /tmp, /var/tmp, /dev/shm or IPC namespace for "
+          "trials (",
+          probe.message(),
+          "; a container needs CAP_SYS_ADMIN): trials see each other's "
+          "processes and share temporary files"));
+      private_mounts = false;
+      absl::Status plain =
+          dial::worker::ProbeChildSetup(uid_range->first, false, keep);
+      if (!plain.ok()) {
+        spdlog::error("--run-as-range: cannot run a process as uid {} here: {}",
+                      uid_range->first, std::string(plain.message()));
+        return 2;
+      }
+    }
+    if (auto links = dial::worker::HardlinkProtectionProblem()) {
+      degraded.push_back(*links);
+    }
+  }
   dial::worker::IsolationInputs isolation_in;
   isolation_in.root = geteuid() == 0;
   isolation_in.uid_range = uid_range.has_value();
@@ -434,6 +521,7 @@ int main(int argc, char** argv) {
     }
   }
   isolation_in.allow_unenforced = absl::GetFlag(FLAGS_allow_unenforced_limits);
+  isolation_in.degraded = absl::StrJoin(degraded, "; ");
   auto isolation = dial::worker::DescribeIsolation(isolation_in);
   if (!isolation.ok()) {
     spdlog::error("{}", std::string(isolation.status().message()));
@@ -441,18 +529,18 @@ int main(int argc, char** argv) {
   }
   options.isolation = *isolation;
   if (uid_range) {
-    users = std::make_unique<dial::worker::TrialUsers>(*uid_range);
+    users =
+        std::make_unique<dial::worker::TrialUsers>(*uid_range, private_mounts);
     options.users = users.get();
     options.policy.run_as.reset();
-    absl::Status dirs = dial::worker::MakeTraverseOnly(options.work_dir, true);
-    if (!dirs.ok()) {
-      spdlog::error("--work-dir: {}", dirs.ToString());
-      return 2;
-    }
     spdlog::info(
         "isolation: per-attempt users, uids {}-{}: each attempt runs as a "
-        "user of its own in 0700 directories",
-        uid_range->first, uid_range->last);
+        "user of its own in 0700 directories{}",
+        uid_range->first, uid_range->last,
+        private_mounts ? ", with private /proc, /tmp, /var/tmp, /dev/shm" : "");
+    if (!isolation->isolated()) {
+      spdlog::warn("isolation: not isolated: {}", isolation->reason());
+    }
   } else {
     spdlog::warn("isolation: none: {}", isolation->reason());
   }

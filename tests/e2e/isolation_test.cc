@@ -33,8 +33,14 @@ class IsolationE2eTest : public WorkerE2eTest {
     if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
     WorkerE2eTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    meet_ = dir_ / "meet";
-    fs::create_directories(meet_);
+    // Not under /tmp: under per-attempt users each trial has a /tmp of
+    // its own, so the two would not meet there.
+    std::string meet = "/run/dial-e2e-meet-XXXXXX";
+    if (mkdtemp(meet.data()) == nullptr) {
+      meet = "/var/lib/dial-e2e-meet-XXXXXX";
+      ASSERT_NE(mkdtemp(meet.data()), nullptr);
+    }
+    meet_ = meet;
     chmod(meet_.c_str(), 01777);
     chmod(dir_.c_str(), 0755);
     client_ = As("root-token");  // the fixture's watches and reads
@@ -121,6 +127,12 @@ trial:
         },
         std::chrono::seconds(30)));
     return isolation;
+  }
+
+  void TearDown() override {
+    WorkerE2eTest::TearDown();
+    std::error_code ignored;
+    if (!meet_.empty()) fs::remove_all(meet_, ignored);
   }
 
   fs::path meet_;
