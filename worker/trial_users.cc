@@ -30,6 +30,17 @@ absl::Status Errno(absl::string_view what, const std::string& path) {
       absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
+// `fd`, just opened on the directory `dir`, or the error its open left in
+// errno.
+absl::StatusOr<ScopedFd> DirOrError(ScopedFd fd, const std::string& dir) {
+  if (fd.valid()) return fd;
+  if (errno == ELOOP || errno == ENOTDIR) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, " is a symbolic link or not a directory; refusing to use it"));
+  }
+  return Errno("cannot open", dir);
+}
+
 // Opens `dir` as a directory without following a link; creates it (mode
 // `mode`) first when missing.
 absl::StatusOr<ScopedFd> OpenDirNoFollow(const std::string& dir, mode_t mode) {
@@ -42,14 +53,7 @@ absl::StatusOr<ScopedFd> OpenDirNoFollow(const std::string& dir, mode_t mode) {
     fd.reset(
         open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   }
-  if (!fd.valid()) {
-    if (errno == ELOOP || errno == ENOTDIR) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          dir, " is a symbolic link or not a directory; refusing to use it"));
-    }
-    return Errno("cannot open", dir);
-  }
-  return fd;
+  return DirOrError(std::move(fd), dir);
 }
 
 // Changes the owner of everything below the directory `dir_fd` (of
@@ -356,15 +360,12 @@ absl::Status RemoveTreeAt(int parent_fd, const std::string& name,
 
 absl::StatusOr<ScopedFd> OpenDirBeneath(const std::string& base,
                                         const std::vector<std::string>& names) {
-  ScopedFd fd(
-      open(base.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.valid()) {
-    if (errno == ELOOP || errno == ENOTDIR) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          base, " is a symbolic link or not a directory; refusing to use it"));
-    }
-    return Errno("cannot open", base);
-  }
+  auto opened =
+      DirOrError(ScopedFd(open(base.c_str(), O_RDONLY | O_DIRECTORY |
+                                                 O_NOFOLLOW | O_CLOEXEC)),
+                 base);
+  if (!opened.ok()) return opened.status();
+  ScopedFd fd = std::move(*opened);
   std::string path = base;
   for (const std::string& name : names) {
     path += "/" + name;
