@@ -42,6 +42,12 @@ class IsolationE2eTest : public WorkerE2eTest {
     }
     meet_ = meet;
     chmod(meet_.c_str(), 01777);
+    // The trial program too: the source tree may be under /tmp (a CI
+    // clone), which a trial with a /tmp of its own does not see.
+    program_ = meet_ / "neighbour_trial.py";
+    fs::copy_file(fs::path(DIAL_SOURCE_DIR) / "tests/e2e/neighbour_trial.py",
+                  program_);
+    chmod(program_.c_str(), 0644);
     chmod(dir_.c_str(), 0755);
     client_ = As("root-token");  // the fixture's watches and reads
     worker_token_ = dir_ / "fleet.token";
@@ -74,8 +80,7 @@ budget: {max_trials: 1, max_parallel_trials: 1, max_failures_per_trial: 0}
 trial:
   command:
     argv: [/usr/bin/python3, )",
-                     DIAL_SOURCE_DIR,
-                     R"(/tests/e2e/neighbour_trial.py]
+                     program_.string(), R"(]
     env: {ROLE: ")",
                      role, R"(", RENDEZVOUS: ")", meet_.string(),
                      R"(", WORK_ROOT: ")", (dir_ / "wa").string(),
@@ -136,6 +141,7 @@ trial:
   }
 
   fs::path meet_;
+  fs::path program_;  // neighbour_trial.py, where every trial can read it
   fs::path worker_token_;
 };
 
